@@ -1,0 +1,136 @@
+"""The engine seam: the few types and methods the gateway and the controller see.
+
+This module is pure Python on purpose (no vLLM, no torch): `gateway.control`
+imports it, and the import-linter contract keeps vLLM out of everything but the
+modules of `engine/` that need it. Modelled on TGI's three-method `Backend`
+trait: generate a stream, abort, health, shutdown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+#: Key of `SamplingParams.extra_args` that carries a request's speculation depth k
+#: to the scheduler. Clients must never be able to set it (the gateway strips it).
+SPEC_DEPTH_ARG = "specgw_k"
+#: Key of `SamplingParams.extra_args` that carries the gateway's request id, so the
+#: engine can hand the request's outcome back to the gateway.
+GATEWAY_ID_ARG = "specgw_request_id"
+
+
+@dataclass(frozen=True, slots=True)
+class SpeculationOutcome:
+    """What speculation did for one finished request (vLLM's per-request metrics).
+
+    `verify_steps` counts the engine steps in which at least one draft token was
+    verified for this request; acceptance length follows vLLM's definition
+    (bonus token included): 1 + accepted / verify_steps, and 1.0 with no steps.
+    `accepted_per_position[d]` counts steps whose draft position d+1 was accepted
+    (so it is non-increasing in d), which makes the depth profile
+    P(accept d | accepted d-1) = accepted_per_position[d] / accepted_per_position[d-1].
+    `drafted_per_position[d]` counts steps in which position d+1 was drafted.
+    """
+
+    k: int
+    verify_steps: int = 0
+    draft_tokens: int = 0
+    accepted_tokens: int = 0
+    accepted_per_position: tuple[int, ...] = ()
+    drafted_per_position: tuple[int, ...] = ()
+
+    @property
+    def acceptance_length(self) -> float:
+        if self.verify_steps <= 0:
+            return 1.0
+        return 1.0 + self.accepted_tokens / self.verify_steps
+
+
+@dataclass(frozen=True, slots=True)
+class RequestOutcome:
+    """Everything the control plane learns from one finished request."""
+
+    request_id: str
+    prompt_tokens: int
+    output_tokens: int
+    finish_reason: str | None
+    speculation: SpeculationOutcome
+    #: Seconds from arrival at the engine to the first output token.
+    ttft_s: float = 0.0
+    #: Mean seconds per output token after the first (0.0 with fewer than 2 tokens).
+    tpot_s: float = 0.0
+    #: Seconds from arrival at the engine to the last token.
+    e2e_s: float = 0.0
+    #: Number of engine steps that produced tokens for this request (decode steps).
+    decode_steps: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class GenerateRequest:
+    """One request to the engine, already tokenised or as a plain prompt."""
+
+    request_id: str
+    prompt: str | None = None
+    prompt_token_ids: tuple[int, ...] | None = None
+    max_tokens: int = 64
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    #: Speculation depth for this request, 0..max_depth (0 = verify no drafts).
+    k: int = 0
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationChunk:
+    """An increment of one request's output; the last one carries the outcome."""
+
+    request_id: str
+    text_delta: str
+    token_ids_delta: tuple[int, ...]
+    finished: bool = False
+    finish_reason: str | None = None
+    outcome: RequestOutcome | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EngineHealth:
+    """Liveness and readiness, separately: a wedged engine is alive but not ready."""
+
+    alive: bool
+    ready: bool
+    detail: str = ""
+    running_requests: int = 0
+    waiting_requests: int = 0
+    #: Seconds since the engine last produced output while it had work (0 when idle).
+    stalled_for_s: float = 0.0
+
+
+class EngineError(Exception):
+    """The engine failed a request (engine core died, aborted, or rejected it)."""
+
+
+class EngineDeadError(EngineError):
+    """The engine core process is gone; every in-flight request fails."""
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """The seam: generate a stream for one request, abort, health, shutdown."""
+
+    @property
+    def max_depth(self) -> int:
+        """K: the largest speculation depth a request can get (0 = no drafter)."""
+        ...
+
+    def generate(self, request: GenerateRequest) -> AsyncIterator[GenerationChunk]:
+        """Stream one request's output; the final chunk has `finished` and `outcome`."""
+        ...
+
+    async def abort(self, request_id: str) -> None: ...
+
+    async def health(self) -> EngineHealth: ...
+
+    async def shutdown(self) -> None: ...
