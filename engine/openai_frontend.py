@@ -1,0 +1,103 @@
+"""vLLM's own OpenAI serving layer bound to the embedded engine.
+
+Chat templating, tool-call parsing (hermes for the embedded model), structured
+output, logprobs and the SSE chunk format all come from
+`vllm.entrypoints.openai` (`OpenAIServingChat`, `OpenAIServingCompletion`,
+`OpenAIServingModels`, built by vLLM's `init_app_state` exactly as `vllm serve`
+builds them). What this module adds is the control plane's one input: each
+request's speculation depth k and the gateway's request id, carried to the
+scheduler and the outcome tap in `SamplingParams.extra_args` (via `vllm_xargs`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.datastructures import State
+
+from engine.interface import GATEWAY_ID_ARG, SPEC_DEPTH_ARG
+from engine.protocol import (
+    ChatCompletionRequest,
+    ChatCompletionResponse,
+    CompletionRequest,
+    CompletionResponse,
+    ErrorResponse,
+    ModelList,
+)
+
+#: Keys of `vllm_xargs` reserved for the gateway; a client may never set them.
+RESERVED_XARGS = frozenset({SPEC_DEPTH_ARG, GATEWAY_ID_ARG})
+
+ChatResult = ChatCompletionResponse | ErrorResponse | AsyncIterator[str]
+CompletionResult = CompletionResponse | ErrorResponse | AsyncIterator[str]
+
+
+@dataclass(frozen=True, slots=True)
+class FrontendConfig:
+    """What vLLM's serving layer needs beyond the engine's own config."""
+
+    model: str
+    served_model_name: str
+    tool_call_parser: str | None = "hermes"
+    chat_template: str | None = None
+
+
+class OpenAIFrontend:
+    """Runs one OpenAI request through vLLM's serving classes at a given depth."""
+
+    def __init__(self, state: State, served_model_name: str) -> None:
+        self._state = state
+        self.served_model_name = served_model_name
+
+    @classmethod
+    async def create(cls, engine_client: Any, config: FrontendConfig) -> OpenAIFrontend:
+        """Build vLLM's serving objects on `engine_client` (an AsyncLLM or a proxy of one)."""
+        from vllm.entrypoints.launchers.api_server.app_state import init_app_state
+        from vllm.entrypoints.launchers.cli_args import make_arg_parser
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+        argv = ["--model", config.model, "--served-model-name", config.served_model_name]
+        if config.tool_call_parser:
+            argv += ["--enable-auto-tool-choice", "--tool-call-parser", config.tool_call_parser]
+        if config.chat_template:
+            argv += ["--chat-template", config.chat_template]
+        args = make_arg_parser(FlexibleArgumentParser()).parse_args(argv)
+        state = State()
+        tasks = await engine_client.get_supported_tasks()
+        await init_app_state(engine_client, state, args, tasks)
+        return cls(state, config.served_model_name)
+
+    @staticmethod
+    def _stamp(request: ChatCompletionRequest | CompletionRequest, k: int, gateway_id: str) -> None:
+        xargs: dict[str, Any] = dict(request.vllm_xargs or {})
+        xargs[SPEC_DEPTH_ARG] = k
+        xargs[GATEWAY_ID_ARG] = gateway_id
+        request.vllm_xargs = xargs
+        request.request_id = gateway_id
+
+    async def chat(self, request: ChatCompletionRequest, *, k: int, gateway_id: str) -> ChatResult:
+        self._stamp(request, k, gateway_id)
+        result: ChatResult = await self._state.openai_serving_chat.create_chat_completion(
+            request, None
+        )
+        return result
+
+    async def completion(
+        self, request: CompletionRequest, *, k: int, gateway_id: str
+    ) -> CompletionResult:
+        self._stamp(request, k, gateway_id)
+        result: CompletionResult = await self._state.openai_serving_completion.create_completion(
+            request, None
+        )
+        return result
+
+    async def models(self) -> ModelList:
+        listed: ModelList = await self._state.openai_serving_models.show_available_models()
+        return listed
+
+    def count_tokens(self, text: str) -> int:
+        """Token count of plain text with the served tokenizer (for classification)."""
+        tokenizer = self._state.openai_serving_chat.renderer.tokenizer
+        return len(tokenizer.encode(text, add_special_tokens=False))

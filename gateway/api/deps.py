@@ -1,0 +1,25 @@
+"""FastAPI dependencies: typed access to the app's runtime, and the key scopes."""
+
+from __future__ import annotations
+
+from fastapi import Request
+
+from gateway.auth import Scope
+from gateway.errors import ErrorKind, GatewayError
+from gateway.service import InferenceService
+
+
+def require_user(request: Request) -> None:
+    request.app.state.keyring.check(request.headers.get("authorization"), Scope.USER)
+
+
+def require_admin(request: Request) -> None:
+    request.app.state.keyring.check(request.headers.get("authorization"), Scope.ADMIN)
+
+
+def service(request: Request) -> InferenceService:
+    runtime = getattr(request.app.state, "runtime", None)
+    if runtime is None or not runtime.ready:
+        raise GatewayError(ErrorKind.NOT_READY, "The engine is not ready yet.", retry_after_s=5)
+    svc: InferenceService = runtime.service
+    return svc

@@ -1,0 +1,58 @@
+"""`/v1/chat/completions`, `/v1/completions`, `/v1/models`: OpenAI's API, vLLM's models."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse
+
+from engine.protocol import ChatCompletionRequest, CompletionRequest
+from gateway.api.deps import require_user, service
+from gateway.api.responses import SSEResponse, reply_response, unless_disconnected
+from gateway.errors import GatewayError
+from gateway.service import InferenceService, StreamReply
+
+ERRORS = {
+    code: {"description": name, "content": {"application/json": {}}}
+    for code, name in [
+        (400, "Invalid request"),
+        (401, "Missing or invalid API key"),
+        (403, "Key without this scope"),
+        (404, "Unknown model"),
+        (413, "Body too large"),
+        (429, "Overloaded; see retry-after"),
+        (503, "Not ready or draining; see retry-after"),
+    ]
+}
+STREAM_OK = {200: {"content": {"application/json": {}, "text/event-stream": {}}}}
+
+router = APIRouter(prefix="/v1", dependencies=[Depends(require_user)])
+Service = Annotated[InferenceService, Depends(service)]
+
+
+@router.post("/chat/completions", responses={**STREAM_OK, **ERRORS})
+async def chat_completions(
+    body: ChatCompletionRequest, request: Request, svc: Service
+) -> JSONResponse | SSEResponse:
+    timeout = request.app.state.settings.request_timeout_s
+    reply = await unless_disconnected(request, svc.chat(body), timeout)
+    return reply_response(reply)
+
+
+@router.post("/completions", responses={**STREAM_OK, **ERRORS})
+async def completions(
+    body: CompletionRequest, request: Request, svc: Service
+) -> JSONResponse | SSEResponse:
+    timeout = request.app.state.settings.request_timeout_s
+    reply = await unless_disconnected(request, svc.completion(body), timeout)
+    return reply_response(reply)
+
+
+@router.get("/models", responses=ERRORS)
+async def models(request: Request) -> JSONResponse:
+    listed = await request.app.state.runtime.frontend.models()
+    return JSONResponse(listed.model_dump(exclude_none=True))
+
+
+__all__ = ["GatewayError", "StreamReply", "router"]

@@ -1,0 +1,36 @@
+"""Liveness, readiness and metrics: what Kubernetes and Prometheus call."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+
+router = APIRouter()
+
+
+@router.get("/health")
+async def health(request: Request) -> JSONResponse:
+    """Liveness: the process serves HTTP and the engine core is alive (even if busy)."""
+    runtime = getattr(request.app.state, "runtime", None)
+    if runtime is None:
+        return JSONResponse({"status": "starting"})
+    health = await runtime.engine.health()
+    if not health.alive:
+        return JSONResponse({"status": "dead", "detail": health.detail}, status_code=503)
+    return JSONResponse({"status": "ok"})
+
+
+@router.get("/ready")
+async def ready(request: Request) -> JSONResponse:
+    """Readiness: warmed up, not draining, and the engine makes progress on admitted work."""
+    runtime = getattr(request.app.state, "runtime", None)
+    if runtime is None:
+        return JSONResponse({"ready": False, "detail": {"engine": "starting"}}, status_code=503)
+    report = await runtime.readiness()
+    return JSONResponse(report, status_code=200 if report["ready"] else 503)
+
+
+@router.get("/metrics")
+async def metrics(request: Request) -> Response:
+    body, content_type = request.app.state.render_metrics()
+    return Response(body, media_type=content_type)

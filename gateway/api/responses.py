@@ -1,0 +1,68 @@
+"""Turning service replies and errors into HTTP responses."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from typing import Any, TypeVar
+
+from fastapi import Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from gateway.errors import ErrorKind, GatewayError
+from gateway.service import JsonReply, StreamReply
+
+T = TypeVar("T")
+
+
+def error_response(error: GatewayError) -> JSONResponse:
+    return JSONResponse(error.body(), status_code=error.status, headers=error.response_headers())
+
+
+class SSEResponse(StreamingResponse):
+    """A stream whose cleanup runs even if the client left before the first chunk."""
+
+    def __init__(self, reply: StreamReply) -> None:
+        super().__init__(reply.chunks, media_type="text/event-stream", headers=reply.headers)
+        self._finalize = reply.finalize
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._finalize()
+
+
+def reply_response(reply: JsonReply | StreamReply) -> JSONResponse | SSEResponse:
+    if isinstance(reply, StreamReply):
+        return SSEResponse(reply)
+    return JSONResponse(reply.body, headers=reply.headers)
+
+
+async def unless_disconnected(request: Request, work: Awaitable[T], timeout_s: float) -> T:
+    """Run `work`, cancelling it (and so aborting the engine request) if the client leaves."""
+    task: asyncio.Task[Any] = asyncio.ensure_future(work)
+
+    async def watch() -> None:
+        while True:
+            message = await request.receive()
+            if message["type"] == "http.disconnect":
+                return
+
+    watcher = asyncio.ensure_future(watch())
+    try:
+        done, _ = await asyncio.wait(
+            {task, watcher}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
+        )
+        if task in done:
+            result: T = task.result()
+            return result
+        task.cancel()
+        if watcher in done:
+            raise GatewayError(ErrorKind.INVALID_REQUEST, "client disconnected")
+        raise GatewayError(ErrorKind.STREAM_STALLED, f"no answer within {timeout_s:g} s")
+    finally:
+        watcher.cancel()
+        if not task.done():
+            task.cancel()

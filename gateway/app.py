@@ -1,0 +1,159 @@
+"""The composition root: `create_app(settings, runtime_factory)` builds everything.
+
+No module-level app and no globals: the engine, the controller, admission and
+telemetry live in one `Runtime` whose lifetime is the app's lifespan (an async
+context manager that always shuts the engine down), reached through typed
+dependencies.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from gateway.api import admin_routes, openai_routes, ops_routes
+from gateway.api.responses import error_response
+from gateway.auth import KeyRing
+from gateway.errors import ErrorKind, GatewayError
+from gateway.settings import GatewaySettings
+
+log = logging.getLogger("specgw")
+
+RuntimeFactory = Callable[[GatewaySettings], AbstractAsyncContextManager[Any]]
+
+_SAFE_ID = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:")
+
+
+class RequestEdge:
+    """Pure ASGI middleware: `x-request-id` on every response, and the body-size limit.
+
+    A client's own `x-request-id` is propagated when it is short and plain;
+    otherwise a fresh one is minted. Bodies over `max_body_bytes` get 413 before
+    they are read into memory.
+    """
+
+    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        rid = ""
+        for name, value in scope["headers"]:
+            if name == b"x-request-id":
+                rid = value.decode("latin-1")
+            elif (
+                name == b"content-length" and value.isdigit() and int(value) > self.max_body_bytes
+            ):
+                await self._too_large(scope, receive, send)
+                return
+        if not rid or len(rid) > 128 or not set(rid) <= _SAFE_ID:
+            rid = uuid.uuid4().hex
+        scope.setdefault("state", {})["request_id"] = rid
+        header = (b"x-request-id", rid.encode("latin-1"))
+        seen = 0
+
+        async def limited_receive() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_body_bytes:
+                    raise GatewayError(ErrorKind.PAYLOAD_TOO_LARGE, "request body too large")
+            return message
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), header]
+            await send(message)
+
+        await self.app(scope, limited_receive, send_with_id)
+
+    async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
+        error = GatewayError(
+            ErrorKind.PAYLOAD_TOO_LARGE, f"request body over {self.max_body_bytes} bytes"
+        )
+        await error_response(error)(scope, receive, send)
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(GatewayError)
+    async def on_gateway_error(request: Request, exc: GatewayError) -> JSONResponse:
+        return error_response(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def on_invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {}
+        loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+        message = str(first.get("msg", "invalid request"))
+        param = ".".join(loc) or None
+        text = f"{param}: {message}" if param else message
+        return error_response(GatewayError(ErrorKind.INVALID_REQUEST, text, param=param))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def on_http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        kind = {
+            404: ErrorKind.NOT_FOUND,
+            413: ErrorKind.PAYLOAD_TOO_LARGE,
+        }.get(exc.status_code, ErrorKind.INVALID_REQUEST)
+        error = GatewayError(kind, str(exc.detail))
+        response = error_response(error)
+        response.status_code = exc.status_code
+        return response
+
+    @app.exception_handler(Exception)
+    async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error", extra={"request_id": request.state.request_id})
+        return error_response(GatewayError(ErrorKind.ENGINE_ERROR, "internal error"))
+
+
+def create_app(settings: GatewaySettings, runtime_factory: RuntimeFactory) -> FastAPI:
+    settings.check_exposure()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with runtime_factory(settings) as runtime:
+            app.state.runtime = runtime
+            app.state.render_metrics = runtime.render_metrics
+            try:
+                yield
+            finally:
+                app.state.runtime = None
+
+    app = FastAPI(
+        title="spec-gateway",
+        version="0.1.0",
+        description="OpenAI-compatible gateway that sets the speculative-decoding depth "
+        "per request class from live acceptance.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.runtime = None
+    app.state.keyring = KeyRing(settings.api_keys, settings.admin_keys)
+    app.state.render_metrics = lambda: (b"", "text/plain")
+    _install_error_handlers(app)
+    app.include_router(ops_routes.router)
+    app.include_router(openai_routes.router)
+    app.include_router(admin_routes.router)
+    if settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origins,
+            allow_methods=["GET", "POST"],
+            allow_headers=["authorization", "content-type", "x-request-id"],
+            expose_headers=["x-request-id", "x-specgw-class", "x-specgw-k"],
+        )
+    app.add_middleware(RequestEdge, max_body_bytes=settings.max_body_bytes)
+    return app

@@ -1,0 +1,108 @@
+"""`spec-gateway`: serve, hash keys, build/measure the embedded model, admin commands.
+
+Options resolve as: flags > environment (`SPECGW_*`, `SPECGW_ENGINE_*`) > the
+YAML file given with `--config` > defaults. Every option's help text is the
+docstring of its settings field.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gateway.auth import digest
+
+app = typer.Typer(
+    help="spec-gateway: an OpenAI-compatible gateway that sets the speculative-decoding "
+    "depth per request class from live acceptance.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+keys_app = typer.Typer(help="API key helpers.", no_args_is_help=True)
+app.add_typer(keys_app, name="keys")
+
+
+@app.command()
+def serve(
+    host: Annotated[str | None, typer.Option(help="Address to bind.")] = None,
+    port: Annotated[int | None, typer.Option(help="Port to bind.")] = None,
+    config: Annotated[
+        Path | None, typer.Option(help="YAML config file (gateway keys; `engine:` section).")
+    ] = None,
+    model: Annotated[
+        Path | None, typer.Option(help="Target model directory (default: the embedded model).")
+    ] = None,
+    drafter: Annotated[
+        Path | None, typer.Option(help="EAGLE-3 drafter directory (default: embedded EAGLE 3.1).")
+    ] = None,
+    max_depth: Annotated[
+        int | None, typer.Option(help="K: largest speculation depth any request can get.")
+    ] = None,
+    default_k: Annotated[
+        int | None, typer.Option(help="k for classes the controller knows nothing of.")
+    ] = None,
+    log_level: Annotated[str | None, typer.Option(help="Log level.")] = None,
+) -> None:
+    """Start the gateway with its embedded vLLM engine."""
+    import uvicorn
+    from engine.settings import EngineSettings
+
+    from gateway.app import create_app
+    from gateway.runtime import real_runtime_factory
+    from gateway.settings import GatewaySettings
+
+    settings = GatewaySettings.load(
+        config, host=host, port=port, default_k=default_k, log_level=log_level
+    )
+    engine_settings = EngineSettings.load(config, model=model, drafter=drafter, max_depth=max_depth)
+    logging.basicConfig(
+        level=settings.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
+    try:
+        application = create_app(settings, real_runtime_factory(engine_settings))
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    uvicorn.run(
+        application,
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level.lower(),
+        timeout_graceful_shutdown=int(settings.drain_timeout_s) or None,
+        access_log=False,
+    )
+
+
+@keys_app.command("hash")
+def hash_key(key: Annotated[str, typer.Argument(help="The plaintext API key.")]) -> None:
+    """Print the SHA-256 digest to put in SPECGW_API_KEYS / SPECGW_ADMIN_KEYS."""
+    typer.echo(digest(key))
+
+
+def _mount_optional() -> None:
+    """Sub-commands whose modules pull heavy dependencies are mounted when present."""
+    try:
+        from engine.model.cli import app as model_app
+    except ImportError:
+        pass
+    else:
+        app.add_typer(model_app, name="model", help="Build or measure the embedded model.")
+    try:
+        from gateway.admin_client import classes_command, flags_app
+    except ImportError:
+        pass
+    else:
+        app.add_typer(flags_app, name="flags", help="Get, set or unset ops flags.")
+        app.command("classes")(classes_command)
+
+
+def main() -> None:
+    _mount_optional()
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,258 @@
+"""The inference service: limits -> plan k -> admission -> vLLM serving -> report back.
+
+Routes stay thin (parse, call this, pick JSON or SSE). Everything a request
+goes through lives here, in one order: input limits, the controller's plan
+(class and k), admission, vLLM's OpenAI serving layer at that k, and on the way
+out the outcome fed back to the controller and the telemetry.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from engine.interface import RequestOutcome
+from engine.openai_frontend import OpenAIFrontend
+from engine.protocol import ChatCompletionRequest, CompletionRequest, ErrorResponse
+from gateway import limits
+from gateway.admission import Admission
+from gateway.errors import ErrorKind, GatewayError
+from gateway.outcomes import OutcomeBoard
+from gateway.planner import Load, Plan, Planner
+from gateway.settings import GatewaySettings
+from gateway.streaming import StreamEnd, relay
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """One request's end, as telemetry sees it (no prompt or completion text)."""
+
+    endpoint: str
+    plan: Plan
+    status: str
+    error: GatewayError | None
+    outcome: RequestOutcome | None
+    e2e_s: float
+    ttft_s: float | None
+    stream: bool
+
+
+class Telemetry(Protocol):
+    def request_finished(self, finished: Finished) -> None: ...
+
+
+@dataclass(slots=True)
+class JsonReply:
+    body: dict[str, Any]
+    headers: dict[str, str]
+
+
+@dataclass(slots=True)
+class StreamReply:
+    """An SSE stream plus an idempotent `finalize` the response must call when done."""
+
+    chunks: AsyncIterator[str]
+    headers: dict[str, str]
+    finalize: Callable[[], Awaitable[None]] = field(repr=False)
+
+
+def speculation_object(plan: Plan, outcome: RequestOutcome | None) -> dict[str, Any]:
+    spec = outcome.speculation if outcome is not None else None
+    return {
+        "class": plan.label,
+        "k": plan.k,
+        "draft_tokens": spec.draft_tokens if spec else 0,
+        "accepted_tokens": spec.accepted_tokens if spec else 0,
+        "verify_steps": spec.verify_steps if spec else 0,
+        "acceptance_length": round(spec.acceptance_length, 4) if spec else 1.0,
+    }
+
+
+def _from_vllm(error: ErrorResponse) -> GatewayError:
+    code = int(error.error.code)
+    kind = {
+        400: ErrorKind.INVALID_REQUEST,
+        404: ErrorKind.NOT_FOUND,
+        413: ErrorKind.PAYLOAD_TOO_LARGE,
+        503: ErrorKind.NOT_READY,
+    }.get(code, ErrorKind.INVALID_REQUEST if 400 <= code < 500 else ErrorKind.ENGINE_ERROR)
+    return GatewayError(kind, error.error.message, param=error.error.param)
+
+
+def _chat_view(request: ChatCompletionRequest) -> dict[str, Any]:
+    """Plain-data view of what classification looks at."""
+    tools = [t.model_dump(exclude_none=True) for t in request.tools] if request.tools else None
+    fmt = request.response_format
+    return {
+        "messages": request.messages,
+        "tools": tools,
+        "tool_choice": request.tool_choice
+        if isinstance(request.tool_choice, str)
+        else ("named" if request.tool_choice is not None else None),
+        "response_format": fmt.type if fmt is not None else None,
+    }
+
+
+def _approx_tokens(chars: int) -> int:
+    """~4 characters per token: enough for the log-scale length buckets of classification."""
+    return max(1, chars // 4)
+
+
+class InferenceService:
+    def __init__(
+        self,
+        settings: GatewaySettings,
+        frontend: OpenAIFrontend,
+        planner: Planner,
+        board: OutcomeBoard,
+        admission: Admission,
+        telemetry: Telemetry | None = None,
+    ) -> None:
+        self._settings = settings
+        self._frontend = frontend
+        self._planner = planner
+        self._board = board
+        self._admission = admission
+        self._telemetry = telemetry
+
+    @property
+    def served_model_name(self) -> str:
+        return self._frontend.served_model_name
+
+    def load(self) -> Load:
+        return Load(running=self._admission.running, queued=self._admission.queued)
+
+    async def chat(self, request: ChatCompletionRequest) -> JsonReply | StreamReply:
+        limits.check_chat({"messages": request.messages, "stop": request.stop}, self._settings)
+        view = _chat_view(request)
+        if view["tools"]:
+            limits.check_schema(view["tools"], "tools", self._settings)
+        if request.response_format is not None:
+            limits.check_schema(
+                request.response_format.model_dump(exclude_none=True),
+                "response_format",
+                self._settings,
+            )
+        chars = sum(len(str(m.get("content") or "")) for m in request.messages)
+        plan = self._planner.plan_chat(view, _approx_tokens(chars), self.load())
+        return await self._run(
+            "chat",
+            plan,
+            bool(request.stream),
+            lambda gid: self._frontend.chat(request, k=plan.k, gateway_id=gid),
+        )
+
+    async def completion(self, request: CompletionRequest) -> JsonReply | StreamReply:
+        prompt = request.prompt
+        if isinstance(prompt, list) and len(prompt) != 1:
+            raise limits.invalid("exactly one prompt per request", param="prompt")
+        text = prompt if isinstance(prompt, str) else prompt[0] if prompt else ""
+        if not isinstance(text, str):
+            raise limits.invalid("prompt must be a string", param="prompt")
+        limits.check_text(text, "prompt")
+        limits.check_stop(request.stop, self._settings)
+        plan = self._planner.plan_completion(text, _approx_tokens(len(text)), self.load())
+        return await self._run(
+            "completions",
+            plan,
+            bool(request.stream),
+            lambda gid: self._frontend.completion(request, k=plan.k, gateway_id=gid),
+        )
+
+    async def _run(
+        self,
+        endpoint: str,
+        plan: Plan,
+        stream: bool,
+        call: Callable[[str], Awaitable[Any]],
+    ) -> JsonReply | StreamReply:
+        headers = {"x-specgw-class": plan.label, "x-specgw-k": str(plan.k)}
+        gid = uuid.uuid4().hex
+        started = time.monotonic()
+        await self._admission.acquire(plan.class_id)
+        handed_over = False
+        try:
+            self._board.expect(gid)
+            result = await call(gid)
+            if isinstance(result, ErrorResponse):
+                raise _from_vllm(result)
+            if not stream:
+                outcome = await self._board.wait(gid, 1.0)
+                body = result.model_dump(exclude_none=True)
+                body["speculation"] = speculation_object(plan, outcome)
+                self._report(endpoint, plan, "complete", None, outcome, started, None, False)
+                return JsonReply(body, headers)
+            handed_over = True
+            return self._stream(endpoint, plan, gid, result, headers, started)
+        except GatewayError as exc:
+            self._report(endpoint, plan, "error", exc, None, started, None, stream)
+            raise
+        finally:
+            if not handed_over:
+                self._admission.release()
+                self._board.discard(gid)
+
+    def _stream(
+        self,
+        endpoint: str,
+        plan: Plan,
+        gid: str,
+        source: AsyncIterator[str],
+        headers: dict[str, str],
+        started: float,
+    ) -> StreamReply:
+        done = False
+
+        async def finalize(end: StreamEnd | None = None) -> None:
+            nonlocal done
+            if done:
+                return
+            done = True
+            self._admission.release()
+            outcome = self._board.peek(gid)
+            self._board.discard(gid)
+            end = end or StreamEnd()
+            self._report(
+                endpoint, plan, end.status, end.error, outcome, started, end.first_chunk_s, True
+            )
+
+        async def speculation() -> dict[str, Any]:
+            return speculation_object(plan, await self._board.wait(gid, 1.0))
+
+        chunks = relay(
+            source,
+            idle_timeout_s=self._settings.stream_idle_timeout_s,
+            speculation=speculation,
+            on_end=finalize,
+        )
+        return StreamReply(chunks, headers, finalize)
+
+    def _report(
+        self,
+        endpoint: str,
+        plan: Plan,
+        status: str,
+        error: GatewayError | None,
+        outcome: RequestOutcome | None,
+        started: float,
+        ttft_s: float | None,
+        stream: bool,
+    ) -> None:
+        if outcome is not None and status == "complete":
+            self._planner.observe(plan, outcome, self.load())
+        if self._telemetry is not None:
+            self._telemetry.request_finished(
+                Finished(
+                    endpoint,
+                    plan,
+                    status,
+                    error,
+                    outcome,
+                    time.monotonic() - started,
+                    ttft_s,
+                    stream,
+                )
+            )

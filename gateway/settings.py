@@ -1,0 +1,140 @@
+"""Typed gateway settings, read once at start (CLI flags > env `SPECGW_*` > YAML > defaults).
+
+Each field's description is its `--help` text. Nothing here is read at import
+time: `GatewaySettings()` is built by the CLI (or a test) and passed down.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import yaml
+from pydantic import Field, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+class GatewaySettings(BaseSettings):
+    """HTTP edge, admission, limits, auth and integrations of one gateway replica."""
+
+    model_config = SettingsConfigDict(env_prefix="SPECGW_", extra="ignore")
+
+    host: str = Field("127.0.0.1", description="Address to bind.")
+    port: int = Field(8000, ge=0, le=65535, description="Port to bind (0 = any free port).")
+    served_model_name: str = Field(
+        "specgw-default", min_length=1, description="Model name clients send and /v1/models lists."
+    )
+    api_keys: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="SHA-256 hex digests of user API keys (comma-separated in env). "
+        "Empty = no auth, allowed only on a loopback address.",
+    )
+    admin_keys: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="SHA-256 hex digests of admin keys (admin API, flags). Empty = admin API off.",
+    )
+    default_k: int = Field(
+        3, ge=0, le=16, description="Speculation depth for a class the controller knows nothing of."
+    )
+    # Admission control and the nothing-lost contract.
+    max_running: int = Field(32, ge=1, le=4096, description="Requests admitted to the engine.")
+    max_queued: int = Field(
+        128, ge=0, le=100_000, description="Requests waiting for admission; beyond: 429."
+    )
+    queue_timeout_s: float = Field(
+        30.0, gt=0, le=3600, description="Longest wait for admission before a 429 (seconds)."
+    )
+    stream_idle_timeout_s: float = Field(
+        60.0, gt=0, le=3600, description="A stream with no token for this long ends with an error."
+    )
+    request_timeout_s: float = Field(
+        600.0, gt=0, le=86_400, description="Upper bound on one non-streaming request (seconds)."
+    )
+    drain_timeout_s: float = Field(
+        30.0, ge=0, le=3600, description="On SIGTERM, time in-flight requests get to finish."
+    )
+    # Input limits (checked before any engine work).
+    max_body_bytes: int = Field(
+        4 * 1024 * 1024, ge=1024, description="Largest request body accepted (bytes)."
+    )
+    max_messages: int = Field(256, ge=1, le=100_000, description="Most chat messages per request.")
+    max_tools: int = Field(64, ge=0, le=1024, description="Most tools per request.")
+    max_tool_schema_bytes: int = Field(
+        64 * 1024, ge=256, description="Largest JSON size of all tool schemas together (bytes)."
+    )
+    max_schema_depth: int = Field(
+        16, ge=1, le=256, description="Deepest nesting of a tool or response_format schema."
+    )
+    max_stop_sequences: int = Field(8, ge=0, le=64, description="Most stop strings per request.")
+    max_stop_length: int = Field(64, ge=1, le=4096, description="Longest stop string (characters).")
+    # Integrations.
+    redis_url: str | None = Field(
+        None, description="Redis URL for cluster-wide class state and flag overrides."
+    )
+    flags_dir: Path | None = Field(
+        None, description="Directory holding the flagd-format flags.json (ConfigMap mount)."
+    )
+    otel_endpoint: str | None = Field(
+        None, description="OTLP/HTTP traces endpoint; unset = tracing off."
+    )
+    log_content: bool = Field(
+        False, description="Log prompt and completion text (debugging only; off by default)."
+    )
+    cors_origins: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="Origins allowed by CORS; empty = CORS off."
+    )
+    log_level: str = Field("info", description="Log level of the gateway's loggers.")
+    config_file: Path | None = Field(None, description="YAML config file (gateway keys).")
+
+    @field_validator("api_keys", "admin_keys", "cors_origins", mode="before")
+    @classmethod
+    def _split_csv(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [v.strip() for v in value.split(",") if v.strip()]
+        return value
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, file_secret_settings)
+
+    def check_exposure(self) -> None:
+        """Refuse to serve without keys anywhere but loopback (issue 4, item 6)."""
+        if not self.api_keys and self.host not in LOOPBACK_HOSTS:
+            raise ValueError(
+                f"refusing to bind {self.host!r} without API keys: set SPECGW_API_KEYS "
+                "(SHA-256 digests; `spec-gateway keys hash KEY` prints one) or bind 127.0.0.1"
+            )
+
+    @classmethod
+    def load(cls, config_file: Path | None = None, **overrides: Any) -> GatewaySettings:
+        """CLI flags > environment > YAML file > defaults.
+
+        The YAML file holds gateway keys at the top level (an `engine:` section,
+        if any, is read by the engine's own settings).
+        """
+        from_file: dict[str, Any] = {}
+        if config_file is not None:
+            loaded = yaml.safe_load(config_file.read_text(encoding="utf-8")) or {}
+            if not isinstance(loaded, dict):
+                raise ValueError(f"{config_file}: expected a mapping at the top level")
+            from_file = {k: v for k, v in loaded.items() if k != "engine"}
+        from_env = cls()
+        merged = dict(from_file)
+        merged.update({name: getattr(from_env, name) for name in from_env.model_fields_set})
+        merged.update({k: v for k, v in overrides.items() if v is not None})
+        merged["config_file"] = config_file
+        return cls(**merged)
