@@ -42,6 +42,8 @@ class Runtime:
         detail: dict[str, Any] = {
             "engine": "ready" if health.ready else (health.detail or "not ready"),
             "admission": "draining" if self.admission.draining else "open",
+            "engine_running": health.running_requests,
+            "engine_waiting": health.waiting_requests,
         }
         detail.update(self.extra_readiness())
         ok = health.alive and health.ready and not self.admission.draining and self.ready

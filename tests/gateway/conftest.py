@@ -1,0 +1,117 @@
+"""A real gateway process on a loopback port, driven with the official `openai` client."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from gateway.auth import digest
+
+USER_KEY = "sk-test-user"
+ADMIN_KEY = "sk-test-admin"
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class GatewayProcess:
+    base_url: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    def client(self, key: str = USER_KEY, **kwargs: object) -> openai.OpenAI:
+        return openai.OpenAI(base_url=f"{self.base_url}/v1", api_key=key, **kwargs)  # type: ignore[arg-type]
+
+    def http(self, key: str | None = USER_KEY) -> httpx.Client:
+        headers = {"authorization": f"Bearer {key}"} if key else {}
+        return httpx.Client(base_url=self.base_url, headers=headers, timeout=120)
+
+
+def model_args() -> list[str]:
+    """The embedded default model when built, else a tiny random one (tests/engine fixture)."""
+    try:
+        from engine.model.paths import default_model
+    except ImportError:
+        default_model = None
+    if default_model is not None:
+        paths = default_model()
+        if paths.target.is_dir():
+            return []
+    from engine.testing_models import build_tiny_models
+
+    tiny = build_tiny_models(Path(os.environ.get("SPECGW_TEST_MODELS", "/tmp/specgw-tiny")))
+    return ["--model", str(tiny.target), "--drafter", str(tiny.drafter)]
+
+
+def start_gateway(
+    tmp: Path, extra_env: dict[str, str] | None = None, extra_args: list[str] | None = None
+) -> GatewayProcess:
+    port = free_port()
+    env = dict(os.environ)
+    env.update(
+        {
+            "SPECGW_API_KEYS": digest(USER_KEY),
+            "SPECGW_ADMIN_KEYS": digest(ADMIN_KEY),
+            "SPECGW_ENGINE_KV_CACHE_GIB": "1",
+            "SPECGW_STREAM_IDLE_TIMEOUT_S": "30",
+        }
+    )
+    env.update(extra_env or {})
+    log_path = tmp / f"gateway-{port}.log"
+    cmd = [
+        sys.executable,
+        "-m",
+        "gateway.cli",
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        *model_args(),
+        *(extra_args or []),
+    ]
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"gateway exited early:\n{log_path.read_text()[-4000:]}")
+        try:
+            if httpx.get(f"{base}/ready", timeout=2).status_code == 200:
+                return GatewayProcess(base, proc, log_path)
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    proc.kill()
+    raise RuntimeError(f"gateway not ready in time:\n{log_path.read_text()[-4000:]}")
+
+
+def stop_gateway(gw: GatewayProcess) -> None:
+    gw.process.terminate()
+    try:
+        gw.process.wait(60)
+    except subprocess.TimeoutExpired:
+        gw.process.kill()
+
+
+@pytest.fixture(scope="session")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    gw = start_gateway(tmp_path_factory.mktemp("gw"))
+    yield gw
+    stop_gateway(gw)

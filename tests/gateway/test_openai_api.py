@@ -1,0 +1,240 @@
+"""The OpenAI API on the real engine, driven with the official `openai` client."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import httpx
+import openai
+import pytest
+
+from tests.gateway.conftest import ADMIN_KEY, GatewayProcess
+
+pytestmark = pytest.mark.engine
+
+MODEL = "specgw-default"
+MESSAGES = [
+    {"role": "system", "content": "You are a helpful Python assistant."},
+    {"role": "user", "content": "What does the json module do?"},
+]
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Weather for a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+        },
+    },
+}
+
+
+def test_models_lists_the_served_model(gateway: GatewayProcess) -> None:
+    models = gateway.client().models.list()
+    assert [m.id for m in models.data] == [MODEL]
+
+
+def test_chat_non_streaming_reports_speculation(gateway: GatewayProcess) -> None:
+    raw = gateway.client().chat.completions.with_raw_response.create(
+        model=MODEL, messages=MESSAGES, max_tokens=24, temperature=0
+    )
+    completion = raw.parse()
+    assert raw.headers["x-request-id"]
+    k = int(raw.headers["x-specgw-k"])
+    assert raw.headers["x-specgw-class"]
+    choice = completion.choices[0]
+    assert choice.finish_reason in {"stop", "length"}
+    assert completion.usage is not None and completion.usage.completion_tokens > 0
+    spec = completion.model_extra["speculation"]
+    assert spec["k"] == k
+    assert spec["class"] == raw.headers["x-specgw-class"]
+    assert spec["accepted_tokens"] <= spec["draft_tokens"] <= k * max(spec["verify_steps"], 1)
+    assert spec["acceptance_length"] == pytest.approx(
+        1 + spec["accepted_tokens"] / spec["verify_steps"] if spec["verify_steps"] else 1.0,
+        abs=1e-3,
+    )
+
+
+def test_stream_matches_non_stream_and_ends_with_done(gateway: GatewayProcess) -> None:
+    client = gateway.client()
+    full = client.chat.completions.create(
+        model=MODEL, messages=MESSAGES, max_tokens=24, temperature=0
+    )
+    chunks = list(
+        client.chat.completions.create(
+            model=MODEL,
+            messages=MESSAGES,
+            max_tokens=24,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == full.choices[0].message.content
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices]
+    assert finishes[-1] in {"stop", "length"}
+    last = chunks[-1]
+    assert last.usage is not None and last.usage.completion_tokens > 0
+    assert last.model_extra["speculation"]["k"] >= 0
+    # The raw stream ends with [DONE] (the SDK consumes it silently).
+    with (
+        gateway.http() as http,
+        http.stream(
+            "POST",
+            "/v1/chat/completions",
+            json={"model": MODEL, "messages": MESSAGES, "max_tokens": 8, "stream": True},
+        ) as response,
+    ):
+        lines = [line for line in response.iter_lines() if line]
+    assert lines[-1] == "data: [DONE]"
+
+
+def test_completions(gateway: GatewayProcess) -> None:
+    completion = gateway.client().completions.create(
+        model=MODEL, prompt="def parse_args(argv):\n", max_tokens=16, temperature=0
+    )
+    assert completion.choices[0].finish_reason in {"stop", "length"}
+    assert completion.model_extra["speculation"]["k"] >= 0
+
+
+def test_named_tool_call_round_trip(gateway: GatewayProcess) -> None:
+    client = gateway.client()
+    first = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Weather in Paris?"}],
+        tools=[WEATHER_TOOL],
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+        max_tokens=48,
+        temperature=0,
+    )
+    calls = first.choices[0].message.tool_calls
+    assert calls and calls[0].function.name == "get_weather"
+    json.loads(calls[0].function.arguments)  # structured output: always valid JSON
+    second = client.chat.completions.create(
+        model=MODEL,
+        messages=[
+            {"role": "user", "content": "Weather in Paris?"},
+            {"role": "assistant", "tool_calls": [calls[0].model_dump()]},
+            {"role": "tool", "tool_call_id": calls[0].id, "content": '{"temp_c": 21}'},
+        ],
+        tools=[WEATHER_TOOL],
+        max_tokens=16,
+        temperature=0,
+    )
+    assert second.choices[0].finish_reason in {"stop", "length", "tool_calls"}
+
+
+def test_json_object_response_format(gateway: GatewayProcess) -> None:
+    completion = gateway.client().chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Reply with a JSON object."}],
+        response_format={"type": "json_object"},
+        max_tokens=48,
+        temperature=0,
+    )
+    choice = completion.choices[0]
+    if choice.finish_reason == "stop":
+        assert isinstance(json.loads(choice.message.content or ""), dict)
+    else:
+        assert (choice.message.content or "").lstrip().startswith("{")
+
+
+@pytest.mark.parametrize(
+    ("key", "status"),
+    [(None, 401), ("sk-wrong", 401), (ADMIN_KEY, 403)],
+)
+def test_v1_refuses_bad_keys(gateway: GatewayProcess, key: str | None, status: int) -> None:
+    with gateway.http(key) as http:
+        for method, path in [("GET", "/v1/models"), ("POST", "/v1/chat/completions")]:
+            response = http.request(method, path, json={"model": MODEL, "messages": MESSAGES})
+            assert response.status_code == status, path
+            assert response.json()["error"]["type"] in {
+                "authentication_error",
+                "permission_error",
+            }
+            assert response.headers["x-request-id"]
+
+
+def _error(gateway: GatewayProcess, body: dict[str, object]) -> httpx.Response:
+    with gateway.http() as http:
+        return http.post("/v1/chat/completions", json=body)
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "param_hint"),
+    [
+        ({"model": MODEL, "messages": "hi"}, 400, "messages"),
+        ({"model": MODEL, "messages": MESSAGES, "max_tokens": "ten"}, 400, "max_tokens"),
+        ({"model": MODEL, "messages": MESSAGES, "max_tokens": 10_000_000}, 400, None),
+        ({"model": MODEL, "messages": [{"role": "user", "content": "x " * 6000}]}, 400, None),
+        ({"model": "no-such-model", "messages": MESSAGES}, 404, None),
+        (
+            {"model": MODEL, "messages": MESSAGES, "tools": [{"type": "function"}]},
+            400,
+            "tools",
+        ),
+        (
+            {"model": MODEL, "messages": MESSAGES, "vllm_xargs": {"specgw_k": 4}},
+            400,
+            "vllm_xargs",
+        ),
+        ({"model": MODEL, "messages": [{"role": "user", "content": "a\x00b"}]}, 400, None),
+    ],
+)
+def test_invalid_requests_get_openai_errors(
+    gateway: GatewayProcess, body: dict[str, object], status: int, param_hint: str | None
+) -> None:
+    response = _error(gateway, body)
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["message"]
+    if param_hint:
+        assert param_hint in (error["param"] or error["message"])
+
+
+def test_client_cannot_set_its_own_depth(gateway: GatewayProcess) -> None:
+    client = gateway.client()
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(
+            model=MODEL,
+            messages=MESSAGES,
+            max_tokens=4,
+            extra_body={"vllm_xargs": {"specgw_k": 0}},
+        )
+
+
+def _running(gateway: GatewayProcess) -> int:
+    """Requests the engine itself holds (running + waiting), from /ready's detail."""
+    with gateway.http(None) as http:
+        detail = http.get("/ready").json()["detail"]
+    return int(detail["engine_running"]) + int(detail["engine_waiting"])
+
+
+def test_client_disconnect_aborts_engine_request(gateway: GatewayProcess) -> None:
+    with (
+        gateway.http() as http,
+        http.stream(
+            "POST",
+            "/v1/chat/completions",
+            json={
+                "model": MODEL,
+                "messages": MESSAGES,
+                "max_tokens": 1500,
+                "stream": True,
+                "ignore_eos": True,
+            },
+        ) as response,
+    ):
+        for i, _ in enumerate(response.iter_lines()):
+            if i > 3:
+                break
+        assert _running(gateway) >= 1
+    deadline = time.monotonic() + 1.5
+    while time.monotonic() < deadline and _running(gateway) > 0:
+        time.sleep(0.1)
+    assert _running(gateway) == 0
