@@ -47,7 +47,8 @@ def test_chat_non_streaming_reports_speculation(gateway: GatewayProcess) -> None
     assert raw.headers["x-specgw-class"]
     choice = completion.choices[0]
     assert choice.finish_reason in {"stop", "length"}
-    assert completion.usage is not None and completion.usage.completion_tokens > 0
+    assert completion.usage is not None
+    assert completion.usage.completion_tokens > 0
     spec = completion.model_extra["speculation"]
     assert spec["k"] == k
     assert spec["class"] == raw.headers["x-specgw-class"]
@@ -78,7 +79,8 @@ def test_stream_matches_non_stream_and_ends_with_done(gateway: GatewayProcess) -
     finishes = [c.choices[0].finish_reason for c in chunks if c.choices]
     assert finishes[-1] in {"stop", "length"}
     last = chunks[-1]
-    assert last.usage is not None and last.usage.completion_tokens > 0
+    assert last.usage is not None
+    assert last.usage.completion_tokens > 0
     assert last.model_extra["speculation"]["k"] >= 0
     # The raw stream ends with [DONE] (the SDK consumes it silently).
     with (
@@ -112,7 +114,8 @@ def test_named_tool_call_round_trip(gateway: GatewayProcess) -> None:
         temperature=0,
     )
     calls = first.choices[0].message.tool_calls
-    assert calls and calls[0].function.name == "get_weather"
+    assert calls
+    assert calls[0].function.name == "get_weather"
     json.loads(calls[0].function.arguments)  # structured output: always valid JSON
     second = client.chat.completions.create(
         model=MODEL,

@@ -1,0 +1,71 @@
+"""The stream relay's terminal states: finished + [DONE], or exactly one error event."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+
+from gateway.streaming import StreamEnd, relay
+
+CHUNK = 'data: {"choices":[{"index":0,"delta":{"content":"x"},"finish_reason":null}]}\n\n'
+FINISH = 'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n'
+USAGE = 'data: {"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":2}}\n\n'
+DONE = "data: [DONE]\n\n"
+
+
+async def _source(items: list[str], hang: bool = False) -> AsyncIterator[str]:
+    for item in items:
+        yield item
+    if hang:
+        await asyncio.sleep(3600)
+
+
+async def _collect(items: list[str], hang: bool = False) -> tuple[list[str], StreamEnd]:
+    ends: list[StreamEnd] = []
+
+    async def speculation() -> dict[str, object]:
+        return {"k": 2}
+
+    async def on_end(end: StreamEnd) -> None:
+        ends.append(end)
+
+    out = [
+        c
+        async for c in relay(
+            _source(items, hang),
+            idle_timeout_s=0.1,
+            speculation=speculation,
+            on_end=on_end,
+        )
+    ]
+    assert len(ends) == 1
+    return out, ends[0]
+
+
+async def test_complete_stream_gets_speculation_and_done() -> None:
+    out, end = await _collect([CHUNK, FINISH, USAGE, DONE])
+    assert end.status == "complete"
+    assert out[-1] == DONE
+    assert json.loads(out[-2][6:])["speculation"] == {"k": 2}
+
+
+async def test_stream_cut_before_finish_is_an_error_not_done() -> None:
+    out, end = await _collect([CHUNK, DONE])
+    assert end.status == "error"
+    assert DONE not in out
+    assert json.loads(out[-1][6:])["error"]["code"] == "engine_error"
+
+
+async def test_stalled_stream_ends_with_error() -> None:
+    out, end = await _collect([CHUNK], hang=True)
+    assert end.status == "error"
+    assert json.loads(out[-1][6:])["error"]["code"] == "stream_stalled"
+
+
+async def test_engine_error_event_is_relayed_once_without_done() -> None:
+    error = 'data: {"error":{"message":"boom","type":"x","param":null,"code":500}}\n\n'
+    out, end = await _collect([CHUNK, error, DONE])
+    assert end.status == "error"
+    assert out[-1].startswith('data: {"error"')
+    assert DONE not in out
