@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -54,7 +54,7 @@ class JsonReply:
 class StreamReply:
     """An SSE stream plus an idempotent `finalize` the response must call when done."""
 
-    chunks: AsyncIterator[str]
+    chunks: AsyncGenerator[str, None]
     headers: dict[str, str]
     finalize: Callable[[], Awaitable[None]] = field(repr=False)
 

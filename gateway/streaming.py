@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,7 +60,7 @@ async def relay(
     idle_timeout_s: float,
     speculation: Callable[[], Awaitable[dict[str, Any] | None]],
     on_end: Callable[[StreamEnd], Awaitable[None]],
-) -> AsyncIterator[str]:
+) -> AsyncGenerator[str, None]:
     end = StreamEnd()
     loop = asyncio.get_running_loop()
     started = loop.time()

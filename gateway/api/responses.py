@@ -25,13 +25,16 @@ class SSEResponse(StreamingResponse):
 
     def __init__(self, reply: StreamReply) -> None:
         super().__init__(reply.chunks, media_type="text/event-stream", headers=reply.headers)
-        self._finalize = reply.finalize
+        self._reply = reply
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await super().__call__(scope, receive, send)
         finally:
-            await self._finalize()
+            # Starlette stops iterating on a failed send (client gone) without closing
+            # the generator; closing it here aborts the engine request now, not at GC.
+            await self._reply.chunks.aclose()
+            await self._reply.finalize()
 
 
 def reply_response(reply: JsonReply | StreamReply) -> JSONResponse | SSEResponse:
