@@ -63,7 +63,7 @@ class OpenAIFrontend:
             argv += ["--enable-auto-tool-choice", "--tool-call-parser", config.tool_call_parser]
         if config.chat_template:
             argv += ["--chat-template", config.chat_template]
-        args = make_arg_parser(FlexibleArgumentParser()).parse_args(argv)
+        args = make_arg_parser(FlexibleArgumentParser()).parse_args(argv)  # type: ignore[no-untyped-call]
         state = State()
         tasks = await engine_client.get_supported_tasks()
         await init_app_state(engine_client, state, args, tasks)

@@ -13,8 +13,7 @@ from vllm.entrypoints.openai.completion.protocol import (
     CompletionRequest,
     CompletionResponse,
 )
-from vllm.entrypoints.openai.models.protocol import ModelList
-from vllm.entrypoints.serve.engine.protocol import ErrorResponse
+from vllm.entrypoints.serve.engine.protocol import ErrorResponse, ModelList
 
 __all__ = [
     "ChatCompletionRequest",

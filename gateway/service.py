@@ -19,7 +19,7 @@ from engine.openai_frontend import OpenAIFrontend
 from engine.protocol import ChatCompletionRequest, CompletionRequest, ErrorResponse
 from gateway import limits
 from gateway.admission import Admission
-from gateway.errors import ErrorKind, GatewayError
+from gateway.errors import ErrorKind, GatewayError, invalid
 from gateway.outcomes import OutcomeBoard
 from gateway.planner import Load, Plan, Planner
 from gateway.settings import GatewaySettings
@@ -148,10 +148,10 @@ class InferenceService:
     async def completion(self, request: CompletionRequest) -> JsonReply | StreamReply:
         prompt = request.prompt
         if isinstance(prompt, list) and len(prompt) != 1:
-            raise limits.invalid("exactly one prompt per request", param="prompt")
+            raise invalid("exactly one prompt per request", param="prompt")
         text = prompt if isinstance(prompt, str) else prompt[0] if prompt else ""
         if not isinstance(text, str):
-            raise limits.invalid("prompt must be a string", param="prompt")
+            raise invalid("prompt must be a string", param="prompt")
         limits.check_text(text, "prompt")
         limits.check_stop(request.stop, self._settings)
         plan = self._planner.plan_completion(text, _approx_tokens(len(text)), self.load())

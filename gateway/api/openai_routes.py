@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
@@ -13,7 +13,7 @@ from gateway.api.responses import SSEResponse, reply_response, unless_disconnect
 from gateway.errors import GatewayError
 from gateway.service import InferenceService, StreamReply
 
-ERRORS = {
+ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"description": name, "content": {"application/json": {}}}
     for code, name in [
         (400, "Invalid request"),
@@ -25,7 +25,9 @@ ERRORS = {
         (503, "Not ready or draining; see retry-after"),
     ]
 }
-STREAM_OK = {200: {"content": {"application/json": {}, "text/event-stream": {}}}}
+STREAM_OK: dict[int | str, dict[str, Any]] = {
+    200: {"content": {"application/json": {}, "text/event-stream": {}}}
+}
 
 router = APIRouter(prefix="/v1", dependencies=[Depends(require_user)])
 Service = Annotated[InferenceService, Depends(service)]
