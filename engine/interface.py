@@ -112,6 +112,14 @@ class EngineError(Exception):
     """The engine failed a request (engine core died, aborted, or rejected it)."""
 
 
+class InvalidRequestError(EngineError):
+    """The engine's request validation refused the request (a client error, 400)."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
+
 class EngineDeadError(EngineError):
     """The engine core process is gone; every in-flight request fails."""
 

@@ -11,13 +11,14 @@ scheduler and the outcome tap in `SamplingParams.extra_args` (via `vllm_xargs`).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from starlette.datastructures import State
 
-from engine.interface import GATEWAY_ID_ARG, SPEC_DEPTH_ARG
+from engine.interface import GATEWAY_ID_ARG, SPEC_DEPTH_ARG, InvalidRequestError
 from engine.protocol import (
     ChatCompletionRequest,
     ChatCompletionResponse,
@@ -42,6 +43,22 @@ class FrontendConfig:
     served_model_name: str
     tool_call_parser: str | None = "hermes"
     chat_template: str | None = None
+
+
+@contextmanager
+def _client_errors() -> Iterator[None]:
+    """vLLM signals a bad request (context too long, max_tokens too large) by raising
+    `VLLMClientError`s and, in places, plain `ValueError`s; `vllm serve` maps both to
+    400 in its exception handlers, and so does the gateway, through this one type."""
+    from vllm.exceptions import VLLMClientError, VLLMValidationError
+
+    try:
+        yield
+    except VLLMValidationError as exc:
+        message = str(exc.args[0]) if exc.args else str(exc)
+        raise InvalidRequestError(message, exc.parameter) from exc
+    except (VLLMClientError, ValueError) as exc:
+        raise InvalidRequestError(str(exc)) from exc
 
 
 class OpenAIFrontend:
@@ -79,9 +96,10 @@ class OpenAIFrontend:
 
     async def chat(self, request: ChatCompletionRequest, *, k: int, gateway_id: str) -> ChatResult:
         self._stamp(request, k, gateway_id)
-        result: ChatResult = await self._state.openai_serving_chat.create_chat_completion(
-            request, None
-        )
+        with _client_errors():
+            result: ChatResult = await self._state.openai_serving_chat.create_chat_completion(
+                request, None
+            )
         return result
 
     async def completion(

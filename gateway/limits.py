@@ -112,13 +112,10 @@ def check_completion(body: dict[str, Any], settings: GatewaySettings) -> None:
         check_stop(stop, settings)
 
 
-def reject_reserved_xargs(body: dict[str, Any], reserved: Iterable[str]) -> None:
+def reject_reserved_xargs(xargs: dict[str, Any] | None, reserved: Iterable[str]) -> None:
     """Clients cannot steer speculation: the controller and ops flags own k (issue 4, item 5)."""
-    xargs = body.get("vllm_xargs")
-    if xargs is None:
+    if not xargs:
         return
-    if not isinstance(xargs, dict):
-        raise invalid("vllm_xargs must be an object", param="vllm_xargs")
     taken = sorted(set(xargs) & set(reserved))
     if taken:
         raise invalid(

@@ -14,8 +14,8 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from engine.interface import RequestOutcome
-from engine.openai_frontend import OpenAIFrontend
+from engine.interface import InvalidRequestError, RequestOutcome
+from engine.openai_frontend import RESERVED_XARGS, OpenAIFrontend
 from engine.protocol import ChatCompletionRequest, CompletionRequest, ErrorResponse
 from gateway import limits
 from gateway.admission import Admission
@@ -126,6 +126,7 @@ class InferenceService:
         return Load(running=self._admission.running, queued=self._admission.queued)
 
     async def chat(self, request: ChatCompletionRequest) -> JsonReply | StreamReply:
+        limits.reject_reserved_xargs(request.vllm_xargs, RESERVED_XARGS)
         limits.check_chat({"messages": request.messages, "stop": request.stop}, self._settings)
         view = _chat_view(request)
         if view["tools"]:
@@ -146,6 +147,7 @@ class InferenceService:
         )
 
     async def completion(self, request: CompletionRequest) -> JsonReply | StreamReply:
+        limits.reject_reserved_xargs(request.vllm_xargs, RESERVED_XARGS)
         prompt = request.prompt
         if isinstance(prompt, list) and len(prompt) != 1:
             raise invalid("exactly one prompt per request", param="prompt")
@@ -176,7 +178,10 @@ class InferenceService:
         handed_over = False
         try:
             self._board.expect(gid)
-            result = await call(gid)
+            try:
+                result = await call(gid)
+            except InvalidRequestError as exc:
+                raise invalid(str(exc), param=exc.param) from None
             if isinstance(result, ErrorResponse):
                 raise _from_vllm(result)
             if not stream:

@@ -7,14 +7,21 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
-from engine.protocol import ChatCompletionRequest, CompletionRequest
+from engine.protocol import (
+    ChatCompletionRequest,
+    ChatCompletionResponse,
+    CompletionRequest,
+    CompletionResponse,
+    ErrorResponse,
+    ModelList,
+)
 from gateway.api.deps import require_user, service
 from gateway.api.responses import SSEResponse, reply_response, unless_disconnected
 from gateway.errors import GatewayError
 from gateway.service import InferenceService, StreamReply
 
 ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"description": name, "content": {"application/json": {}}}
+    code: {"description": name, "model": ErrorResponse}
     for code, name in [
         (400, "Invalid request"),
         (401, "Missing or invalid API key"),
@@ -25,15 +32,22 @@ ERRORS: dict[int | str, dict[str, Any]] = {
         (503, "Not ready or draining; see retry-after"),
     ]
 }
-STREAM_OK: dict[int | str, dict[str, Any]] = {
-    200: {"content": {"application/json": {}, "text/event-stream": {}}}
-}
+
+
+def _ok(model: type) -> dict[int | str, dict[str, Any]]:
+    """200 is JSON (`model` plus the `speculation` object) or an SSE stream."""
+    return {200: {"model": model, "content": {"text/event-stream": {}}}}
+
 
 router = APIRouter(prefix="/v1", dependencies=[Depends(require_user)])
 Service = Annotated[InferenceService, Depends(service)]
 
 
-@router.post("/chat/completions", responses={**STREAM_OK, **ERRORS})
+@router.post(
+    "/chat/completions",
+    response_model=None,
+    responses={**_ok(ChatCompletionResponse), **ERRORS},
+)
 async def chat_completions(
     body: ChatCompletionRequest, request: Request, svc: Service
 ) -> JSONResponse | SSEResponse:
@@ -42,7 +56,7 @@ async def chat_completions(
     return reply_response(reply)
 
 
-@router.post("/completions", responses={**STREAM_OK, **ERRORS})
+@router.post("/completions", response_model=None, responses={**_ok(CompletionResponse), **ERRORS})
 async def completions(
     body: CompletionRequest, request: Request, svc: Service
 ) -> JSONResponse | SSEResponse:
@@ -51,7 +65,7 @@ async def completions(
     return reply_response(reply)
 
 
-@router.get("/models", responses=ERRORS)
+@router.get("/models", response_model=None, responses={200: {"model": ModelList}, **ERRORS})
 async def models(request: Request) -> JSONResponse:
     listed = await request.app.state.runtime.frontend.models()
     return JSONResponse(listed.model_dump(exclude_none=True))
