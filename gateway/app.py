@@ -54,9 +54,7 @@ class RequestEdge:
         for name, value in scope["headers"]:
             if name == b"x-request-id":
                 rid = value.decode("latin-1")
-            elif (
-                name == b"content-length" and value.isdigit() and int(value) > self.max_body_bytes
-            ):
+            elif name == b"content-length" and value.isdigit() and int(value) > self.max_body_bytes:
                 await self._too_large(scope, receive, send)
                 return
         if not rid or len(rid) > 128 or not set(rid) <= _SAFE_ID:
