@@ -62,6 +62,7 @@ async def unless_disconnected(request: Request, work: Awaitable[T], timeout_s: f
             result: T = task.result()
             return result
         task.cancel()
+        task.add_done_callback(_swallow)
         if watcher in done:
             raise GatewayError(ErrorKind.INVALID_REQUEST, "client disconnected")
         raise GatewayError(ErrorKind.STREAM_STALLED, f"no answer within {timeout_s:g} s")
@@ -69,3 +70,10 @@ async def unless_disconnected(request: Request, work: Awaitable[T], timeout_s: f
         watcher.cancel()
         if not task.done():
             task.cancel()
+            task.add_done_callback(_swallow)
+
+
+def _swallow(task: asyncio.Task[Any]) -> None:
+    """Retrieve a cancelled request's result so asyncio does not log it as lost."""
+    if not task.cancelled():
+        task.exception()
