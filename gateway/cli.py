@@ -52,6 +52,7 @@ def serve(
 
     from gateway.app import create_app
     from gateway.runtime import real_runtime_factory
+    from gateway.server import DrainingServer
     from gateway.settings import GatewaySettings
 
     settings = GatewaySettings.load(
@@ -66,14 +67,17 @@ def serve(
         application = create_app(settings, real_runtime_factory(engine_settings))
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
-    uvicorn.run(
+    server_config = uvicorn.Config(
         application,
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level.lower(),
-        timeout_graceful_shutdown=int(settings.drain_timeout_s) or None,
+        # The gateway's drain ends leftover requests with errors at drain_timeout_s;
+        # uvicorn's hard stop comes after that.
+        timeout_graceful_shutdown=int(settings.drain_timeout_s) + 10,
         access_log=False,
     )
+    DrainingServer(server_config, application).run()
 
 
 @keys_app.command("hash")

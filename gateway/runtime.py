@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
@@ -36,6 +37,20 @@ class Runtime:
     class_report: Callable[[], list[dict[str, Any]]] = field(default=lambda: [])
     extra_readiness: Callable[[], dict[str, str]] = field(default=lambda: {})
     ready: bool = True
+    drain_task: asyncio.Task[None] | None = None
+
+    def begin_drain(self) -> asyncio.Task[None]:
+        """Stop admitting (503 + retry-after); at the deadline, abort what still runs."""
+        if self.drain_task is None:
+            self.drain_task = asyncio.get_running_loop().create_task(self._drain())
+        return self.drain_task
+
+    async def _drain(self) -> None:
+        if not await self.admission.drain(self.settings.drain_timeout_s):
+            aborted = await self.service.abort_all()
+            log.warning("drain deadline passed: aborted %d in-flight requests", aborted)
+            # Give the relays a moment to send their error events before teardown.
+            await self.admission.drain(2.0)
 
     async def readiness(self) -> dict[str, Any]:
         health = await self.engine.health()
@@ -96,12 +111,11 @@ def real_runtime_factory(
                 render_metrics=_default_metrics,
             )
             log.info("spec-gateway ready", extra={"max_depth": engine.max_depth})
+            service.set_aborter(engine.abort)
             try:
                 yield runtime
             finally:
-                drained = await admission.drain(settings.drain_timeout_s)
-                if not drained:
-                    log.warning("drain timeout: ending in-flight requests")
+                await runtime.begin_drain()
 
     return factory
 

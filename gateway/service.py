@@ -117,6 +117,21 @@ class InferenceService:
         self._board = board
         self._admission = admission
         self._telemetry = telemetry
+        #: gateway id -> the engine's request id, for aborting at the drain deadline.
+        self._inflight: dict[str, str] = {}
+        self._abort: Callable[[str], Awaitable[None]] | None = None
+
+    def set_aborter(self, abort: Callable[[str], Awaitable[None]]) -> None:
+        self._abort = abort
+
+    async def abort_all(self) -> int:
+        """Abort every in-flight engine request; their clients get an error, not a cut."""
+        if self._abort is None:
+            return 0
+        ids = list(self._inflight.values())
+        for engine_id in ids:
+            await self._abort(engine_id)
+        return len(ids)
 
     @property
     def served_model_name(self) -> str:
@@ -141,6 +156,7 @@ class InferenceService:
         plan = self._planner.plan_chat(view, _approx_tokens(chars), self.load())
         return await self._run(
             "chat",
+            "chatcmpl-",
             plan,
             bool(request.stream),
             lambda gid: self._frontend.chat(request, k=plan.k, gateway_id=gid),
@@ -159,6 +175,7 @@ class InferenceService:
         plan = self._planner.plan_completion(text, _approx_tokens(len(text)), self.load())
         return await self._run(
             "completions",
+            "cmpl-",
             plan,
             bool(request.stream),
             lambda gid: self._frontend.completion(request, k=plan.k, gateway_id=gid),
@@ -167,6 +184,7 @@ class InferenceService:
     async def _run(
         self,
         endpoint: str,
+        id_prefix: str,
         plan: Plan,
         stream: bool,
         call: Callable[[str], Awaitable[Any]],
@@ -178,6 +196,7 @@ class InferenceService:
         handed_over = False
         try:
             self._board.expect(gid)
+            self._inflight[gid] = id_prefix + gid
             try:
                 result = await call(gid)
             except InvalidRequestError as exc:
@@ -185,6 +204,10 @@ class InferenceService:
             if isinstance(result, ErrorResponse):
                 raise _from_vllm(result)
             if not stream:
+                if any(c.finish_reason == "abort" for c in result.choices):
+                    raise GatewayError(
+                        ErrorKind.ENGINE_ERROR, "The request was aborted before it finished."
+                    )
                 outcome = await self._board.wait(gid, 1.0)
                 body = result.model_dump(exclude_none=True)
                 body["speculation"] = speculation_object(plan, outcome)
@@ -199,6 +222,7 @@ class InferenceService:
             if not handed_over:
                 self._admission.release()
                 self._board.discard(gid)
+                self._inflight.pop(gid, None)
 
     def _stream(
         self,
@@ -216,6 +240,7 @@ class InferenceService:
             if done:
                 return
             done = True
+            self._inflight.pop(gid, None)
             self._admission.release()
             outcome = self._board.peek(gid)
             self._board.discard(gid)

@@ -22,6 +22,7 @@ from gateway.errors import ErrorKind, GatewayError
 _DONE = "data: [DONE]"
 _ERROR_PREFIX = 'data: {"error"'
 _FINISHED = '"finish_reason":"'
+_ABORTED = '"finish_reason":"abort"'
 
 
 @dataclass(slots=True)
@@ -93,6 +94,17 @@ async def relay(
                     break
                 end.status = "complete"
                 yield chunk
+                return
+            if _ABORTED in chunk:
+                # vLLM ends an aborted request (drain deadline, engine abort) with
+                # finish_reason "abort": that is an error, never a finished answer.
+                end.status, end.error = (
+                    "error",
+                    GatewayError(
+                        ErrorKind.ENGINE_ERROR, "The request was aborted before it finished."
+                    ),
+                )
+                yield end.error.sse_event()
                 return
             if _FINISHED in chunk:
                 finished = True

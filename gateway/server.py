@@ -1,0 +1,33 @@
+"""uvicorn's server, plus: a SIGTERM/SIGINT first starts the gateway's own drain.
+
+uvicorn alone closes the listener and waits for open connections; the drain adds
+what the nothing-lost contract needs on top: requests arriving on kept-alive
+connections get 503 + retry-after, and requests still running at the drain
+deadline are aborted so their clients get an error event instead of a cut.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from types import FrameType
+
+import uvicorn
+from fastapi import FastAPI
+
+
+class DrainingServer(uvicorn.Server):
+    def __init__(self, config: uvicorn.Config, app: FastAPI) -> None:
+        super().__init__(config)
+        self._app = app
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        self._loop = asyncio.get_running_loop()
+        await super().startup(sockets)
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        runtime = getattr(self._app.state, "runtime", None)
+        if runtime is not None and self._loop is not None:
+            self._loop.call_soon_threadsafe(runtime.begin_drain)
+        super().handle_exit(sig, frame)
