@@ -42,20 +42,25 @@ class GatewayProcess:
         return httpx.Client(base_url=self.base_url, headers=headers, timeout=120)
 
 
-def model_args() -> list[str]:
-    """The embedded default model when built, else a tiny random one (tests/engine fixture)."""
+def model_paths() -> tuple[Path, Path]:
+    """(target, drafter): the embedded default model when built, else a tiny random pair."""
     try:
         from engine.model.paths import default_model
     except ImportError:
-        default_model = None
-    if default_model is not None:
+        pass
+    else:
         paths = default_model()
         if paths.target.is_dir():
-            return []
+            return paths.target, paths.eagle31
     from engine.testing_models import build_tiny_models
 
     tiny = build_tiny_models(Path(os.environ.get("SPECGW_TEST_MODELS", "/tmp/specgw-tiny")))
-    return ["--model", str(tiny.target), "--drafter", str(tiny.drafter)]
+    return tiny.target, tiny.drafter
+
+
+def model_args() -> list[str]:
+    target, drafter = model_paths()
+    return ["--model", str(target), "--drafter", str(drafter)]
 
 
 def start_gateway(
