@@ -7,7 +7,6 @@ documented. Generated `max_tokens` are clamped so that 500+ cases stay fast.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -35,8 +34,8 @@ def _app() -> Any:
 
 
 @pytest.fixture(scope="module")
-def api_schema() -> Iterator[Any]:
-    yield schemathesis.openapi.from_asgi("/openapi.json", _app())
+def api_schema() -> Any:
+    return schemathesis.openapi.from_asgi("/openapi.json", _app())
 
 
 schema = schemathesis.pytest.from_fixture("api_schema")
