@@ -29,7 +29,7 @@ from redis.exceptions import RedisError
 from gateway.flags.overrides import OverrideKeys, candidate_fields, decode
 from gateway.flags.settings import FlagSettings
 from gateway.flags.values import FlagValue
-from gateway.state.backoff import Backoff
+from gateway.state.backoff import Backoff, stop_task
 from gateway.state.client import bounded_redis
 
 log = logging.getLogger(__name__)
@@ -58,6 +58,7 @@ class RedisOverrideProvider(AbstractProvider):
         self._status: Literal["ok", "degraded"] = "degraded"
         self._backoff = Backoff(settings.backoff_initial_s, settings.backoff_max_s)
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
         self.reloads = 0
 
     # ---- OpenFeature ------------------------------------------------------------------
@@ -143,10 +144,9 @@ class RedisOverrideProvider(AbstractProvider):
             self._task = asyncio.create_task(self._follow(), name="specgw-flag-overrides")
 
     async def close(self) -> None:
+        self._stopping = True
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await stop_task(self._task, self._s.override_poll_interval_s + self._s.op_timeout_s)
             self._task = None
         await self._redis.aclose()
 
@@ -177,7 +177,7 @@ class RedisOverrideProvider(AbstractProvider):
             self.emit_provider_configuration_changed(ProviderEventDetails(flags_changed=changed))
 
     async def _follow(self) -> None:
-        while True:
+        while not self._stopping:
             try:
                 await self._follow_once()
             except REDIS_DOWN as exc:
@@ -196,7 +196,7 @@ class RedisOverrideProvider(AbstractProvider):
             await asyncio.wait_for(pubsub.subscribe(self.keys.channel), self._s.op_timeout_s)
             await self.reload()  # after subscribing: no change can fall in between
             self._backoff.reset()
-            while True:
+            while not self._stopping:
                 message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=poll)
                 if message is not None:
                     await self.reload()

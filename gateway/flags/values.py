@@ -95,7 +95,9 @@ def coerce(flag: str, value: FlagValue) -> FlagValue:
     if spec is None:
         raise FlagValueError(f"unknown flag {flag!r}; known: {', '.join(SPECS)}")
     parsed: FlagValue = value
-    if isinstance(value, str) and spec.kind is not str:
+    if flag == "pin-k" and isinstance(value, str) and value.strip().lower() in ("none", "off"):
+        parsed = -1  # `flags set pin-k none`: a bare -1 reads as an option on a command line
+    elif isinstance(value, str) and spec.kind is not str:
         parsed = _parse_text(value, spec.kind)
     elif spec.kind is float and isinstance(value, int) and not isinstance(value, bool):
         parsed = float(value)

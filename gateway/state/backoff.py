@@ -7,6 +7,8 @@ that lost Redis at the same moment, so they do not reconnect in lockstep
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import random
 
 
@@ -31,3 +33,18 @@ class Backoff:
 
     def reset(self) -> None:
         self._failures = 0
+
+
+async def stop_task(task: asyncio.Task[None], grace_s: float) -> None:
+    """Cancel a background loop and wait until it has really ended.
+
+    A cancel that lands while redis-py's read timeout fires can be taken for the
+    timeout and swallowed (the loop then reads on), so the cancel is repeated
+    until the task is done; the loops also check a stop flag of their own.
+    """
+    while not task.done():
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait({task}, timeout=grace_s)
+    with contextlib.suppress(asyncio.CancelledError):
+        await task

@@ -30,7 +30,7 @@ from typing import Any, Literal
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from gateway.state.backoff import Backoff
+from gateway.state.backoff import Backoff, stop_task
 from gateway.state.client import bounded_redis
 from gateway.state.deltas import ClassDelta, ClassSnapshot, DeltaBuffer
 from gateway.state.scripts import FLUSH_BATCH
@@ -87,6 +87,7 @@ class RedisClassStore:
         self._listeners: list[SnapshotListener] = []
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
         self._backoff = Backoff(settings.backoff_initial_s, settings.backoff_max_s)
         self._script = self._redis.register_script(FLUSH_BATCH)
         self._status: StoreStatus = "ok"
@@ -190,10 +191,9 @@ class RedisClassStore:
 
     async def close(self, flush: bool = True) -> None:
         """Stop the loop; by default try one last bounded flush of what is pending."""
+        self._stopping = True
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await stop_task(self._task, self._s.flush_interval_s + self._s.op_timeout_s)
             self._task = None
         if flush:
             with contextlib.suppress(*REDIS_DOWN):
@@ -210,7 +210,7 @@ class RedisClassStore:
 
     # ---- background loop -------------------------------------------------------------
     async def _run(self) -> None:
-        while True:
+        while not self._stopping:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self._s.flush_interval_s)
             self._wake.clear()
