@@ -145,7 +145,7 @@ async def test_slow_redis_never_blocks_callers_and_counts_exactly_once(
 ) -> None:
     async with running(delay_proxy.url, op_timeout_s=0.2) as store:
         store.record("c", {"n": 1})
-        await until(lambda: store.cluster_totals()["c"].counters.get("n") == 1)
+        await store.flush_now()  # connection established: the next script is sent, then delayed
         delay_proxy.delay_s = 0.5  # every round trip now takes > 2 x op_timeout
         slowest = 0.0
         for _ in range(200):
@@ -156,12 +156,16 @@ async def test_slow_redis_never_blocks_callers_and_counts_exactly_once(
             await asyncio.sleep(0.005)
         assert slowest < 0.01, slowest
         await until(lambda: store.status == "degraded", 3.0)
+        assert store.cluster_totals()["c"].counters["n"] == 201  # local view stays whole
         delay_proxy.delay_s = 0.0
         await until(lambda: store.status == "ok", 5.0)
         await store.flush_now()
-    # Timed-out batches that Redis applied late were retried with the same id: no double count.
     with redis_server.client() as client:
-        await until(lambda: client.hget("specgw:{t}:class:c", "c:n") == "201", 3.0)
+        applied_batches = len(client.keys("specgw:{t}:batch:*"))
+        assert client.hget("specgw:{t}:class:c", "c:n") == "201"
+    # The batch that timed out still reached Redis (late) and was sent again with the same
+    # id: more script runs than batches, and still no double count.
+    assert redis_server.command_calls()["evalsha"] > applied_batches + 1
 
 
 async def test_pending_deltas_bounded_by_class_count(redis_server: RedisServer) -> None:
