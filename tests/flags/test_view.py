@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -12,6 +13,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from gateway.flags import FlagAdmin, FlagSettings, FlagValues, FlagView, Target
+from gateway.flags.document import flags_document
 from tests.flags.configmap import flagd_document, static_flag, write_configmap
 from tests.redis_fixtures import RedisServer
 
@@ -198,3 +200,12 @@ async def test_hot_path_is_a_dict_lookup(redis_server: RedisServer, tmp_path: Pa
         hit_s = (time.perf_counter() - t0) / n
     print(f"flag view: miss {miss_s * 1e6:.0f} us, hit {hit_s * 1e9:.0f} ns")
     assert hit_s < 5e-6
+
+
+async def test_generated_document_states_the_defaults(tmp_path: Path) -> None:
+    defaults = FlagValues(mode="static", pin_k=2, k_max=6, exploration_share=0.0)
+    flags_dir = tmp_path / "flags"
+    write_configmap(flags_dir, {"flags.json": json.dumps(flags_document(defaults))})
+    async with running_view(flag_settings(flags_dir=flags_dir)) as view:
+        # Read from the file (the view's own code defaults differ), not from the fallback.
+        assert view.overrides_for("any", "") == defaults
