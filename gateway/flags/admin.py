@@ -14,6 +14,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 
 from gateway.flags.overrides import (
     OverrideKeys,
@@ -80,6 +82,24 @@ class FlagAdmin:
         self._s = settings
         self.keys = OverrideKeys.for_prefix(settings.key_prefix())
         self._script = redis.register_script(CHANGE_SCRIPT)
+
+    @classmethod
+    def connect(cls, settings: FlagSettings) -> FlagAdmin:
+        """An admin with its own bounded client; one retry covers a connection that died
+        with a restarted Redis (a duplicate audit entry is the worst a retry can do)."""
+        if settings.redis_url is None:
+            raise ValueError("FlagAdmin needs settings.redis_url")
+        redis = Redis.from_url(
+            settings.redis_url,
+            socket_timeout=settings.op_timeout_s * 4,
+            socket_connect_timeout=settings.op_timeout_s * 4,
+            retry=Retry(NoBackoff(), 1),
+            decode_responses=True,
+        )
+        return cls(redis, settings)
+
+    async def close(self) -> None:
+        await self._redis.aclose()
 
     async def get(self, flag: str | None = None) -> list[FlagOverride]:
         """Current overrides, optionally of one flag, sorted by flag then target."""
