@@ -48,8 +48,8 @@ def serve(
 ) -> None:
     """Start the gateway with its embedded vLLM engine."""
     import uvicorn
-    from engine.settings import EngineSettings
 
+    from engine.settings import EngineSettings
     from gateway.app import create_app
     from gateway.runtime import real_runtime_factory
     from gateway.server import DrainingServer
