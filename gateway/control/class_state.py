@@ -1,0 +1,108 @@
+"""Everything the controller holds for one live class, and its adaptive k per batch bucket.
+
+The adaptive k is kept per batch bucket (load awareness): at a larger batch the
+cost model can make a smaller k the better one, and each bucket has its own
+hysteresis state so load swings do not reset what a quiet bucket learned.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gateway.control.classify import RequestClass
+from gateway.control.cost_model import CostModel
+from gateway.control.drift import DriftMonitor
+from gateway.control.estimator import AcceptanceEstimator
+from gateway.control.events import ControlEvents, DecisionChange
+from gateway.control.policies import Policy, PolicyInput
+from gateway.control.stats import ClassStats
+
+_NEVER = -(10**9)
+
+
+@dataclass(slots=True)
+class BucketState:
+    k: int
+    changed_at: int = _NEVER
+    #: (class version, cost version, k_min, k_max) of the last evaluation.
+    evaluated: tuple[int, int, int, int] = (-1, -1, -1, -1)
+
+
+@dataclass(slots=True)
+class ClassState:
+    cls: RequestClass
+    estimator: AcceptanceEstimator
+    drift: DriftMonitor
+    initial_k: int
+    reason: str
+    pending: ClassStats
+    buckets: dict[int, BucketState] = field(default_factory=dict)
+    #: Requests observed (local); the clock of `min_dwell`.
+    observed: int = 0
+    #: Bumped whenever the evidence changes, so cached evaluations go stale.
+    version: int = 0
+    last_bucket: int = 1
+    drift_direction: int = 0
+    explored: int = 0
+
+    def current_k(self) -> int:
+        state = self.buckets.get(self.last_bucket)
+        return state.k if state is not None else self.initial_k
+
+    def adaptive_k(
+        self,
+        bucket: int,
+        k_min: int,
+        k_max: int,
+        policy: Policy,
+        cost: CostModel,
+        events: ControlEvents,
+    ) -> int:
+        """The policy's k at this bucket, re-evaluated only when evidence or bounds changed."""
+        self.last_bucket = bucket
+        state = self.buckets.get(bucket)
+        if state is None:
+            state = self.buckets[bucket] = BucketState(self._nearest_k(bucket))
+        key = (self.version, cost.version, k_min, k_max)
+        if state.evaluated == key:
+            return state.k
+        state.evaluated = key
+        choice = policy.choose(
+            PolicyInput(
+                profile=self.estimator.profile(),
+                samples=self.estimator.samples_since_reset,
+                current_k=state.k,
+                k_min=k_min,
+                k_max=k_max,
+                since_change=self.observed - state.changed_at,
+                relative_cost=tuple(cost.relative_costs(bucket)),
+            )
+        )
+        if choice.k != state.k:
+            old, state.k, state.changed_at = state.k, choice.k, self.observed
+            self.reason = choice.reason
+            events.on_decision_change(
+                DecisionChange(
+                    self.cls.class_id,
+                    self.cls.label,
+                    bucket,
+                    old,
+                    choice.k,
+                    choice.reason,
+                    tuple(round(g, 4) for g in choice.goodput),
+                )
+            )
+        return state.k
+
+    def _nearest_k(self, bucket: int) -> int:
+        """A new bucket starts from the k of the nearest known bucket (else the seed)."""
+        if not self.buckets:
+            return self.initial_k
+        nearest = min(self.buckets, key=lambda b: abs(b.bit_length() - bucket.bit_length()))
+        return self.buckets[nearest].k
+
+    def allow_change_now(self) -> None:
+        """After a drift: no dwell before the next change."""
+        for state in self.buckets.values():
+            state.changed_at = _NEVER
+        self.version += 1

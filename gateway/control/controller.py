@@ -1,0 +1,294 @@
+"""The controller facade: classify, decide, observe, report, share.
+
+The gateway calls `classify` and `decide` on the request path (a few
+microseconds; see `bench/decision_latency.py`) and `observe` once a request
+has finished. `export_deltas` and `merge` are the hooks through which replicas
+share evidence (issue 6): deltas are additive sums, `merge` takes the other
+replicas' cumulative totals and folds in what is new since the last merge.
+Nothing here is global; randomness comes from the injected `random.Random`.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from engine.interface import RequestOutcome
+from gateway.control.class_state import ClassState
+from gateway.control.classify import Classifier, RequestClass, similarity
+from gateway.control.cost_model import CostModel, batch_bucket
+from gateway.control.decision import (
+    NO_OVERRIDES,
+    ControlOverrides,
+    LoadSnapshot,
+    SpeculationDecision,
+)
+from gateway.control.drift import DriftMonitor
+from gateway.control.estimator import AcceptanceEstimator, EstimatorParams
+from gateway.control.events import ControlEvents, DriftEvent, LoggingEvents
+from gateway.control.features import RequestFeatures
+from gateway.control.policies import make_policy
+from gateway.control.report import ClassReport
+from gateway.control.settings import ControllerSettings
+from gateway.control.stats import ClassStats
+
+#: Pseudo-class id under which the cost model's sums are shared.
+COST_ID = "_cost"
+
+
+@dataclass(frozen=True, slots=True)
+class ControlDeltas:
+    """What changed since the last export: class id -> counter -> increment, plus metadata."""
+
+    counters: dict[str, dict[str, float]]
+    meta: dict[str, dict[str, str]]
+    outcomes: int
+
+
+class Controller:
+    def __init__(
+        self,
+        settings: ControllerSettings,
+        *,
+        max_depth: int | None = None,
+        events: ControlEvents | None = None,
+        rng: random.Random | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        s = self._s = settings
+        self._cap = s.max_k if max_depth is None else min(s.max_k, max_depth)
+        self._static_k = min(s.default_k, self._cap)
+        self._events: ControlEvents = events or LoggingEvents()
+        self._rng = rng or random.Random(0)
+        self._policy = make_policy(s.policy, s)
+        self._params = EstimatorParams(
+            self._cap, s.ewma_alpha, s.window, s.prior_strength, s.depth_decay
+        )
+        self._cost = CostModel(
+            self._cap,
+            s.prior_step_s,
+            s.prior_k_cost,
+            s.prior_batch_saturation,
+            s.cost_prior_weight,
+            s.cost_forgetting,
+        )
+        self._classifier = Classifier(
+            s.max_classes, s.class_idle_s, s.classify_cache_size, clock, self._evicted
+        )
+        self._states: dict[str, ClassState] = {}
+        self._remote_seen: dict[str, ClassStats] = {}
+        self._cost_seen: dict[str, float] = {}
+        self._unclaimed: dict[str, tuple[ClassStats, int | None]] = {}
+        self._outcomes = 0
+
+    @property
+    def cost_model(self) -> CostModel:
+        return self._cost
+
+    # ---- request path ----------------------------------------------------------------
+    def classify(self, features: RequestFeatures) -> RequestClass:
+        return self._classifier.classify(features)
+
+    def decide(
+        self,
+        cls: RequestClass,
+        load: LoadSnapshot,
+        overrides: ControlOverrides | None = None,
+    ) -> SpeculationDecision:
+        o = overrides or NO_OVERRIDES
+        cid, label = cls.class_id, cls.label
+        bucket = batch_bucket(load.batch)
+        if not o.enabled:
+            return SpeculationDecision(0, "kill switch", False, cid, label, bucket)
+        if o.pin_k is not None:
+            k = min(max(o.pin_k, 0), self._cap)
+            return SpeculationDecision(k, "pinned", False, cid, label, bucket)
+        k_max = min(o.k_max, self._cap)
+        k_min = min(max(o.k_min, 0), k_max)
+        state = self._states.get(cid) or self._new_state(cls)
+        k = state.adaptive_k(bucket, k_min, k_max, self._policy, self._cost, self._events)
+        if o.mode != "adaptive":
+            static = min(max(self._static_k, k_min), k_max)
+            if o.mode == "static":
+                return SpeculationDecision(static, "static", False, cid, label, bucket)
+            return SpeculationDecision(static, "shadow", False, cid, label, bucket, shadow_k=k)
+        share = self._s.exploration_share if o.exploration_share is None else o.exploration_share
+        if k == 0 and share > 0:
+            share = max(share, self._s.zero_probe_share)
+        if share > 0 and self._rng.random() < share:
+            probes = [p for p in (k - 1, k + 1) if k_min <= p <= k_max]
+            if probes:
+                probe = probes[0] if len(probes) == 1 else self._rng.choice(probes)
+                return SpeculationDecision(probe, f"explore k={probe}", True, cid, label, bucket)
+        return SpeculationDecision(k, state.reason, False, cid, label, bucket)
+
+    def observe(
+        self,
+        cls: RequestClass,
+        decision: SpeculationDecision,
+        outcome: RequestOutcome,
+        load: LoadSnapshot,
+    ) -> None:
+        """Fold a finished request in: cost model, estimate, drift check."""
+        self._outcomes += 1
+        self._cost.observe_outcome(outcome, max(load.batch, decision.bucket))
+        state = self._states.get(cls.class_id)
+        if state is None:
+            return  # evicted while the request ran
+        residuals = state.estimator.residuals(outcome)
+        state.estimator.observe(outcome)
+        state.pending.add_outcome(outcome)
+        state.observed += 1
+        state.version += 1
+        state.explored += int(decision.explored)
+        direction = state.drift.update(residuals.length, residuals.first)
+        if direction:
+            self._drifted(state, direction)
+
+    # ---- classes ---------------------------------------------------------------------
+    def _new_state(self, cls: RequestClass) -> ClassState:
+        s = self._s
+        prior: tuple[float, ...] = (s.prior_accept,)
+        k, reason = self._static_k, "cold start: default k"
+        seed = self._similar(cls)
+        if seed is not None:
+            prior = seed.estimator.profile().p or prior
+            k, reason = seed.current_k(), f"cold start: like {seed.cls.label}"
+        state = ClassState(
+            cls=cls,
+            estimator=AcceptanceEstimator(self._params, prior),
+            drift=DriftMonitor.create(s.drift_delta, s.drift_threshold, s.drift_min_samples),
+            initial_k=k,
+            reason=reason,
+            pending=ClassStats(self._cap),
+        )
+        unclaimed = self._unclaimed.pop(cls.class_id, None)
+        if unclaimed is not None:
+            stats, remote_k = unclaimed
+            state.estimator.merge(stats, s.merge_cap_steps)
+            if remote_k is not None:
+                state.initial_k = min(max(remote_k, 0), self._cap)
+                state.reason = "warm start: shared state"
+        self._states[cls.class_id] = state
+        return state
+
+    def _similar(self, cls: RequestClass) -> ClassState | None:
+        if cls.features is None:
+            return None
+        best: ClassState | None = None
+        best_key = (self._s.similar_min_score - 1, 0.0)
+        for state in self._states.values():
+            other = state.cls.features
+            samples = state.estimator.samples_since_reset
+            if other is None or samples < self._s.min_samples:
+                continue
+            key = (similarity(cls.features, other), samples)
+            if key > best_key:
+                best, best_key = state, key
+        return best
+
+    def _evicted(self, cls: RequestClass) -> None:
+        self._states.pop(cls.class_id, None)
+        self._events.on_class_evicted(cls)
+
+    def _drifted(self, state: ClassState, direction: int) -> None:
+        est = state.estimator
+        before_len = est.window_mean()[0]
+        before = est.profile().p
+        est.forget(self._s.drift_keep)
+        state.drift_direction = direction
+        state.allow_change_now()
+        self._events.on_drift(
+            DriftEvent(
+                state.cls.class_id,
+                state.cls.label,
+                direction,
+                round(before_len, 3),
+                round(est.window_mean()[0], 3),
+                tuple(round(p, 3) for p in before),
+                tuple(round(p, 3) for p in est.profile().p),
+                state.observed,
+            )
+        )
+
+    # ---- reports and sharing ---------------------------------------------------------
+    def snapshot(self) -> list[ClassReport]:
+        """One row per live class (and `other` once it has traffic) for `/admin/classes`."""
+        return [self._report(state) for state in self._states.values()]
+
+    def _report(self, state: ClassState) -> ClassReport:
+        est = state.estimator
+        mean, low, high = est.window_mean()
+        drift = "stable"
+        if state.drift_direction:
+            drift = f"drift {'up' if state.drift_direction > 0 else 'down'}"
+        return ClassReport(
+            class_id=state.cls.class_id,
+            label=state.cls.label,
+            samples=round(est.total.requests),
+            acceptance_length=round(mean, 3),
+            acceptance_length_ci=(round(low, 3), round(high, 3)),
+            acceptance_length_ewma=None if est.ewma_length is None else round(est.ewma_length, 3),
+            depth_profile=tuple(est.profile().rounded()),
+            k=state.current_k(),
+            k_by_batch={b: bs.k for b, bs in sorted(state.buckets.items())},
+            reason=state.reason,
+            drift_state=drift,
+            drifts=state.drift.drifts,
+            drift_statistic=round(state.drift.statistic, 3),
+            explored=state.explored,
+        )
+
+    def export_deltas(self) -> ControlDeltas:
+        """Sums added since the last export, per class, plus `_cost`; resets them."""
+        counters: dict[str, dict[str, float]] = {}
+        meta: dict[str, dict[str, str]] = {}
+        for cid, state in self._states.items():
+            if state.pending.requests <= 0:
+                continue
+            counters[cid] = state.pending.to_counters()
+            meta[cid] = {"label": state.cls.label, "k": str(state.current_k())}
+            state.pending = ClassStats(self._cap)
+        cost = self._cost.export_counters()
+        if cost:
+            counters[COST_ID] = cost
+        outcomes, self._outcomes = self._outcomes, 0
+        return ControlDeltas(counters, meta, outcomes)
+
+    def merge(
+        self,
+        remote: Mapping[str, Mapping[str, float]],
+        meta: Mapping[str, Mapping[str, str]] | None = None,
+    ) -> None:
+        """Fold in other replicas' cumulative totals (only what is new since the last call)."""
+        meta = meta or {}
+        for cid, counters in remote.items():
+            if cid == COST_ID:
+                self._merge_cost(counters)
+                continue
+            totals = ClassStats.from_counters(counters, self._cap)
+            seen = self._remote_seen.get(cid)
+            increment = totals if seen is None else totals.minus(seen)
+            self._remote_seen[cid] = totals
+            state = self._states.get(cid)
+            if state is not None:
+                state.estimator.merge(increment, self._s.merge_cap_steps)
+                state.version += 1
+            elif len(self._unclaimed) < 4 * self._s.max_classes or cid in self._unclaimed:
+                k_text = meta.get(cid, {}).get("k", "")
+                remote_k = int(k_text) if k_text.isdigit() else None
+                previous = self._unclaimed.get(cid, (ClassStats(self._cap), None))[0]
+                previous.add(increment)
+                self._unclaimed[cid] = (previous, remote_k)
+
+    def _merge_cost(self, counters: Mapping[str, float]) -> None:
+        increments = {
+            name: value - self._cost_seen.get(name, 0.0)
+            for name, value in counters.items()
+            if value > self._cost_seen.get(name, 0.0)
+        }
+        self._cost_seen.update(counters)
+        if increments:
+            self._cost.merge_counters(increments)

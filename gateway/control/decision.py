@@ -1,0 +1,58 @@
+"""The value objects of the decision path: load, ops overrides, the decision.
+
+`ControlOverrides` is what the ops flags say for one class (issue 6 fills it
+from `gateway.flags.FlagValues`); `None` means "no flags", i.e. adaptive with
+the settings' exploration share.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+ControlMode = Literal["adaptive", "static", "shadow"]
+
+
+@dataclass(frozen=True, slots=True)
+class LoadSnapshot:
+    """Load at decision time. `running` excludes the request being decided."""
+
+    running: int = 0
+    queued: int = 0
+
+    @property
+    def batch(self) -> int:
+        """The batch this request will join: the running requests plus itself."""
+        return max(1, self.running + 1)
+
+
+@dataclass(frozen=True, slots=True)
+class ControlOverrides:
+    """Ops flags resolved for one class (kill switch, mode, pin, bounds, exploration)."""
+
+    enabled: bool = True
+    mode: ControlMode = "adaptive"
+    #: Fixed k for this class (0 = no speculation); wins over the bounds.
+    pin_k: int | None = None
+    k_min: int = 0
+    k_max: int = 64
+    #: None = the controller's configured share.
+    exploration_share: float | None = None
+
+
+NO_OVERRIDES = ControlOverrides()
+
+
+@dataclass(frozen=True, slots=True)
+class SpeculationDecision:
+    """The k for one request and why; passed back to `Controller.observe`."""
+
+    k: int
+    reason: str
+    explored: bool
+    class_id: str
+    label: str
+    #: The batch bucket the decision was made for (load awareness).
+    bucket: int = 1
+    #: In shadow mode: what the adaptive policy would have chosen.
+    shadow_k: int | None = None

@@ -1,0 +1,88 @@
+"""Change-point detection on a class's acceptance: two-sided Page-Hinkley.
+
+The detector watches residuals r_t = observed - predicted, where the prediction
+comes from the class's depth profile *before* the outcome is folded in (so a
+change of k by the policy or an exploration probe is not itself a "drift"). With
+tolerance delta and threshold lambda (Page 1954; Hinkley 1971):
+
+    up_t   = max(0, up_{t-1}   + r_t - delta)     alarm when up_t   > lambda
+    down_t = max(0, down_{t-1} - r_t - delta)     alarm when down_t > lambda
+
+(the CUSUM form of Page-Hinkley with a known zero mean). Two signals are watched
+per class: the acceptance length and the acceptance rate at position 1, the
+first entry of the depth profile and the one most sensitive to a template or
+system-prompt change.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class PageHinkley:
+    """Two-sided Page-Hinkley (CUSUM form) on residuals with zero expected mean."""
+
+    delta: float
+    threshold: float
+    min_samples: int
+    up: float = 0.0
+    down: float = 0.0
+    samples: int = 0
+
+    def update(self, residual: float) -> int:
+        """Feed one residual; +1 on an upward change, -1 on a downward one, else 0."""
+        self.samples += 1
+        if self.samples <= self.min_samples:
+            return 0  # the estimate is still settling; its residuals say little
+        self.up = max(0.0, self.up + residual - self.delta)
+        self.down = max(0.0, self.down - residual - self.delta)
+        if self.up > self.threshold:
+            return 1
+        if self.down > self.threshold:
+            return -1
+        return 0
+
+    def reset(self) -> None:
+        self.up = 0.0
+        self.down = 0.0
+        self.samples = 0
+
+    @property
+    def statistic(self) -> float:
+        """The larger of the two cumulative sums, for reports (0 = no evidence of change)."""
+        return max(self.up, self.down)
+
+
+@dataclass(slots=True)
+class DriftMonitor:
+    """Both detectors of one class and how often they fired."""
+
+    length: PageHinkley
+    first: PageHinkley
+    drifts: int = 0
+
+    @classmethod
+    def create(cls, delta: float, threshold: float, min_samples: int) -> DriftMonitor:
+        return cls(
+            PageHinkley(delta, threshold, min_samples),
+            PageHinkley(delta, threshold, min_samples),
+        )
+
+    def update(self, length_residual: float | None, first_residual: float | None) -> int:
+        """Feed the residuals of one request; the first non-zero direction, else 0."""
+        direction = 0
+        if length_residual is not None:
+            direction = self.length.update(length_residual)
+        if first_residual is not None:
+            second = self.first.update(first_residual)
+            direction = direction or second
+        if direction:
+            self.drifts += 1
+            self.length.reset()
+            self.first.reset()
+        return direction
+
+    @property
+    def statistic(self) -> float:
+        return max(self.length.statistic, self.first.statistic)

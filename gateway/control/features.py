@@ -1,0 +1,215 @@
+"""What a request shows about how well the drafter will do on it.
+
+EAGLE-style drafters lose acceptance under an unfamiliar chat template, an
+unfamiliar system prompt, tool-call JSON and long context (the attention-drift
+analysis behind EAGLE 3.1; vLLM issues 52258 and 41838). `RequestFeatures`
+keeps exactly those signals, coarsened so that classes stay few: the template
+fingerprint, the identity of the normalised system prompt, the tool context and
+a log2 prompt-length bucket. Volatile parts of a system prompt (dates, numbers,
+e-mails, uuids, names after a greeting) are masked so they do not split a class.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+_MONTHS = (
+    r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|"
+    r"sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)"
+)
+_DAYS = r"(?:mon|tues|wednes|thurs|fri|satur|sun)day"
+#: Order matters: the structured tokens first, bare numbers last.
+_MASKS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"https?://\S+"), "<url>"),
+    (re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+"), "<email>"),
+    (re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.I), "<id>"),
+    (
+        re.compile(r"\b\d{4}-\d{1,2}-\d{1,2}(?:[t ]\d{1,2}:\d{2}(?::\d{2})?(?:\.\d+)?z?)?\b", re.I),
+        "<d>",
+    ),
+    (re.compile(rf"\b{_MONTHS}\.?\s+\d{{1,2}}(?:st|nd|rd|th)?,?\s+\d{{4}}\b", re.I), "<d>"),
+    (re.compile(rf"\b\d{{1,2}}(?:st|nd|rd|th)?\s+{_MONTHS}\.?,?\s+\d{{4}}\b", re.I), "<d>"),
+    (re.compile(r"\b\d{1,2}[/.]\d{1,2}[/.]\d{2,4}\b"), "<d>"),
+    (re.compile(rf"\b{_DAYS}\b", re.I), "<day>"),
+    (re.compile(r"\b\d{1,2}:\d{2}(?::\d{2})?\s*(?:am|pm)?\b", re.I), "<t>"),
+    (
+        re.compile(
+            r"\b(name is|named|called|i am|i'm|user|customer|dear|hi|hello|assisting)\s+"
+            r"[A-Z][\w'-]*(?:\s+[A-Z][\w'-]*)?"
+        ),
+        r"\1 <name>",
+    ),
+    (re.compile(r"\b\d+(?:[.,]\d+)*\b"), "<n>"),
+    (re.compile(r"\s+"), " "),
+)
+
+#: Raw-prompt template markers of the completions endpoint, first match wins.
+_TEMPLATE_MARKERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("chatml", ("<|im_start|>",)),
+    ("llama3", ("<|start_header_id|>",)),
+    ("llama2", ("[INST]", "<<SYS>>")),
+    ("alpaca", ("### Instruction:", "### Response:")),
+)
+_CODE_HINT = re.compile(r"^\s*(?:def |class |import |from \S+ import |#include|function |package )")
+
+
+def normalise_text(text: str) -> str:
+    """Mask the volatile parts of a prompt (dates, numbers, ids, names); collapse blanks."""
+    for pattern, repl in _MASKS:
+        text = pattern.sub(repl, text)
+    return text.strip().lower()
+
+
+def text_identity(text: str) -> str:
+    """Short stable identity of a normalised text; "" for no text."""
+    if not text:
+        return ""
+    digest = hashlib.blake2b(normalise_text(text).encode(), digest_size=4).hexdigest()
+    return digest
+
+
+def length_bucket(prompt_tokens: int) -> int:
+    """Upper bound of the log2 bucket: 64, 128, ... 32768 (acceptance falls with context)."""
+    bucket = 64
+    while bucket < prompt_tokens and bucket < 32768:
+        bucket *= 2
+    return bucket
+
+
+def turns_bucket(user_turns: int) -> int:
+    """1, 2 (two or three user turns) or 4 (more): multi-turn, not its exact length."""
+    if user_turns <= 1:
+        return 1
+    return 2 if user_turns <= 3 else 4
+
+
+@dataclass(frozen=True, slots=True)
+class RequestFeatures:
+    """The canonical, coarsened features of one request; hashable, cheap to compare."""
+
+    #: `chat` (server-side template), or the raw prompt's: chatml/llama3/llama2/alpaca/plain/code.
+    template: str
+    #: Identity of the normalised system prompt ("" when there is none).
+    system_id: str = ""
+    #: Bucketed number of user turns in the history.
+    turns: int = 1
+    #: Tools were offered to the model.
+    tools: bool = False
+    #: Tool results are in the history (the model continues after tool output).
+    tool_messages: bool = False
+    #: `none`, `auto`, `required` or `named`; "" when not set.
+    tool_choice: str = ""
+    #: `text`, `json_object`, `json_schema` or "" when not set.
+    response_format: str = ""
+    #: Upper bound of the prompt-length bucket, tokens.
+    length: int = 64
+
+    def canonical(self) -> str:
+        """The one string hashed into the class id; field order is part of the contract."""
+        return (
+            f"v1|{self.template}|{self.system_id}|{self.turns}|{int(self.tools)}|"
+            f"{int(self.tool_messages)}|{self.tool_choice}|{self.response_format}|{self.length}"
+        )
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Sequence):
+        parts = [p.get("text", "") for p in content if isinstance(p, Mapping)]
+        return "\n".join(p for p in parts if isinstance(p, str))
+    return ""
+
+
+def _tool_choice_kind(tool_choice: Any) -> str:
+    if tool_choice is None:
+        return ""
+    if isinstance(tool_choice, str):
+        return tool_choice if tool_choice in ("none", "auto", "required") else "other"
+    return "named"
+
+
+def _response_format_kind(response_format: Any) -> str:
+    if isinstance(response_format, Mapping):
+        kind = response_format.get("type", "")
+        return kind if kind in ("text", "json_object", "json_schema", "structural_tag") else "other"
+    return ""
+
+
+def features_from_chat(
+    messages: Sequence[Mapping[str, Any]],
+    tools: Sequence[Mapping[str, Any]] | None,
+    tool_choice: Any,
+    response_format: Any,
+    prompt_tokens: int,
+) -> RequestFeatures:
+    """Features of a chat request, from its plain JSON body fields."""
+    system_parts: list[str] = []
+    user_turns = 0
+    tool_messages = False
+    for message in messages:
+        role = message.get("role")
+        if role in ("system", "developer"):
+            system_parts.append(_content_text(message.get("content")))
+        elif role == "user":
+            user_turns += 1
+        elif role in ("tool", "function"):
+            tool_messages = True
+    return RequestFeatures(
+        template="chat",
+        system_id=text_identity("\n".join(system_parts)),
+        turns=turns_bucket(user_turns),
+        tools=bool(tools),
+        tool_messages=tool_messages,
+        tool_choice=_tool_choice_kind(tool_choice),
+        response_format=_response_format_kind(response_format),
+        length=length_bucket(prompt_tokens),
+    )
+
+
+def _raw_system_prompt(template: str, prompt: str) -> str:
+    if template == "chatml":
+        match = re.search(r"<\|im_start\|>system\n(.*?)<\|im_end\|>", prompt, re.S)
+    elif template == "llama2":
+        match = re.search(r"<<SYS>>(.*?)<</SYS>>", prompt, re.S)
+    elif template == "llama3":
+        match = re.search(
+            r"<\|start_header_id\|>system<\|end_header_id\|>(.*?)<\|eot_id\|>", prompt, re.S
+        )
+    elif template == "alpaca":
+        match = re.search(r"^(.*?)### Instruction:", prompt, re.S)
+    else:
+        return ""
+    return match.group(1) if match else ""
+
+
+def raw_template(prompt: str) -> str:
+    """Fingerprint of a raw completion prompt by its template markers."""
+    head = prompt[:4096]
+    for name, markers in _TEMPLATE_MARKERS:
+        if any(m in head for m in markers):
+            return name
+    return "code" if _CODE_HINT.match(head) else "plain"
+
+
+def features_from_completion(prompt: str, prompt_tokens: int) -> RequestFeatures:
+    """Features of a completions request: the raw prompt's template and system prompt."""
+    template = raw_template(prompt)
+    user_turns = {
+        "chatml": prompt.count("<|im_start|>user"),
+        "llama3": prompt.count("<|start_header_id|>user"),
+        "llama2": prompt.count("[INST]"),
+        "alpaca": prompt.count("### Instruction:"),
+    }.get(template, 1)
+    tool_messages = template == "chatml" and "<|im_start|>tool" in prompt
+    return RequestFeatures(
+        template=template,
+        system_id=text_identity(_raw_system_prompt(template, prompt).strip()),
+        turns=turns_bucket(user_turns),
+        tool_messages=tool_messages,
+        length=length_bucket(prompt_tokens),
+    )

@@ -1,0 +1,38 @@
+"""What every speculation policy sees and returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from gateway.control.depth_profile import DepthProfile
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyInput:
+    """A class's evidence and situation at one batch bucket."""
+
+    profile: DepthProfile
+    #: Requests since the class appeared or last drifted (merged ones included).
+    samples: float
+    current_k: int
+    k_min: int
+    k_max: int
+    #: Requests of the class since its k at this bucket last changed.
+    since_change: int
+    #: cost(k, b) / cost(0, b) for k = 0..K from the cost model.
+    relative_cost: tuple[float, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    k: int
+    reason: str
+    #: Expected goodput per k (empty when the policy did not compute it).
+    goodput: tuple[float, ...] = ()
+
+
+class Policy(Protocol):
+    name: str
+
+    def choose(self, inp: PolicyInput) -> Choice: ...

@@ -1,0 +1,46 @@
+"""`goodput`: the k that maximises expected tokens per unit of step cost.
+
+    goodput(k, b) = E[tokens | k] / (cost(k, b) / cost(0, b)),
+    E[tokens | k] = 1 + sum_{d=1..k} prod_{j<=d} p_j,
+
+with p from the class's depth profile and the cost ratio from the online cost
+model at batch bucket b. Parameters:
+
+- `min_samples`: below it the class keeps its current (cold-start) k;
+- `hysteresis` h: a new k must beat the current one by a factor (1 + h);
+- `min_dwell`: requests of the class between two changes at a bucket.
+
+A current k outside the flag bounds is replaced at once, whatever the gain.
+"""
+
+from __future__ import annotations
+
+from gateway.control.policies.base import Choice, PolicyInput
+
+
+class GoodputPolicy:
+    name = "goodput"
+
+    def __init__(self, min_samples: int, hysteresis: float, min_dwell: int) -> None:
+        self.min_samples = min_samples
+        self.hysteresis = hysteresis
+        self.min_dwell = min_dwell
+
+    def choose(self, inp: PolicyInput) -> Choice:
+        k_max = min(inp.k_max, inp.profile.depth, len(inp.relative_cost) - 1)
+        k_min = min(inp.k_min, k_max)
+        current = inp.current_k
+        if inp.samples < self.min_samples:
+            clamped = min(max(current, k_min), k_max)
+            return Choice(clamped, f"cold start ({inp.samples:.0f}/{self.min_samples} samples)")
+        expected = inp.profile.expected_tokens()
+        goodput = tuple(expected[k] / inp.relative_cost[k] for k in range(k_max + 1))
+        best = max(range(k_min, k_max + 1), key=goodput.__getitem__)
+        if not k_min <= current <= k_max:
+            return Choice(best, f"bounds [{k_min},{k_max}]: best k={best}", goodput)
+        if best == current:
+            return Choice(current, "best", goodput)
+        gain = goodput[best] / goodput[current] - 1.0
+        if gain <= self.hysteresis or inp.since_change < self.min_dwell:
+            return Choice(current, "hold", goodput)
+        return Choice(best, f"goodput +{gain:.0%} at k={best} over k={current}", goodput)

@@ -1,0 +1,36 @@
+"""One row of `GET /admin/classes`: what the controller knows about a class."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class ClassReport:
+    class_id: str
+    label: str
+    #: Requests seen, this replica's and merged ones.
+    samples: int
+    #: Mean acceptance length (bonus token included) over the sliding window.
+    acceptance_length: float
+    acceptance_length_ci: tuple[float, float]
+    acceptance_length_ewma: float | None
+    #: p_d = P(accept position d | accepted d-1), d = 1..K, as the policy uses it.
+    depth_profile: tuple[float, ...]
+    #: Current k at the most recent batch bucket, and per bucket.
+    k: int
+    k_by_batch: dict[int, int]
+    reason: str
+    #: `stable`, or `drift up` / `drift down` with the count of drifts.
+    drift_state: str
+    drifts: int
+    drift_statistic: float
+    explored: int
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["k_by_batch"] = {str(b): k for b, k in self.k_by_batch.items()}
+        out["acceptance_length_ci"] = list(self.acceptance_length_ci)
+        out["depth_profile"] = list(self.depth_profile)
+        return out

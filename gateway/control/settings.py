@@ -1,0 +1,139 @@
+"""Settings of the speculation controller, read once by the composition root.
+
+Every field has a default, bounds and a description (the `--help` text). The
+environment is read only when `ControllerSettings()` is built, never at import;
+variables are `SPECGW_CONTROL_<FIELD>`.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class ControllerSettings(BaseSettings):
+    """Classification bounds, estimator windows, decision and drift parameters."""
+
+    model_config = SettingsConfigDict(env_prefix="SPECGW_CONTROL_", extra="ignore", frozen=True)
+
+    # ---- classes ----------------------------------------------------------------------
+    max_classes: int = Field(
+        64, ge=1, le=10_000, description="Most live classes; beyond it new ones fold into `other`."
+    )
+    class_idle_s: float = Field(
+        300.0,
+        ge=0,
+        description="A live class idle this long may be evicted (LRU) to admit a new one.",
+    )
+    classify_cache_size: int = Field(
+        4096, ge=16, le=1_000_000, description="Cached feature tuples -> class (hot-path cache)."
+    )
+
+    # ---- decision ---------------------------------------------------------------------
+    max_k: int = Field(
+        5, ge=0, le=16, description="K: the deepest speculation the policy may pick."
+    )
+    default_k: int = Field(
+        3, ge=0, le=16, description="k of a class with too few samples and no similar class."
+    )
+    policy: str = Field("goodput", description="Policy by name: `goodput` (adaptive) or `static`.")
+    min_samples: int = Field(
+        8,
+        ge=1,
+        le=10_000,
+        description="Requests a class needs before the policy leaves cold start.",
+    )
+    hysteresis: float = Field(
+        0.03,
+        ge=0,
+        le=1,
+        description="Relative goodput gain a new k must show over the current k to replace it.",
+    )
+    min_dwell: int = Field(
+        4, ge=0, le=10_000, description="Requests of a class between two changes of its k."
+    )
+    exploration_share: float = Field(
+        0.05, ge=0, le=1, description="Share of requests that probe k-1 or k+1."
+    )
+    zero_probe_share: float = Field(
+        0.1,
+        ge=0,
+        le=1,
+        description="Share of requests of a class at k=0 that probe k=1, so it can recover.",
+    )
+    similar_min_score: int = Field(
+        3, ge=1, le=6, description="Matching features a known class needs to seed a new one."
+    )
+
+    # ---- estimation -------------------------------------------------------------------
+    ewma_alpha: float = Field(
+        0.08,
+        gt=0,
+        le=1,
+        description="Per-request forgetting of the depth-profile counts (window ~ 1/alpha).",
+    )
+    window: int = Field(
+        64, ge=2, le=100_000, description="Sliding window of per-request acceptance lengths."
+    )
+    prior_strength: float = Field(
+        4.0, gt=0, description="Pseudo-steps of the Beta prior on each depth position."
+    )
+    prior_accept: float = Field(
+        0.7, gt=0, lt=1, description="Prior P(accept position 1) of a class with no evidence."
+    )
+    depth_decay: float = Field(
+        0.95,
+        gt=0,
+        le=1,
+        description="Prior of an unseen position d: the estimate at d-1 times this factor.",
+    )
+    merge_cap_steps: float = Field(
+        2000.0, gt=0, description="Most verify steps one remote merge may add to the live counts."
+    )
+
+    # ---- cost model -------------------------------------------------------------------
+    prior_step_s: float = Field(
+        0.02, gt=0, description="Prior seconds of one decode step at k=0 (before measurements)."
+    )
+    prior_k_cost: float = Field(
+        0.08,
+        ge=0,
+        description="Prior relative cost of one more drafted token per step at batch 1.",
+    )
+    prior_batch_saturation: float = Field(
+        16.0,
+        gt=0,
+        description="Batch size at which the prior per-k cost has doubled (verification "
+        "becomes compute bound as batch x (k+1) grows).",
+    )
+    cost_prior_weight: float = Field(
+        4.0, gt=0, description="Pseudo-observations of the cost prior per batch bucket."
+    )
+    cost_forgetting: float = Field(
+        0.01, ge=0, lt=1, description="Per-sample forgetting of cost-model statistics."
+    )
+
+    # ---- drift ------------------------------------------------------------------------
+    drift_delta: float = Field(
+        0.05, ge=0, description="Page-Hinkley tolerance: residual magnitude ignored per request."
+    )
+    drift_threshold: float = Field(
+        2.0, gt=0, description="Page-Hinkley alarm threshold on the cumulative residual."
+    )
+    drift_min_samples: int = Field(
+        10, ge=1, description="Requests a class needs before its drift detector may alarm."
+    )
+    drift_keep: float = Field(
+        0.1,
+        ge=0,
+        le=1,
+        description="Share of the live counts kept after a drift (the rest is forgotten).",
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> ControllerSettings:
+        if self.default_k > self.max_k:
+            raise ValueError("default_k must be <= max_k")
+        if self.policy not in ("goodput", "static"):
+            raise ValueError("policy must be `goodput` or `static`")
+        return self
