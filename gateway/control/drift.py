@@ -1,6 +1,6 @@
 """Change-point detection on a class's acceptance: two-sided Page-Hinkley.
 
-The detector watches residuals r_t = observed - predicted, where the prediction
+The detector watches standardised residuals r_t = (observed - predicted) / sigma, where the prediction
 comes from the class's depth profile *before* the outcome is folded in (so a
 change of k by the policy or an exploration probe is not itself a "drift"). With
 tolerance delta and threshold lambda (Page 1954; Hinkley 1971):
@@ -18,10 +18,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+#: Floor of the residual standard deviation (acceptance-length units), and the
+#: EWMA rate of the noise estimate after the learning phase.
+_MIN_SD = 0.05
+_VAR_RATE = 0.05
+
 
 @dataclass(slots=True)
 class PageHinkley:
-    """Two-sided Page-Hinkley (CUSUM form) on residuals with zero expected mean."""
+    """Two-sided Page-Hinkley (CUSUM form) on standardised residuals with zero mean.
+
+    Residuals are divided by their running standard deviation (an EWMA of r^2,
+    learned during the first `min_samples` and kept up to date afterwards), so
+    delta and lambda are in units of sigma: the textbook CUSUM choice delta =
+    0.5 sigma, lambda = 5 sigma gives an in-control run length of several hundred
+    requests and detects a 2-sigma shift within a handful.
+    """
 
     delta: float
     threshold: float
@@ -29,14 +41,20 @@ class PageHinkley:
     up: float = 0.0
     down: float = 0.0
     samples: int = 0
+    var: float = 0.0
 
     def update(self, residual: float) -> int:
         """Feed one residual; +1 on an upward change, -1 on a downward one, else 0."""
         self.samples += 1
+        sd = max(self.var**0.5, _MIN_SD)
         if self.samples <= self.min_samples:
-            return 0  # the estimate is still settling; its residuals say little
-        self.up = max(0.0, self.up + residual - self.delta)
-        self.down = max(0.0, self.down - residual - self.delta)
+            # Learn the noise level; the estimate is still settling, so no alarm yet.
+            self.var += (residual * residual - self.var) / self.samples
+            return 0
+        z = residual / sd
+        self.var += _VAR_RATE * (min(residual * residual, 9.0 * sd * sd) - self.var)
+        self.up = max(0.0, self.up + z - self.delta)
+        self.down = max(0.0, self.down - z - self.delta)
         if self.up > self.threshold:
             return 1
         if self.down > self.threshold:
@@ -44,13 +62,15 @@ class PageHinkley:
         return 0
 
     def reset(self) -> None:
+        """Start over after a change point (the noise level is re-learned too)."""
         self.up = 0.0
         self.down = 0.0
         self.samples = 0
+        self.var = 0.0
 
     @property
     def statistic(self) -> float:
-        """The larger of the two cumulative sums, for reports (0 = no evidence of change)."""
+        """The larger of the two cumulative sums, in sigmas (0 = no evidence of change)."""
         return max(self.up, self.down)
 
 

@@ -35,10 +35,10 @@ _MASKS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(rf"\b\d{{1,2}}(?:st|nd|rd|th)?\s+{_MONTHS}\.?,?\s+\d{{4}}\b", re.I), "<d>"),
     (re.compile(r"\b\d{1,2}[/.]\d{1,2}[/.]\d{2,4}\b"), "<d>"),
     (re.compile(rf"\b{_DAYS}\b", re.I), "<day>"),
-    (re.compile(r"\b\d{1,2}:\d{2}(?::\d{2})?\s*(?:am|pm)?\b", re.I), "<t>"),
+    (re.compile(r"\b\d{1,2}:\d{2}(?::\d{2})?(?:\s*(?:am|pm)\b)?", re.I), "<t>"),
     (
         re.compile(
-            r"\b(name is|named|called|i am|i'm|user|customer|dear|hi|hello|assisting)\s+"
+            r"\b((?i:name is|named|called|i am|i'm|user|customer|dear|hi|hello|assisting))\s+"
             r"[A-Z][\w'-]*(?:\s+[A-Z][\w'-]*)?"
         ),
         r"\1 <name>",

@@ -115,10 +115,10 @@ class ControllerSettings(BaseSettings):
 
     # ---- drift ------------------------------------------------------------------------
     drift_delta: float = Field(
-        0.05, ge=0, description="Page-Hinkley tolerance: residual magnitude ignored per request."
+        0.5, ge=0, description="Page-Hinkley tolerance per request, in residual sigmas."
     )
     drift_threshold: float = Field(
-        2.0, gt=0, description="Page-Hinkley alarm threshold on the cumulative residual."
+        5.0, gt=0, description="Page-Hinkley alarm threshold, in residual sigmas."
     )
     drift_min_samples: int = Field(
         10, ge=1, description="Requests a class needs before its drift detector may alarm."

@@ -1,0 +1,92 @@
+"""The goodput policy on real depth profiles: a table of situations and the k it picks."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.control.depth_profile import DepthProfile
+from gateway.control.policies import GoodputPolicy, PolicyInput, StaticPolicy, make_policy
+from gateway.control.settings import ControllerSettings
+
+
+def profile(*p: float) -> DepthProfile:
+    return DepthProfile(tuple(p), (100.0,) * len(p))
+
+
+FLAT_COST = tuple(1.0 + 0.05 * k for k in range(6))
+STEEP_COST = tuple(1.0 + 1.0 * k for k in range(6))
+
+CASES = [
+    # name, profile, cost, current k, samples, since_change, bounds, expected k
+    (
+        "high acceptance, cheap drafts",
+        profile(0.9, 0.9, 0.9, 0.9, 0.9),
+        FLAT_COST,
+        3,
+        50,
+        50,
+        (0, 5),
+        5,
+    ),
+    ("low acceptance", profile(0.03, 0.1, 0.1, 0.1, 0.1), FLAT_COST, 3, 50, 50, (0, 5), 0),
+    ("no longer pays", profile(0.9, 0.9, 0.9, 0.9, 0.9), STEEP_COST, 3, 50, 50, (0, 5), 0),
+    ("collapsing depth", profile(0.9, 0.05, 0.2, 0.2, 0.2), FLAT_COST, 3, 50, 50, (0, 5), 1),
+    ("cold start keeps k", profile(0.1, 0.1, 0.1, 0.1, 0.1), FLAT_COST, 3, 2, 50, (0, 5), 3),
+    ("dwell keeps k", profile(0.9, 0.9, 0.9, 0.9, 0.9), FLAT_COST, 3, 50, 1, (0, 5), 3),
+    ("k_max flag bound", profile(0.9, 0.9, 0.9, 0.9, 0.9), FLAT_COST, 3, 50, 50, (0, 2), 2),
+    ("k_min flag bound", profile(0.1, 0.1, 0.1, 0.1, 0.1), FLAT_COST, 3, 50, 50, (2, 5), 2),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "prof", "cost", "current", "samples", "since", "bounds", "expected"),
+    CASES,
+    ids=[case[0] for case in CASES],
+)
+def test_goodput_policy_table(
+    name: str,
+    prof: DepthProfile,
+    cost: tuple[float, ...],
+    current: int,
+    samples: int,
+    since: int,
+    bounds: tuple[int, int],
+    expected: int,
+) -> None:
+    policy = GoodputPolicy(min_samples=8, hysteresis=0.03, min_dwell=4)
+    choice = policy.choose(PolicyInput(prof, samples, current, *bounds, since, cost))
+    assert choice.k == expected, choice.reason
+
+
+def test_hysteresis_holds_a_nearly_equal_k() -> None:
+    # E[tokens]: k=2 -> 1.5+0.25 = 1.75; k=3 -> 1.875 (+7 % before cost, ~+1.6 % after).
+    prof = profile(0.5, 0.5, 0.5, 0.5, 0.5)
+    cost = tuple(1.0 + 0.05 * k for k in range(6))
+    policy = GoodputPolicy(min_samples=1, hysteresis=0.05, min_dwell=0)
+    held = policy.choose(PolicyInput(prof, 50, 2, 0, 5, 50, cost))
+    assert held.k == 2
+    assert held.reason == "hold"
+    eager = GoodputPolicy(min_samples=1, hysteresis=0.0, min_dwell=0)
+    assert eager.choose(PolicyInput(prof, 50, 2, 0, 5, 50, cost)).k == 3
+
+
+def test_expected_tokens_formula() -> None:
+    assert profile(0.5, 0.5).expected_tokens() == pytest.approx([1.0, 1.5, 1.75])
+    assert profile(1.0, 0.0, 1.0).expected_tokens() == pytest.approx([1.0, 2.0, 2.0, 2.0])
+
+
+def test_prior_extrapolates_unseen_depths() -> None:
+    est = DepthProfile.estimate([90.0, 0.0, 0.0], [100.0, 0.0, 0.0], (0.7,), 4.0, 0.9)
+    assert est.p[0] == pytest.approx((90 + 4 * 0.7) / 104)
+    assert est.p[1] == pytest.approx(est.p[0] * 0.9)
+    assert est.p[2] == pytest.approx(est.p[1] * 0.9)
+
+
+def test_factory_by_name() -> None:
+    settings = ControllerSettings(default_k=2)
+    assert isinstance(make_policy("goodput", settings), GoodputPolicy)
+    static = make_policy("static", settings)
+    assert isinstance(static, StaticPolicy)
+    assert static.choose(PolicyInput(profile(0.9), 50, 0, 0, 5, 50, FLAT_COST)).k == 2
+    with pytest.raises(ValueError, match="unknown policy"):
+        make_policy("magic", settings)
