@@ -1,0 +1,365 @@
+"""The one catalogue of `specgw_*` Prometheus families, and the `/metrics` rendering.
+
+Every family the gateway exports is declared here, on an injected
+`CollectorRegistry` (no module globals, so tests and replicas build their own).
+Conventions (DESIGN.md): prefix `specgw_`, base units (`_seconds`), `_total` only
+on counters (prometheus-client appends it), one `class` label bounded by the
+controller's class limit (it folds extras into `other`, so at most
+`max_classes + 1` values), draft `position` 0-indexed as vLLM labels it.
+
+Derived figures, as the recording rules in `deploy/prometheus/rules.yml` compute them
+(`sum by (class)` implied):
+
+* acceptance length (vLLM's definition, bonus token included)::
+
+      1 + rate(specgw_accepted_tokens_total[5m]) / (rate(specgw_verify_steps_total[5m]) > 0)
+
+  It reconciles with the engine-wide
+  `1 + rate(vllm:spec_decode_num_accepted_tokens_total) / rate(vllm:spec_decode_num_drafts_total)`
+  when summed over classes (vLLM counts a "draft" per request per verify step).
+* acceptance rate at draft position p::
+
+      rate(specgw_accepted_tokens_per_position_total{position="p"}[5m])
+        / (rate(specgw_draft_tokens_per_position_total{position="p"}[5m]) > 0)
+
+* fallback (k = 0) share::
+
+      rate(specgw_fallback_requests_total[5m]) / (rate(specgw_acceptance_length_count[5m]) > 0)
+
+  (both count finished requests with an engine outcome).
+* output tokens/s: `rate(specgw_output_tokens_total[5m])`; TPOT p50::
+
+      histogram_quantile(0.5,
+        sum by (class, le) (rate(specgw_time_per_output_token_seconds_bucket[5m])))
+
+* error ratio::
+
+      rate(specgw_requests_total{status=~"5.."}[5m]) / (rate(specgw_requests_total[5m]) > 0)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+from engine.interface import RequestOutcome
+
+#: Request latency (TTFT, end-to-end), seconds: 5 ms to 2 min.
+LATENCY_BUCKETS_S: tuple[float, ...] = (
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
+)  # fmt: skip
+#: Time per output token, seconds: 1 ms to 2 s (a CPU step is ~5-50 ms).
+TOKEN_LATENCY_BUCKETS_S: tuple[float, ...] = (
+    0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0, 2.0,
+)  # fmt: skip
+#: Per-request acceptance length: 1 (nothing accepted) to K + 1 (all of K = 8 accepted).
+ACCEPTANCE_LENGTH_BUCKETS: tuple[float, ...] = (
+    1.0, 1.25, 1.5, 1.75, 2.0, 2.25, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0,
+)  # fmt: skip
+
+RedisState = Literal["up", "degraded", "disabled"]
+REDIS_STATES: tuple[RedisState, ...] = ("up", "degraded", "disabled")
+#: `error_type` of a request that succeeded.
+NO_ERROR = "none"
+
+
+@dataclass(frozen=True, slots=True)
+class _ClassChildren:
+    """The children of one class, bound once (label lookup is off the hot path)."""
+
+    ttft: Histogram
+    tpot: Histogram
+    e2e: Histogram
+    acceptance_length: Histogram
+    prompt_tokens: Counter
+    output_tokens: Counter
+    draft_tokens: Counter
+    accepted_tokens: Counter
+    verify_steps: Counter
+    fallback: Counter
+    drafted_per_position: tuple[Counter, ...]
+    accepted_per_position: tuple[Counter, ...]
+
+
+class GatewayMetrics:
+    """All `specgw_*` families on one registry, with typed `record_*` helpers.
+
+    `max_depth` (K) bounds the `position` label; `flags` names the flags exported as
+    `specgw_flag_state{flag}` (numeric value: 1/0 for booleans, the number otherwise).
+    """
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        *,
+        max_depth: int,
+        flags: Sequence[str] = (),
+    ) -> None:
+        self.registry = registry
+        self.max_depth = max_depth
+        self._flags = tuple(flags)
+        self._classes: dict[str, _ClassChildren] = {}
+        r = registry
+        self.requests = Counter(
+            "specgw_requests",
+            "Requests answered, by class, HTTP status code and OpenAI error type.",
+            ["class", "status", "error_type"],
+            registry=r,
+        )
+        self.ttft = Histogram(
+            "specgw_time_to_first_token_seconds",
+            "Seconds from engine arrival to the first output token, by class.",
+            ["class"],
+            buckets=LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        self.tpot = Histogram(
+            "specgw_time_per_output_token_seconds",
+            "Mean seconds per output token after the first, per request, by class.",
+            ["class"],
+            buckets=TOKEN_LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        self.e2e = Histogram(
+            "specgw_request_duration_seconds",
+            "Seconds from engine arrival to the last token, by class.",
+            ["class"],
+            buckets=LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        self.acceptance_length = Histogram(
+            "specgw_acceptance_length",
+            "Per-request acceptance length (1 + accepted / verify steps, vLLM's definition).",
+            ["class"],
+            buckets=ACCEPTANCE_LENGTH_BUCKETS,
+            registry=r,
+        )
+        self.prompt_tokens = _counter(r, "prompt_tokens", "Prompt tokens of finished requests.")
+        self.output_tokens = _counter(r, "output_tokens", "Output tokens of finished requests.")
+        self.draft_tokens = _counter(r, "draft_tokens", "Draft tokens proposed to the target.")
+        self.accepted_tokens = _counter(r, "accepted_tokens", "Draft tokens the target accepted.")
+        self.verify_steps = _counter(
+            r, "verify_steps", "Engine steps that verified at least one draft token."
+        )
+        self.fallback_requests = _counter(
+            r, "fallback_requests", "Finished requests that ran with k = 0 (no drafts)."
+        )
+        self.drafted_per_position = Counter(
+            "specgw_draft_tokens_per_position",
+            "Draft tokens proposed at each draft position (0-indexed), by class.",
+            ["class", "position"],
+            registry=r,
+        )
+        self.accepted_per_position = Counter(
+            "specgw_accepted_tokens_per_position",
+            "Draft tokens accepted at each draft position (0-indexed), by class.",
+            ["class", "position"],
+            registry=r,
+        )
+        self.speculation_depth = Gauge(
+            "specgw_speculation_depth",
+            "Speculation depth k most recently given to a request of the class.",
+            ["class"],
+            registry=r,
+        )
+        self.decisions = Counter(
+            "specgw_controller_decisions",
+            "Changes of a class's adaptive k, by class, old k, new k and reason.",
+            ["class", "from_k", "to_k", "reason"],
+            registry=r,
+        )
+        self.drift_score = Gauge(
+            "specgw_drift_score",
+            "Page-Hinkley statistic of the class's acceptance (0 = no evidence of change).",
+            ["class"],
+            registry=r,
+        )
+        self.drift_events = Counter(
+            "specgw_drift_events",
+            "Change points detected in a class's acceptance, by direction (up/down).",
+            ["class", "direction"],
+            registry=r,
+        )
+        self.flag_state = Gauge(
+            "specgw_flag_state", "Current value of an ops flag.", ["flag"], registry=r
+        )
+        self.redis_state = Gauge(
+            "specgw_redis_state",
+            "Cluster-state store: 1 for the current state (up, degraded, disabled).",
+            ["state"],
+            registry=r,
+        )
+        self.queue_depth = Gauge(
+            "specgw_admission_queue_depth", "Requests waiting for admission.", registry=r
+        )
+        self.running = Gauge(
+            "specgw_running_requests", "Requests admitted and running.", registry=r
+        )
+        self.engine_ready = Gauge(
+            "specgw_engine_ready", "1 when the engine is ready to serve, else 0.", registry=r
+        )
+        for flag in self._flags:
+            self.flag_state.labels(flag)
+        self.set_redis_state("disabled")
+        self.engine_ready.set(0)
+
+    # ---- per class --------------------------------------------------------------------
+    def _children(self, cls: str) -> _ClassChildren:
+        children = self._classes.get(cls)
+        if children is None:
+            positions = range(self.max_depth)
+            children = _ClassChildren(
+                ttft=self.ttft.labels(cls),
+                tpot=self.tpot.labels(cls),
+                e2e=self.e2e.labels(cls),
+                acceptance_length=self.acceptance_length.labels(cls),
+                prompt_tokens=self.prompt_tokens.labels(cls),
+                output_tokens=self.output_tokens.labels(cls),
+                draft_tokens=self.draft_tokens.labels(cls),
+                accepted_tokens=self.accepted_tokens.labels(cls),
+                verify_steps=self.verify_steps.labels(cls),
+                fallback=self.fallback_requests.labels(cls),
+                drafted_per_position=tuple(
+                    self.drafted_per_position.labels(cls, str(p)) for p in positions
+                ),
+                accepted_per_position=tuple(
+                    self.accepted_per_position.labels(cls, str(p)) for p in positions
+                ),
+            )
+            self._classes[cls] = children
+        return children
+
+    def record_request(self, cls: str, status: int, error_type: str = NO_ERROR) -> None:
+        """One answered request: `status` is the HTTP status (an in-stream error counts
+        with the status it would have had), `error_type` the OpenAI `error.type`."""
+        self.requests.labels(cls, str(status), error_type or NO_ERROR).inc()
+
+    def record_depth(self, cls: str, k: int) -> None:
+        """The k given to a request of `cls` (call once per request, after `decide`)."""
+        self.speculation_depth.labels(cls).set(k)
+
+    def record_outcome(self, cls: str, outcome: RequestOutcome) -> None:
+        """Fold one finished request's engine outcome in (latency, tokens, speculation).
+
+        Per-position counts follow vLLM: position p counts steps that drafted (or
+        accepted) draft token p + 1. Without `drafted_per_position` every verify step
+        is taken to have drafted all k positions, as the controller assumes.
+        """
+        c = self._children(cls)
+        spec = outcome.speculation
+        c.ttft.observe(outcome.ttft_s)
+        if outcome.output_tokens > 1:
+            c.tpot.observe(outcome.tpot_s)
+        c.e2e.observe(outcome.e2e_s)
+        c.prompt_tokens.inc(outcome.prompt_tokens)
+        c.output_tokens.inc(outcome.output_tokens)
+        c.acceptance_length.observe(spec.acceptance_length)
+        if spec.k == 0:
+            c.fallback.inc()
+        if spec.verify_steps <= 0:
+            return
+        c.verify_steps.inc(spec.verify_steps)
+        c.draft_tokens.inc(spec.draft_tokens)
+        c.accepted_tokens.inc(spec.accepted_tokens)
+        depth = min(len(c.drafted_per_position), max(spec.k, len(spec.accepted_per_position)))
+        for p in range(depth):
+            if spec.drafted_per_position:
+                drafted = _at(spec.drafted_per_position, p)
+            else:
+                drafted = spec.verify_steps if p < spec.k else 0
+            c.drafted_per_position[p].inc(drafted)
+            c.accepted_per_position[p].inc(_at(spec.accepted_per_position, p))
+
+    def forget_class(self, cls: str) -> None:
+        """Drop every series of an evicted class, so label cardinality stays bounded.
+
+        Counters of a removed class restart from zero if it comes back; `rate()`
+        treats that as a counter reset, which is what it is.
+        """
+        self._classes.pop(cls, None)
+        for family in (
+            self.ttft, self.tpot, self.e2e, self.acceptance_length, self.prompt_tokens,
+            self.output_tokens, self.draft_tokens, self.accepted_tokens, self.verify_steps,
+            self.fallback_requests, self.speculation_depth, self.drift_score,
+        ):  # fmt: skip
+            _remove_matching(family, {"class": cls})
+        for family in (
+            self.drafted_per_position,
+            self.accepted_per_position,
+            self.requests,
+            self.decisions,
+            self.drift_events,
+        ):
+            _remove_matching(family, {"class": cls})
+
+    # ---- controller events (see `events.MetricsEvents`) ------------------------------
+    def record_decision_change(self, cls: str, old_k: int, new_k: int, reason: str) -> None:
+        self.decisions.labels(cls, str(old_k), str(new_k), _reason_label(reason)).inc()
+
+    def record_drift(self, cls: str, direction: int) -> None:
+        self.drift_events.labels(cls, "up" if direction > 0 else "down").inc()
+
+    def record_drift_score(self, cls: str, score: float) -> None:
+        self.drift_score.labels(cls).set(score)
+
+    # ---- gateway state ---------------------------------------------------------------
+    def set_flags(self, values: Iterable[tuple[str, float]]) -> None:
+        """Export flag values; flags not named at construction are ignored (bounded)."""
+        for name, value in values:
+            if name in self._flags:
+                self.flag_state.labels(name).set(value)
+
+    def set_redis_state(self, state: RedisState) -> None:
+        for s in REDIS_STATES:
+            self.redis_state.labels(s).set(1 if s == state else 0)
+
+    def set_load(self, waiting: int, running: int) -> None:
+        self.queue_depth.set(waiting)
+        self.running.set(running)
+
+    def set_engine_ready(self, ready: bool) -> None:
+        self.engine_ready.set(1 if ready else 0)
+
+
+def render_metrics(registry: CollectorRegistry) -> tuple[bytes, str]:
+    """The `/metrics` body: the gateway's families, then prometheus-client's default
+    REGISTRY, where vLLM registers its `vllm:*` families (and process/python ones).
+    Returns (body, content type) for the route."""
+    body = generate_latest(registry)
+    if registry is not REGISTRY:
+        body += generate_latest(REGISTRY)
+    return body, CONTENT_TYPE_LATEST
+
+
+def _counter(registry: CollectorRegistry, name: str, help_text: str) -> Counter:
+    return Counter(f"specgw_{name}", f"{help_text[:-1]}, by class.", ["class"], registry=registry)
+
+
+def _at(values: tuple[int, ...], index: int) -> int:
+    return values[index] if index < len(values) else 0
+
+
+def _reason_label(reason: str) -> str:
+    """Reasons like `explore k=3` or `goodput 1.8 > 1.5` would explode the label set;
+    keep the leading word only (the controller's reasons start with their kind)."""
+    head = reason.strip().split(" ", 1)[0] if reason.strip() else "unknown"
+    return head[:32]
+
+
+def _remove_matching(family: Counter | Gauge | Histogram, match: dict[str, str]) -> None:
+    names = family._labelnames
+    for values in list(family._metrics):
+        labels = dict(zip(names, values, strict=True))
+        if all(labels.get(k) == v for k, v in match.items()):
+            family.remove(*values)

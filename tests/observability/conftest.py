@@ -1,0 +1,67 @@
+"""Fixtures of the observability tests: a populated metrics catalogue, promtool."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from engine.interface import RequestOutcome, SpeculationOutcome
+from gateway.observability.metrics import GatewayMetrics
+
+FLAGS = ("speculation.enabled", "speculation.k_max")
+
+
+def sample_outcome(k: int, steps: int, accepted_per_position: tuple[int, ...]) -> RequestOutcome:
+    """A finished request as the engine reports it (vLLM per-request metrics)."""
+    accepted = sum(accepted_per_position)
+    return RequestOutcome(
+        request_id=f"r-{k}-{steps}",
+        prompt_tokens=40,
+        output_tokens=steps + accepted if steps else 16,
+        finish_reason="length",
+        speculation=SpeculationOutcome(
+            k=k,
+            verify_steps=steps,
+            draft_tokens=steps * k,
+            accepted_tokens=accepted,
+            accepted_per_position=accepted_per_position,
+        ),
+        ttft_s=0.08,
+        tpot_s=0.012,
+        e2e_s=0.5,
+        decode_steps=steps,
+    )
+
+
+def populate(metrics: GatewayMetrics) -> None:
+    """A fixed set of observations touching every family (for golden and promtool)."""
+    metrics.record_depth("chat/len:512", 3)
+    metrics.record_outcome("chat/len:512", sample_outcome(3, 10, (8, 5, 2)))
+    metrics.record_request("chat/len:512", 200)
+    metrics.record_depth("other", 0)
+    metrics.record_outcome("other", sample_outcome(0, 0, ()))
+    metrics.record_request("other", 429, "rate_limit_exceeded")
+    metrics.record_decision_change("chat/len:512", 2, 3, "goodput +12% at k=3 over k=2")
+    metrics.record_drift("chat/len:512", -1)
+    metrics.record_drift_score("chat/len:512", 0.4)
+    metrics.set_flags([("speculation.enabled", 1.0), ("speculation.k_max", 4.0)])
+    metrics.set_redis_state("up")
+    metrics.set_load(waiting=2, running=5)
+    metrics.set_engine_ready(True)
+
+
+@pytest.fixture
+def metrics() -> GatewayMetrics:
+    m = GatewayMetrics(CollectorRegistry(), max_depth=4, flags=FLAGS)
+    populate(m)
+    return m
+
+
+@pytest.fixture(scope="session")
+def promtool() -> str:
+    path = shutil.which("promtool")
+    if path is None:
+        pytest.skip("promtool not installed (Debian package `prometheus`; `make system-deps`)")
+    return path

@@ -1,0 +1,150 @@
+"""The `specgw_*` catalogue: golden exposition, promtool lint, recording semantics."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter
+from prometheus_client.parser import text_string_to_metric_families
+
+from gateway.observability.metrics import GatewayMetrics, render_metrics
+from tests.observability.conftest import FLAGS, populate, sample_outcome
+
+GOLDEN = Path(__file__).parent / "golden" / "metrics_exposition.txt"
+
+
+def exposition_schema(body: str) -> str:
+    """HELP/TYPE lines and, per sample name, its label names: everything but values."""
+    lines: list[str] = []
+    for family in text_string_to_metric_families(body):
+        lines.append(f"# HELP {family.name} {family.documentation}")
+        lines.append(f"# TYPE {family.name} {family.type}")
+        shapes = sorted({f"{s.name}{{{','.join(sorted(s.labels))}}}" for s in family.samples})
+        lines.extend(shapes)
+    return "\n".join(lines) + "\n"
+
+
+def test_exposition_matches_golden(metrics: GatewayMetrics) -> None:
+    body, content_type = render_metrics(metrics.registry)
+    assert content_type.startswith("text/plain")
+    gateway_only = body.decode().split("# HELP python_", 1)[0]
+    schema = exposition_schema(gateway_only)
+    if os.environ.get("SPECGW_UPDATE_GOLDEN") == "1":
+        GOLDEN.write_text(schema)
+    assert schema == GOLDEN.read_text(), (
+        "the /metrics schema changed; if deliberate, rerun with SPECGW_UPDATE_GOLDEN=1 "
+        "and commit tests/observability/golden/metrics_exposition.txt"
+    )
+
+
+def test_every_gateway_family_is_prefixed_and_counters_end_in_total(
+    metrics: GatewayMetrics,
+) -> None:
+    body, _ = render_metrics(metrics.registry)
+    families = list(text_string_to_metric_families(body.decode()))
+    # prometheus-client also exposes a `<name>_created` gauge per counter/histogram.
+    ours = [f for f in families if f.name.startswith("specgw_")]
+    assert len([f for f in ours if not f.name.endswith("_created")]) == 22
+    for family in ours:
+        for sample in family.samples:
+            if family.type == "counter":
+                assert sample.name.endswith(("_total", "_created")), sample.name
+            else:
+                assert not sample.name.endswith("_total"), sample.name
+
+
+def test_render_includes_default_registry_where_vllm_registers() -> None:
+    # vLLM registers `vllm:*` on prometheus-client's default REGISTRY; stand in with a
+    # real counter there (what vLLM's PrometheusStatLogger does) and remove it after.
+    probe = Counter("vllm:specgw_probe_requests", "probe", registry=REGISTRY)
+    try:
+        probe.inc()
+        m = GatewayMetrics(CollectorRegistry(), max_depth=2)
+        body = render_metrics(m.registry)[0].decode()
+        assert "specgw_engine_ready 0.0" in body
+        assert "vllm:specgw_probe_requests_total 1.0" in body
+    finally:
+        REGISTRY.unregister(probe)
+
+
+def test_promtool_check_metrics_reports_no_problem_for_specgw(
+    metrics: GatewayMetrics, promtool: str
+) -> None:
+    body, _ = render_metrics(metrics.registry)
+    result = subprocess.run(
+        [promtool, "check", "metrics"], input=body, capture_output=True, timeout=30
+    )
+    problems = [
+        line
+        for line in (result.stdout + result.stderr).decode().splitlines()
+        if line.startswith("specgw_")
+    ]
+    assert problems == []
+
+
+def sample_value(m: GatewayMetrics, name: str, **labels: str) -> float | None:
+    return m.registry.get_sample_value(name, labels)
+
+
+def test_acceptance_length_reconciles_with_vllm_definition() -> None:
+    """1 + accepted / steps from the counters equals the per-request definition."""
+    m = GatewayMetrics(CollectorRegistry(), max_depth=4)
+    a = sample_outcome(3, 10, (8, 5, 2))
+    b = sample_outcome(2, 20, (10, 3))
+    m.record_outcome("c", a)
+    m.record_outcome("c", b)
+    accepted = sample_value(m, "specgw_accepted_tokens_total", **{"class": "c"})
+    steps = sample_value(m, "specgw_verify_steps_total", **{"class": "c"})
+    assert accepted == 28 and steps == 30
+    pooled = 1 + accepted / steps
+    weighted = (a.speculation.acceptance_length * 10 + b.speculation.acceptance_length * 20) / 30
+    assert abs(pooled - weighted) < 1e-12
+    per_pos = [
+        sample_value(m, "specgw_accepted_tokens_per_position_total", position=str(p),
+                     **{"class": "c"})
+        for p in range(4)
+    ]  # fmt: skip
+    assert per_pos == [18, 8, 2, 0]
+    drafted = [
+        sample_value(m, "specgw_draft_tokens_per_position_total", position=str(p),
+                     **{"class": "c"})
+        for p in range(4)
+    ]  # fmt: skip
+    assert drafted == [30, 30, 10, 0]
+
+
+def test_fallback_and_histogram_count_share_a_denominator() -> None:
+    m = GatewayMetrics(CollectorRegistry(), max_depth=4)
+    for _ in range(3):
+        m.record_outcome("c", sample_outcome(0, 0, ()))
+    m.record_outcome("c", sample_outcome(2, 5, (3, 1)))
+    fallback = sample_value(m, "specgw_fallback_requests_total", **{"class": "c"})
+    finished = sample_value(m, "specgw_acceptance_length_count", **{"class": "c"})
+    assert (fallback, finished) == (3, 4)
+
+
+def test_forget_class_removes_every_series_of_the_class(metrics: GatewayMetrics) -> None:
+    metrics.forget_class("chat/len:512")
+    body = render_metrics(metrics.registry)[0].decode()
+    assert 'class="chat/len:512"' not in body
+    assert 'class="other"' in body
+    metrics.record_outcome("chat/len:512", sample_outcome(3, 4, (1,)))
+    assert sample_value(metrics, "specgw_verify_steps_total", **{"class": "chat/len:512"}) == 4
+
+
+def test_decision_reasons_are_folded_to_a_bounded_label(metrics: GatewayMetrics) -> None:
+    body = render_metrics(metrics.registry)[0].decode()
+    reasons = set(re.findall(r'reason="([^"]*)"', body))
+    assert reasons == {"goodput"}
+
+
+def test_unknown_flags_are_not_exported() -> None:
+    m = GatewayMetrics(CollectorRegistry(), max_depth=1, flags=FLAGS)
+    m.set_flags([("not.a.flag", 1.0)])
+    body = render_metrics(m.registry)[0].decode()
+    assert "not.a.flag" not in body
+    populate(m)
+    assert sample_value(m, "specgw_flag_state", flag="speculation.k_max") == 4.0
