@@ -98,7 +98,9 @@ def test_acceptance_length_reconciles_with_vllm_definition() -> None:
     m.record_outcome("c", b)
     accepted = sample_value(m, "specgw_accepted_tokens_total", **{"class": "c"})
     steps = sample_value(m, "specgw_verify_steps_total", **{"class": "c"})
-    assert accepted == 28 and steps == 30
+    assert (accepted, steps) == (28, 30)
+    assert accepted is not None
+    assert steps is not None
     pooled = 1 + accepted / steps
     weighted = (a.speculation.acceptance_length * 10 + b.speculation.acceptance_length * 20) / 30
     assert abs(pooled - weighted) < 1e-12
