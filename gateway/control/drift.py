@@ -1,7 +1,7 @@
 """Change-point detection on a class's acceptance: two-sided Page-Hinkley.
 
-The detector watches standardised residuals r_t = (observed - predicted) / sigma, where the prediction
-comes from the class's depth profile *before* the outcome is folded in (so a
+The detector watches standardised residuals r_t = (observed - predicted) / sigma,
+where the prediction comes from the class's depth profile *before* the outcome is folded in (so a
 change of k by the policy or an exploration probe is not itself a "drift"). With
 tolerance delta and threshold lambda (Page 1954; Hinkley 1971):
 
@@ -42,14 +42,20 @@ class PageHinkley:
     down: float = 0.0
     samples: int = 0
     var: float = 0.0
+    mean: float = 0.0
+    m2: float = 0.0
 
     def update(self, residual: float) -> int:
         """Feed one residual; +1 on an upward change, -1 on a downward one, else 0."""
         self.samples += 1
         sd = max(self.var**0.5, _MIN_SD)
         if self.samples <= self.min_samples:
-            # Learn the noise level; the estimate is still settling, so no alarm yet.
-            self.var += (residual * residual - self.var) / self.samples
+            # Learn the noise level (Welford, around the running mean: the estimate is
+            # still settling, so its bias must not count as noise); no alarm yet.
+            step = residual - self.mean
+            self.mean += step / self.samples
+            self.m2 += step * (residual - self.mean)
+            self.var = self.m2 / self.samples
             return 0
         z = residual / sd
         self.var += _VAR_RATE * (min(residual * residual, 9.0 * sd * sd) - self.var)
@@ -67,6 +73,8 @@ class PageHinkley:
         self.down = 0.0
         self.samples = 0
         self.var = 0.0
+        self.mean = 0.0
+        self.m2 = 0.0
 
     @property
     def statistic(self) -> float:

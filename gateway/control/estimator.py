@@ -1,7 +1,7 @@
 """Live acceptance estimation of one class: forgetting counts, a window, an EWMA.
 
 Decisions use the exponentially forgotten per-position counts: before each
-request is added, every count is multiplied by (1 - alpha), so the effective
+request that speculated is added, every count is multiplied by (1 - alpha), so the effective
 window is about 1/alpha requests and a drift (see `drift`) can shrink it at once
 by scaling the counts with `drift_keep`. Reports also carry the sliding-window
 mean of per-request acceptance lengths with a normal 95 % interval
@@ -79,7 +79,10 @@ class AcceptanceEstimator:
         return Residuals(length, first)
 
     def observe(self, outcome: RequestOutcome) -> None:
-        self.live.scale(1.0 - self._params.alpha)
+        if outcome.speculation.verify_steps > 0:
+            # Forget per informative request only: at k = 0 nothing is learned, and
+            # forgetting then would drift the estimate back to the prior and flap.
+            self.live.scale(1.0 - self._params.alpha)
         self.live.add_outcome(outcome)
         self.total.add_outcome(outcome)
         self.samples_since_reset += 1

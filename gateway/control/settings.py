@@ -56,7 +56,7 @@ class ControllerSettings(BaseSettings):
         0.05, ge=0, le=1, description="Share of requests that probe k-1 or k+1."
     )
     zero_probe_share: float = Field(
-        0.1,
+        0.2,
         ge=0,
         le=1,
         description="Share of requests of a class at k=0 that probe k=1, so it can recover.",
@@ -118,7 +118,7 @@ class ControllerSettings(BaseSettings):
         0.5, ge=0, description="Page-Hinkley tolerance per request, in residual sigmas."
     )
     drift_threshold: float = Field(
-        5.0, gt=0, description="Page-Hinkley alarm threshold, in residual sigmas."
+        7.0, gt=0, description="Page-Hinkley alarm threshold, in residual sigmas."
     )
     drift_min_samples: int = Field(
         10, ge=1, description="Requests a class needs before its drift detector may alarm."

@@ -114,7 +114,8 @@ def test_raw_system_prompt_identity_ignores_dates() -> None:
         "<|im_start|>system\nYou are a pirate.<|im_end|>\n<|im_start|>user\nhi<|im_end|>", 40
     )
     assert a == b
-    assert a.system_id and a.system_id != c.system_id
+    assert a.system_id
+    assert a.system_id != c.system_id
 
 
 def test_multi_turn_is_bucketed_not_counted() -> None:
