@@ -44,6 +44,9 @@ class ClassState:
     last_bucket: int = 1
     drift_direction: int = 0
     explored: int = 0
+    #: Estimate when the drift detector was last quiet (the "before" of a drift).
+    stable_profile: tuple[float, ...] = ()
+    stable_length: float | None = None
 
     def current_k(self) -> int:
         state = self.buckets.get(self.last_bucket)

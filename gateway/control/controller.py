@@ -138,6 +138,10 @@ class Controller:
         if state is None:
             return  # evicted while the request ran
         residuals = state.estimator.residuals(outcome)
+        if state.drift.statistic < 1.0:
+            # No excursion under way (under 1 sigma): the "before" a later drift reports.
+            state.stable_profile = state.estimator.profile().p
+            state.stable_length = state.estimator.ewma_length
         state.estimator.observe(outcome)
         state.pending.add_outcome(outcome)
         state.observed += 1
@@ -185,7 +189,7 @@ class Controller:
             if other is None or samples < self._s.min_samples:
                 continue
             key = (similarity(cls.features, other), samples)
-            if key > best_key:
+            if key[0] >= self._s.similar_min_score and key > best_key:
                 best, best_key = state, key
         return best
 
@@ -195,8 +199,8 @@ class Controller:
 
     def _drifted(self, state: ClassState, direction: int) -> None:
         est = state.estimator
-        before_len = est.window_mean()[0]
-        before = est.profile().p
+        before_len = state.stable_length or 1.0
+        before = state.stable_profile
         est.forget(self._s.drift_keep)
         state.drift_direction = direction
         state.allow_change_now()
@@ -206,7 +210,7 @@ class Controller:
                 state.cls.label,
                 direction,
                 round(before_len, 3),
-                round(est.window_mean()[0], 3),
+                round(est.ewma_length or 1.0, 3),
                 tuple(round(p, 3) for p in before),
                 tuple(round(p, 3) for p in est.profile().p),
                 state.observed,

@@ -8,8 +8,8 @@ measured steps of finished requests with exponential forgetting:
 
 One request contributes (k, (e2e - ttft) / (decode_steps - 1)) once it has two
 or more decode steps. The prior fixes only the *shape*, never the scale: two
-pseudo-points at k = 0 and k = K of weight `prior_weight / 2` each, at the
-bucket's observed mean level, with relative slope
+pseudo-points of weight `prior_weight / 2` each at k = kbar -+ K/2 on the line
+through the bucket's observed mean (kbar, level) with relative slope
 rel(b) = prior_k_cost * (1 + b / prior_batch_saturation), since verification of
 batch x (k + 1) tokens turns compute bound as the batch grows. The policy only
 needs cost(k, b) / cost(0, b), so units cancel.
@@ -107,8 +107,9 @@ class CostModel:
         a0 = level / (1.0 + rel * kbar)
         fit = _Sums(data.n, data.sk, data.skk, data.st, data.skt)
         half = self.prior_weight / 2.0
-        fit.add(0.0, a0, half)
-        fit.add(float(self.max_k), a0 * (1.0 + rel * self.max_k), half)
+        # Symmetric about the data's mean k: the prior bends the slope, never the level.
+        for k in (kbar - self.max_k / 2.0, kbar + self.max_k / 2.0):
+            fit.add(k, a0 * (1.0 + rel * k), half)
         det = fit.n * fit.skk - fit.sk * fit.sk
         slope = a0 * rel if det <= 1e-12 else (fit.n * fit.skt - fit.sk * fit.st) / det
         slope = max(0.0, slope)

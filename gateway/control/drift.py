@@ -9,8 +9,9 @@ tolerance delta and threshold lambda (Page 1954; Hinkley 1971):
     down_t = max(0, down_{t-1} - r_t - delta)     alarm when down_t > lambda
 
 (the CUSUM form of Page-Hinkley with a known zero mean). Two signals are watched
-per class: the acceptance length and the acceptance rate at position 1, the
-first entry of the depth profile and the one most sensitive to a template or
+per class: accepted tokens per verify step against their expectation under the
+depth profile (over the positions the class has evidence for), and the
+acceptance rate at position 1, the entry most sensitive to a template or
 system-prompt change.
 """
 

@@ -64,19 +64,29 @@ class AcceptanceEstimator:
         return self._profile
 
     def residuals(self, outcome: RequestOutcome) -> Residuals:
-        """Residuals of an outcome against the current estimate (call before `observe`)."""
+        """Residuals of an outcome against the current estimate (call before `observe`).
+
+        `length`: accepted tokens per verify step minus their expectation given the
+        trials, sum_d (accepted_d - p_d * trials_d) / steps, over the positions the
+        class has real evidence for (more trials than the prior's pseudo-trials), so
+        the first run at a new depth is not mistaken for a drift of the class.
+        `first`: acceptance at position 1 minus p_1.
+        """
         spec = outcome.speculation
         if spec.verify_steps <= 0 or spec.k <= 0:
             return Residuals(None, None)
         profile = self.profile()
-        expected = profile.expected_tokens()
-        k = min(spec.k, profile.depth)
-        length = spec.acceptance_length - expected[k]
-        accepted, trials = position_counts(spec, 1)
+        accepted, trials = position_counts(spec, profile.depth)
+        known = self._params.prior_strength
+        excess = 0.0
+        for d, (acc, trial) in enumerate(zip(accepted, trials, strict=True)):
+            if self.live.trials_at[d] <= known:
+                break
+            excess += acc - profile.p[d] * trial
         first = None
-        if trials and trials[0] > 0 and profile.depth > 0:
+        if trials and trials[0] > 0 and self.live.trials_at[0] > known:
             first = accepted[0] / trials[0] - profile.p[0]
-        return Residuals(length, first)
+        return Residuals(excess / spec.verify_steps, first)
 
     def observe(self, outcome: RequestOutcome) -> None:
         if outcome.speculation.verify_steps > 0:

@@ -107,7 +107,7 @@ class ControllerSettings(BaseSettings):
         "becomes compute bound as batch x (k+1) grows).",
     )
     cost_prior_weight: float = Field(
-        4.0, gt=0, description="Pseudo-observations of the cost prior per batch bucket."
+        2.0, gt=0, description="Pseudo-observations of the cost prior per batch bucket."
     )
     cost_forgetting: float = Field(
         0.01, ge=0, lt=1, description="Per-sample forgetting of cost-model statistics."

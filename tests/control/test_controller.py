@@ -1,0 +1,178 @@
+"""The facade: ops overrides, reports, sharing deltas between replicas, cold start."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from gateway.control.controller import COST_ID, Controller
+from gateway.control.cost_model import CostModel
+from gateway.control.decision import ControlOverrides, LoadSnapshot
+from gateway.control.features import RequestFeatures
+from gateway.control.settings import ControllerSettings
+from gateway.control.stats import ClassStats
+from tests.control.simulator import StepCost, simulate
+from tests.control.test_convergence import Recorder
+
+HIGH = (0.9,) * 6
+LOW = (0.05,) * 6
+IDLE = LoadSnapshot()
+
+
+def trained(p: tuple[float, ...], n: int = 80, seed: int = 1, **settings: object) -> Controller:
+    controller = Controller(ControllerSettings.model_validate(settings), rng=random.Random(seed))
+    cls = controller.classify(RequestFeatures("chat"))
+    rng = random.Random(seed + 1)
+    for _ in range(n):
+        decision = controller.decide(cls, IDLE)
+        controller.observe(cls, decision, simulate(rng, p, decision.k), IDLE)
+    return controller
+
+
+OVERRIDES = [
+    ("kill switch", ControlOverrides(enabled=False), 0, "kill switch"),
+    ("pin wins over bounds", ControlOverrides(pin_k=1, k_min=3), 1, "pinned"),
+    ("pin 0", ControlOverrides(pin_k=0), 0, "pinned"),
+    ("pin clamped to K", ControlOverrides(pin_k=40), 5, "pinned"),
+    ("static mode", ControlOverrides(mode="static"), 3, "static"),
+    ("shadow applies static", ControlOverrides(mode="shadow"), 3, "shadow"),
+    ("k_max bound", ControlOverrides(k_max=2, exploration_share=0.0), 2, None),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "overrides", "k", "reason"), OVERRIDES, ids=[c[0] for c in OVERRIDES]
+)
+def test_ops_overrides(name: str, overrides: ControlOverrides, k: int, reason: str | None) -> None:
+    controller = trained(HIGH)  # adaptive k would be 5
+    cls = controller.classify(RequestFeatures("chat"))
+    decision = controller.decide(cls, IDLE, overrides)
+    assert decision.k == k
+    assert not decision.explored
+    if reason is not None:
+        assert decision.reason == reason
+
+
+def test_shadow_records_what_adaptive_would_do() -> None:
+    controller = trained(HIGH)
+    cls = controller.classify(RequestFeatures("chat"))
+    decision = controller.decide(cls, IDLE, ControlOverrides(mode="shadow"))
+    assert (decision.k, decision.shadow_k) == (3, 5)
+
+
+def test_exploration_share_is_bounded_and_can_be_switched_off() -> None:
+    controller = trained(HIGH)
+    cls = controller.classify(RequestFeatures("chat"))
+    probes = [controller.decide(cls, IDLE).explored for _ in range(4000)]
+    assert 0.03 < sum(probes) / len(probes) < 0.07  # configured 0.05
+    off = ControlOverrides(exploration_share=0.0)
+    assert not any(controller.decide(cls, IDLE, off).explored for _ in range(500))
+    explored = [controller.decide(cls, IDLE) for _ in range(400)]
+    assert {d.k for d in explored if d.explored} == {4}  # k=5 is K: only k-1 is a probe
+
+
+def test_snapshot_explains_each_class() -> None:
+    controller = trained(HIGH, n=100)
+    (report,) = controller.snapshot()
+    assert report.label == "chat/len:64"
+    assert report.samples == 100
+    assert report.k == 5
+    assert report.reason.startswith("goodput +")
+    assert 4.0 < report.acceptance_length < 5.5
+    low, high = report.acceptance_length_ci
+    assert low < report.acceptance_length < high
+    assert all(0.8 < p < 1.0 for p in report.depth_profile)
+    assert report.drift_state == "stable"
+    row = report.to_dict()
+    assert row["k_by_batch"] == {"1": 5}
+    assert isinstance(row["depth_profile"], list)
+
+
+def test_drift_event_carries_before_and_after() -> None:
+    events = Recorder()
+    controller = Controller(ControllerSettings(), events=events, rng=random.Random(3))
+    cls = controller.classify(RequestFeatures("chat"))
+    rng = random.Random(4)
+    for p in (HIGH,) * 80 + (LOW,) * 20:
+        decision = controller.decide(cls, IDLE)
+        controller.observe(cls, decision, simulate(rng, p, decision.k), IDLE)
+    assert len(events.drifts) == 1
+    event = events.drifts[0]
+    assert event.direction == -1
+    assert event.length_before > 4.0
+    assert event.profile_before[0] > 0.8
+    assert event.profile_after[0] < event.profile_before[0]
+    assert controller.snapshot()[0].drift_state == "drift down"
+    assert events.changes[-1].new_k < 5
+
+
+def test_replicas_share_evidence_through_deltas() -> None:
+    """Replica B, which never served the class, decides from A's exported deltas."""
+    a = trained(HIGH, n=100)
+    deltas = a.export_deltas()
+    cls_id = a.snapshot()[0].class_id
+    assert deltas.outcomes == 100
+    assert deltas.counters[cls_id]["requests"] == 100
+    assert deltas.meta[cls_id] == {"label": "chat/len:64", "k": "5"}
+    assert COST_ID in deltas.counters
+    assert a.export_deltas().counters == {}  # exported once
+
+    b = Controller(ControllerSettings(), rng=random.Random(9))
+    b.merge(deltas.counters, deltas.meta)  # the cluster totals as Redis would hold them
+    cls = b.classify(RequestFeatures("chat"))
+    decision = b.decide(cls, IDLE, ControlOverrides(exploration_share=0.0))
+    assert decision.k == 5
+    assert b.snapshot()[0].samples == 100
+    # Merging the same totals again adds nothing; new totals add only the increment.
+    b.merge(deltas.counters)
+    assert b.snapshot()[0].samples == 100
+
+
+def test_stats_counters_round_trip_and_add_up() -> None:
+    rng = random.Random(5)
+    one, two, both = ClassStats(5), ClassStats(5), ClassStats(5)
+    for stats in (one, two):
+        outcome = simulate(rng, HIGH, 4)
+        stats.add_outcome(outcome)
+        both.add_outcome(outcome)
+    summed = ClassStats.from_counters(one.to_counters(), 5)
+    summed.add(ClassStats.from_counters(two.to_counters(), 5))
+    assert summed.to_counters() == pytest.approx(both.to_counters())
+    assert both.minus(one).to_counters() == pytest.approx(two.to_counters())
+
+
+def test_cost_model_learns_step_times_not_constants() -> None:
+    truth = StepCost(base_s=0.05, draft_cost=0.2, saturation=8.0)
+    model = CostModel(5, 0.02, 0.08, 16.0, 2.0, 0.0)
+    rng = random.Random(6)
+    for _ in range(300):
+        k, batch = rng.randint(0, 5), rng.choice((1, 16))
+        model.observe_outcome(simulate(rng, HIGH, k, batch, truth), batch)
+    for batch in (1, 16):
+        want = [truth.seconds(k, batch) / truth.seconds(0, batch) for k in range(6)]
+        assert model.relative_costs(batch) == pytest.approx(want, rel=0.05)
+
+
+def test_new_class_starts_from_a_similar_known_class() -> None:
+    controller = trained(HIGH, n=100)
+    similar = controller.classify(RequestFeatures("chat", length=128))
+    decision = controller.decide(similar, IDLE, ControlOverrides(exploration_share=0.0))
+    assert decision.k == 5
+    assert decision.reason == "cold start: like chat/len:64"
+    unlike = controller.classify(
+        RequestFeatures("llama2", system_id="ab", tools=True, response_format="json_object")
+    )
+    assert controller.decide(unlike, IDLE, ControlOverrides(exploration_share=0.0)).k == 3
+
+
+def test_settings_come_from_the_environment_only_when_built(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SPECGW_CONTROL_MAX_CLASSES", "7")
+    monkeypatch.setenv("SPECGW_CONTROL_DEFAULT_K", "2")
+    settings = ControllerSettings()
+    assert (settings.max_classes, settings.default_k) == (7, 2)
+    monkeypatch.setenv("SPECGW_CONTROL_DEFAULT_K", "9")
+    with pytest.raises(ValueError, match="default_k"):
+        ControllerSettings()
