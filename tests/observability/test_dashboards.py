@@ -1,0 +1,87 @@
+"""Dashboards: regenerating gives the committed JSON; every shipped PromQL parses."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import yaml
+
+from gateway.observability.dashboards import (
+    DASHBOARD_DIR,
+    DASHBOARDS,
+    all_promql_expressions,
+    concrete,
+    shipped_expressions,
+    write_dashboards,
+)
+
+
+def test_regenerating_gives_the_committed_json(tmp_path: Path) -> None:
+    for path in write_dashboards(tmp_path):
+        committed = DASHBOARD_DIR / path.name
+        assert path.read_bytes() == committed.read_bytes(), (
+            f"{committed} is stale: run `.venv/bin/python -m gateway.observability.dashboards`"
+        )
+    assert sorted(p.name for p in DASHBOARD_DIR.glob("*.json")) == sorted(DASHBOARDS)
+
+
+def test_dashboards_have_datasource_and_class_variables() -> None:
+    for name in DASHBOARDS:
+        doc = json.loads((DASHBOARD_DIR / name).read_text())
+        variables = {v["name"]: v for v in doc["templating"]["list"]}
+        assert variables["datasource"]["query"] == "prometheus"
+        assert variables["class"]["multi"] is True
+        assert variables["class"]["allValue"] == ".*"
+        ids = [p["id"] for p in doc["panels"]]
+        assert len(ids) == len(set(ids))
+        for panel in doc["panels"]:
+            assert panel["datasource"]["uid"] == "${datasource}"
+            for target in panel["targets"]:
+                if "rate(" in target["expr"]:
+                    assert "$__rate_interval" in target["expr"], panel["title"]
+
+
+def test_drift_dashboard_has_the_main_panels_and_annotations() -> None:
+    doc = json.loads((DASHBOARD_DIR / "specgw-drift.json").read_text())
+    titles = {p["title"] for p in doc["panels"]}
+    assert {
+        "Acceptance length by class",
+        "Speculation depth k by class",
+        "Depth profile: acceptance rate by draft position",
+        "Fallback (k = 0) share by class",
+        "Output tokens/s by class",
+        "TPOT p50 by class",
+    } <= titles
+    names = {a["name"] for a in doc["annotations"]["list"]}
+    assert {"k decisions", "drift events"} <= names
+
+
+def test_every_ratio_guards_its_denominator() -> None:
+    for expr in all_promql_expressions():
+        if "\n  / (" in expr or "\n    / (" in expr:
+            assert "> 0)" in expr, expr
+
+
+def test_expression_list_covers_panels_rules_and_annotations() -> None:
+    sources = [e.source for e in shipped_expressions()]
+    assert any(s.startswith("specgw-drift.json: annotation") for s in sources)
+    assert any(s.startswith("rules.yml: Specgw") for s in sources)
+    assert any(s.startswith("specgw-serving.json") for s in sources)
+    assert len(all_promql_expressions()) == len(sources) >= 40
+
+
+def test_every_expression_parses_with_promtool(promtool: str, tmp_path: Path) -> None:
+    """Each expression, variables expanded as Grafana would, as a recording rule that
+    `promtool check rules` parses (a syntax error fails with the expression named)."""
+    rules = [
+        {"record": f"check:expr_{i}:test", "expr": concrete(e)}
+        for i, e in enumerate(all_promql_expressions())
+    ]
+    path = tmp_path / "exprs.yml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "exprs", "rules": rules}]}))
+    result = subprocess.run(
+        [promtool, "check", "rules", str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
