@@ -78,7 +78,7 @@ class ClassState:
                 k_min=k_min,
                 k_max=k_max,
                 since_change=self.observed - state.changed_at,
-                relative_cost=tuple(cost.relative_costs(bucket)),
+                relative_cost=cost.relative_costs(bucket),
             )
         )
         if choice.k != state.k:

@@ -137,13 +137,14 @@ class Controller:
         state = self._states.get(cls.class_id)
         if state is None:
             return  # evicted while the request ran
-        residuals = state.estimator.residuals(outcome)
+        counts = state.estimator.counts(outcome)
+        residuals = state.estimator.residuals(outcome, counts)
         if state.drift.statistic < 1.0:
             # No excursion under way (under 1 sigma): the "before" a later drift reports.
             state.stable_profile = state.estimator.profile().p
             state.stable_length = state.estimator.ewma_length
-        state.estimator.observe(outcome)
-        state.pending.add_outcome(outcome)
+        state.estimator.observe(outcome, counts)
+        state.pending.add_outcome(outcome, counts)
         state.observed += 1
         state.version += 1
         state.explored += int(decision.explored)

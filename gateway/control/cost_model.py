@@ -24,6 +24,8 @@ from engine.interface import RequestOutcome
 
 BUCKETS: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 _FIELDS = ("n", "sk", "skk", "st", "skt")
+#: Samples of a bucket between two refits of its line, once it has this many.
+REFIT_EVERY = 16
 
 
 def batch_bucket(batch: int) -> int:
@@ -79,6 +81,9 @@ class CostModel:
     _sums: dict[int, _Sums] = field(default_factory=dict)
     _pending: dict[int, _Sums] = field(default_factory=dict)
     _lines: dict[int, tuple[float, float]] = field(default_factory=dict)
+    _relative: dict[int, tuple[float, ...]] = field(default_factory=dict)
+    _since_fit: dict[int, int] = field(default_factory=dict)
+    #: Bumped when a line is refitted; cached decisions compare it.
     version: int = 0
 
     def observe(self, k: int, batch: int, seconds: float) -> None:
@@ -87,7 +92,17 @@ class CostModel:
         sums.scale(1.0 - self.forgetting)
         sums.add(k, seconds)
         self._pending.setdefault(bucket, _Sums()).add(k, seconds)
+        # Refit after every sample while a bucket is young, then every REFIT_EVERY:
+        # the costs move slowly, and each refit makes every class re-decide.
+        since = self._since_fit.get(bucket, 0) + 1
+        if sums.n < REFIT_EVERY or since >= REFIT_EVERY:
+            since = 0
+            self._invalidate(bucket)
+        self._since_fit[bucket] = since
+
+    def _invalidate(self, bucket: int) -> None:
         self._lines.pop(bucket, None)
+        self._relative.pop(bucket, None)
         self.version += 1
 
     def observe_outcome(self, outcome: RequestOutcome, batch: int) -> None:
@@ -121,10 +136,15 @@ class CostModel:
         observed = [s.st / s.n for s in self._sums.values() if s.n > 0]
         return sum(observed) / len(observed) if observed else self.prior_step_s
 
-    def relative_costs(self, batch: int) -> list[float]:
+    def relative_costs(self, batch: int) -> tuple[float, ...]:
         """cost(k, b) / cost(0, b) for k = 0..K."""
-        intercept, slope = self.line(batch_bucket(batch))
-        return [1.0 + slope * k / intercept for k in range(self.max_k + 1)]
+        bucket = batch_bucket(batch)
+        cached = self._relative.get(bucket)
+        if cached is None:
+            intercept, slope = self.line(bucket)
+            cached = tuple(1.0 + slope * k / intercept for k in range(self.max_k + 1))
+            self._relative[bucket] = cached
+        return cached
 
     def export_counters(self) -> dict[str, float]:
         """Raw (unforgotten) sums since the last export, as flat counters; resets them."""
@@ -144,5 +164,4 @@ class CostModel:
             bucket = batch_bucket(int(bucket_text))
             sums = self._sums.setdefault(bucket, _Sums())
             setattr(sums, field_name, getattr(sums, field_name) + float(value))
-            self._lines.pop(bucket, None)
-        self.version += 1
+            self._invalidate(bucket)

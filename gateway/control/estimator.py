@@ -63,7 +63,11 @@ class AcceptanceEstimator:
             )
         return self._profile
 
-    def residuals(self, outcome: RequestOutcome) -> Residuals:
+    def counts(self, outcome: RequestOutcome) -> tuple[list[int], list[int]]:
+        """(accepted, trials) per position of one request, computed once per outcome."""
+        return position_counts(outcome.speculation, self._params.positions)
+
+    def residuals(self, outcome: RequestOutcome, counts: tuple[list[int], list[int]]) -> Residuals:
         """Residuals of an outcome against the current estimate (call before `observe`).
 
         `length`: accepted tokens per verify step minus their expectation given the
@@ -76,7 +80,7 @@ class AcceptanceEstimator:
         if spec.verify_steps <= 0 or spec.k <= 0:
             return Residuals(None, None)
         profile = self.profile()
-        accepted, trials = position_counts(spec, profile.depth)
+        accepted, trials = counts
         known = self._params.prior_strength
         excess = 0.0
         for d, (acc, trial) in enumerate(zip(accepted, trials, strict=True)):
@@ -88,13 +92,16 @@ class AcceptanceEstimator:
             first = accepted[0] / trials[0] - profile.p[0]
         return Residuals(excess / spec.verify_steps, first)
 
-    def observe(self, outcome: RequestOutcome) -> None:
+    def observe(
+        self, outcome: RequestOutcome, counts: tuple[list[int], list[int]] | None = None
+    ) -> None:
         if outcome.speculation.verify_steps > 0:
             # Forget per informative request only: at k = 0 nothing is learned, and
             # forgetting then would drift the estimate back to the prior and flap.
             self.live.scale(1.0 - self._params.alpha)
-        self.live.add_outcome(outcome)
-        self.total.add_outcome(outcome)
+        counts = counts or position_counts(outcome.speculation, self._params.positions)
+        self.live.add_outcome(outcome, counts)
+        self.total.add_outcome(outcome, counts)
         self.samples_since_reset += 1
         spec = outcome.speculation
         if spec.verify_steps > 0 and spec.k > 0:
@@ -105,6 +112,7 @@ class AcceptanceEstimator:
                 length if self.ewma_length is None else a * length + (1 - a) * self.ewma_length
             )
         self._profile = None
+        self.profile()  # computed here, off the decision path
 
     def merge(self, increment: ClassStats, cap_steps: float) -> None:
         """Fold other replicas' new evidence in, at most `cap_steps` verify steps of it."""

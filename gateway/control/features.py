@@ -72,6 +72,24 @@ def text_identity(text: str) -> str:
     return digest
 
 
+class IdentityCache:
+    """Bounded cache of raw system-prompt text -> identity (the masking regexes cost
+    ~20 us on a long prompt, and most traffic repeats a few system prompts). One per
+    gateway, built by the composition root; cleared whole when full."""
+
+    def __init__(self, size: int = 1024) -> None:
+        self._size = size
+        self._ids: dict[str, str] = {}
+
+    def __call__(self, text: str) -> str:
+        found = self._ids.get(text)
+        if found is None:
+            if len(self._ids) >= self._size:
+                self._ids.clear()
+            found = self._ids[text] = text_identity(text)
+        return found
+
+
 def length_bucket(prompt_tokens: int) -> int:
     """Upper bound of the log2 bucket: 64, 128, ... 32768 (acceptance falls with context)."""
     bucket = 64
@@ -146,6 +164,7 @@ def features_from_chat(
     tool_choice: Any,
     response_format: Any,
     prompt_tokens: int,
+    identities: IdentityCache | None = None,
 ) -> RequestFeatures:
     """Features of a chat request, from its plain JSON body fields."""
     system_parts: list[str] = []
@@ -161,7 +180,7 @@ def features_from_chat(
             tool_messages = True
     return RequestFeatures(
         template="chat",
-        system_id=text_identity("\n".join(system_parts)),
+        system_id=(identities or text_identity)("\n".join(system_parts)),
         turns=turns_bucket(user_turns),
         tools=bool(tools),
         tool_messages=tool_messages,
@@ -196,7 +215,9 @@ def raw_template(prompt: str) -> str:
     return "code" if _CODE_HINT.match(head) else "plain"
 
 
-def features_from_completion(prompt: str, prompt_tokens: int) -> RequestFeatures:
+def features_from_completion(
+    prompt: str, prompt_tokens: int, identities: IdentityCache | None = None
+) -> RequestFeatures:
     """Features of a completions request: the raw prompt's template and system prompt."""
     template = raw_template(prompt)
     user_turns = {
@@ -208,7 +229,7 @@ def features_from_completion(prompt: str, prompt_tokens: int) -> RequestFeatures
     tool_messages = template == "chatml" and "<|im_start|>tool" in prompt
     return RequestFeatures(
         template=template,
-        system_id=text_identity(_raw_system_prompt(template, prompt).strip()),
+        system_id=(identities or text_identity)(_raw_system_prompt(template, prompt).strip()),
         turns=turns_bucket(user_turns),
         tool_messages=tool_messages,
         length=length_bucket(prompt_tokens),

@@ -61,7 +61,12 @@ class ClassStats:
         self.trials_at = _sized(self.trials_at, self.positions)
         self.requests_at_k = _sized(self.requests_at_k, self.positions + 1)
 
-    def add_outcome(self, outcome: RequestOutcome) -> None:
+    def add_outcome(
+        self,
+        outcome: RequestOutcome,
+        counts: tuple[list[int], list[int]] | None = None,
+    ) -> None:
+        """Add one request; `counts` = its `position_counts` when the caller has them."""
         spec = outcome.speculation
         self.requests += 1
         self.steps += spec.verify_steps
@@ -69,8 +74,8 @@ class ClassStats:
         self.drafted += spec.draft_tokens
         self.output_tokens += outcome.output_tokens
         self.requests_at_k[min(max(spec.k, 0), self.positions)] += 1
-        accepted, trials = position_counts(spec, self.positions)
-        for d, (acc, trial) in enumerate(zip(accepted, trials, strict=True)):
+        accepted, trials = counts or position_counts(spec, self.positions)
+        for d, (acc, trial) in enumerate(zip(accepted, trials, strict=False)):
             self.accepted_at[d] += acc
             self.trials_at[d] += trial
 

@@ -9,6 +9,7 @@ import pytest
 
 from gateway.control.classify import class_id_of, label_of
 from gateway.control.features import (
+    IdentityCache,
     RequestFeatures,
     features_from_chat,
     features_from_completion,
@@ -145,3 +146,15 @@ def test_class_id_is_a_stable_hash_not_a_counter() -> None:
     assert class_id_of(RequestFeatures("chat")) == blake2b(canonical, digest_size=8).hexdigest()
     assert class_id_of(RequestFeatures("chat")) == "53d1cebfaf59dc7f"
     assert normalise_text("Hi Alice, it is 10:30 on 2026-11-22") == "hi <name>, it is <t> on <d>"
+
+
+def test_identity_cache_gives_the_same_identity() -> None:
+    cache = IdentityCache(size=2)
+    system = "You are helpful. Today is 2026-11-22."
+    cached = chat(system)
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": "hi"}]
+    for _ in range(3):
+        assert features_from_chat(messages, None, None, None, 300, cache) == cached
+    for text in ("a", "b", "c"):  # overflow clears, never grows past the bound
+        cache(text)
+    assert len(cache._ids) <= 2
