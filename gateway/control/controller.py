@@ -131,9 +131,13 @@ class Controller:
         outcome: RequestOutcome,
         load: LoadSnapshot,
     ) -> None:
-        """Fold a finished request in: cost model, estimate, drift check."""
+        """Fold a finished request in: cost model, estimate, drift check.
+
+        `load` is the load the request ran under (at its end, or a mean over its
+        life where the gateway tracks one); the cost model files its step time there.
+        """
         self._outcomes += 1
-        self._cost.observe_outcome(outcome, max(load.batch, decision.bucket))
+        self._cost.observe_outcome(outcome, load.batch)
         state = self._states.get(cls.class_id)
         if state is None:
             return  # evicted while the request ran
