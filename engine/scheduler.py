@@ -1,0 +1,141 @@
+"""vLLM schedulers that cap each request's draft tokens at its own depth k.
+
+vLLM fixes `num_speculative_tokens` (K) per engine. A request carries its depth
+k in `SamplingParams.extra_args[SPEC_DEPTH_ARG]` (missing = K, clamped to 0..K)
+and these schedulers, passed as `scheduler_cls`, verify at most k drafts for it:
+
+* Sync path (`SpecDepthScheduler`, what the CPU platform forces): drafts land in
+  `update_draft_token_ids` after each step; we trim `request.spec_token_ids`,
+  exactly where vLLM already trims drafts for structured output.
+* Async path (`AsyncSpecDepthScheduler`, the GPU default): the scheduler books
+  placeholder drafts in `_update_after_schedule` before the drafter has run, and
+  the next step schedules as many spec tokens as there are placeholders; we cut
+  each request's placeholders to k there. Real drafts arriving later through
+  `update_draft_token_ids_in_output` are trimmed to the scheduled count by vLLM.
+
+Both also shrink `SchedulerOutput.num_spec_tokens_to_schedule` (the knob vLLM's
+dynamic-SD path uses; the model runner passes it to the drafter's `propose`) to
+the largest k among the requests in the step, so a batch of only k = 0 requests
+runs the drafter's single KV-sync pass and no autoregressive draft steps.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+from vllm.v1.core.sched.output import SchedulerOutput
+from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.outputs import DraftTokenIds
+from vllm.v1.request import Request
+
+from engine.interface import SPEC_DEPTH_ARG
+
+
+def requested_depth(request: Request, max_depth: int) -> int:
+    """A request's k: `extra_args[SPEC_DEPTH_ARG]`, missing = K, clamped to 0..K."""
+    params = request.sampling_params
+    extra = params.extra_args if params is not None else None
+    if not extra or SPEC_DEPTH_ARG not in extra:
+        return max_depth
+    try:
+        k = int(extra[SPEC_DEPTH_ARG])
+    except (TypeError, ValueError):
+        return max_depth
+    return max(0, min(k, max_depth))
+
+
+class _DepthCap:
+    """Shared logic; mixed in before the vLLM scheduler class it specialises."""
+
+    num_spec_tokens: int
+    requests: dict[str, Request]
+    dynamic_sd_lookup: list[int] | None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.num_spec_tokens > 0 and self.dynamic_sd_lookup is None:
+            # A constant dynamic-SD schedule (K at every batch size) changes nothing
+            # but one thing: vLLM then no longer pads a resumed or fully prefix-cached
+            # request to K placeholder drafts (scheduler.py, `pad_spec_decode`), which
+            # would verify K drafts for a request that asked for k < K.
+            max_seqs = self.scheduler_config.max_num_seqs  # type: ignore[attr-defined]
+            self.dynamic_sd_lookup = [self.num_spec_tokens] * (max_seqs + 1)
+
+    def _depth(self, request: Request) -> int:
+        # Cached on the request: extra_args never changes after admission.
+        cached: int | None = getattr(request, "_specgw_k", None)
+        if cached is None:
+            cached = requested_depth(request, self.num_spec_tokens)
+            request._specgw_k = cached  # type: ignore[attr-defined]
+        return cached
+
+    def _step_depth(self, scheduler_output: SchedulerOutput) -> int:
+        """Largest k among this step's requests: how many drafts to ask the drafter for."""
+        depth = 0
+        for req_id in scheduler_output.num_scheduled_tokens:
+            request = self.requests.get(req_id)
+            if request is not None:
+                depth = max(depth, self._depth(request))
+                if depth >= self.num_spec_tokens:
+                    break
+        return depth
+
+    def _cap_drafts(self, request: Request) -> None:
+        k = self._depth(request)
+        if len(request.spec_token_ids) > k:
+            request.spec_token_ids = list(request.spec_token_ids[:k])
+
+
+class SpecDepthScheduler(_DepthCap, Scheduler):
+    """The synchronous scheduler with per-request draft caps."""
+
+    def _update_after_schedule(self, scheduler_output: SchedulerOutput) -> None:
+        if self.num_spec_tokens > 0 and scheduler_output.num_scheduled_tokens:
+            scheduler_output.num_spec_tokens_to_schedule = min(
+                scheduler_output.num_spec_tokens_to_schedule, self._step_depth(scheduler_output)
+            )
+        super()._update_after_schedule(scheduler_output)
+
+    def update_draft_token_ids(self, draft_token_ids: DraftTokenIds) -> None:
+        super().update_draft_token_ids(draft_token_ids)
+        for req_id in draft_token_ids.req_ids:
+            request = self.requests.get(req_id)
+            if request is not None and request.spec_token_ids:
+                self._cap_drafts(request)
+
+
+class AsyncSpecDepthScheduler(_DepthCap, AsyncScheduler):
+    """The async scheduler with per-request caps on its placeholder drafts."""
+
+    def _update_after_schedule(self, scheduler_output: SchedulerOutput) -> None:
+        if self.num_spec_tokens > 0 and scheduler_output.num_scheduled_tokens:
+            scheduler_output.num_spec_tokens_to_schedule = min(
+                scheduler_output.num_spec_tokens_to_schedule, self._step_depth(scheduler_output)
+            )
+        super()._update_after_schedule(scheduler_output)
+        for req_id in scheduler_output.num_scheduled_tokens:
+            request = self.requests.get(req_id)
+            if request is not None and request.spec_token_ids:
+                self._cap_drafts(request)
+
+    def update_draft_token_ids(self, draft_token_ids: DraftTokenIds) -> None:
+        # Used by async engines when the runner hands drafts back out of band.
+        super().update_draft_token_ids(draft_token_ids)
+        for req_id in draft_token_ids.req_ids:
+            request = self.requests.get(req_id)
+            if request is not None and request.spec_token_ids:
+                self._cap_drafts(request)
+
+
+def scheduler_class(async_scheduling: bool) -> type[Any]:
+    """The class to pass as `scheduler_cls` for the engine's scheduling mode."""
+    return AsyncSpecDepthScheduler if async_scheduling else SpecDepthScheduler
+
+
+__all__ = [
+    "AsyncSpecDepthScheduler",
+    "SpecDepthScheduler",
+    "requested_depth",
+    "scheduler_class",
+]

@@ -1,0 +1,108 @@
+"""Typed settings of the embedded engine, read once at start (env `SPECGW_ENGINE_*`).
+
+Nothing here touches the process environment at import: `kv_cache_gib` becomes
+`VLLM_CPU_KVCACHE_SPACE` only inside `VLLMEngine.started`, just before vLLM reads it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import Field
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+
+class EngineSettings(BaseSettings):
+    """Target, drafter, maximum speculation depth K and the vLLM knobs that matter here."""
+
+    model_config = SettingsConfigDict(env_prefix="SPECGW_ENGINE_", extra="ignore")
+
+    model: Path | None = Field(
+        None, description="Target model directory (None = the embedded default model)."
+    )
+    drafter: Path | None = Field(
+        None,
+        description="EAGLE 3.1 drafter directory. None with `model` unset = the embedded "
+        "default drafter; None with `model` set = no speculation (K = 0).",
+    )
+    max_depth: int = Field(
+        4, ge=0, le=16, description="K: num_speculative_tokens; every request gets k in 0..K."
+    )
+    dtype: Literal["bfloat16", "float16", "float32", "auto"] = Field(
+        "bfloat16", description="Weights and activations dtype."
+    )
+    kv_cache_gib: int = Field(
+        2, ge=1, le=4096, description="KV cache size in GiB (VLLM_CPU_KVCACHE_SPACE on CPU)."
+    )
+    max_model_len: int = Field(
+        2048, ge=64, le=1_048_576, description="Longest prompt + completion (tokens)."
+    )
+    max_num_seqs: int = Field(32, ge=1, le=4096, description="Most sequences in one engine step.")
+    enforce_eager: bool = Field(
+        True, description="Skip graph capture and compilation (fast start; CPU default)."
+    )
+    per_request_metrics: Literal["summary", "detailed"] = Field(
+        "detailed",
+        description="vLLM per-request spec-decode metrics; `detailed` adds per-step lists, "
+        "needed for accepted/drafted counts per draft position.",
+    )
+    seed: int = Field(0, ge=0, description="Engine seed (sampling reproducibility).")
+    warmup_prompts: int = Field(
+        2, ge=0, le=64, description="Requests run at start, before the engine reports ready."
+    )
+    stall_bound_s: float = Field(
+        30.0,
+        gt=0,
+        le=3600,
+        description="Work admitted but no output for this long = stalled (not ready).",
+    )
+    served_model_name: str = Field(
+        "specgw-default", min_length=1, description="Model name vLLM's serving layer reports."
+    )
+    scheduler: Literal["auto", "sync", "async"] = Field(
+        "auto",
+        description="Scheduler flavour: `auto` lets vLLM choose (CPU forces sync), "
+        "`async` requests async scheduling where the platform allows it.",
+    )
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, file_secret_settings)
+
+    @classmethod
+    def load(cls, config_file: Path | None = None, **overrides: Any) -> EngineSettings:
+        """CLI flags > environment > the YAML file's `engine:` section > defaults."""
+        from_file: dict[str, Any] = {}
+        if config_file is not None:
+            loaded = yaml.safe_load(config_file.read_text(encoding="utf-8")) or {}
+            section = loaded.get("engine", {}) if isinstance(loaded, dict) else None
+            if not isinstance(section, dict):
+                raise ValueError(f"{config_file}: `engine` must be a mapping")
+            from_file = dict(section)
+        from_env = cls()
+        merged = dict(from_file)
+        merged.update({name: getattr(from_env, name) for name in from_env.model_fields_set})
+        merged.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**merged)
+
+    def resolved_models(self) -> tuple[Path, Path | None]:
+        """(target, drafter or None), with the embedded default model filled in."""
+        if self.model is not None:
+            return self.model, self.drafter
+        from engine.model.paths import default_model  # lands with the default-model issue
+
+        paths = default_model()
+        return paths.target, self.drafter if self.drafter is not None else paths.eagle31
+
+    def effective_depth(self) -> int:
+        """K actually configured: 0 without a drafter."""
+        return self.max_depth if self.resolved_models()[1] is not None else 0

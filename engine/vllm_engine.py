@@ -1,0 +1,297 @@
+"""The `Engine` seam on vLLM's in-process `AsyncLLM` (the only module that builds one).
+
+One engine serves every request at its own speculation depth k: the drafter is
+configured at K (`num_speculative_tokens`) and `engine.scheduler` caps each
+request's drafts at the k carried in `SamplingParams.extra_args`. Lifetime is
+an async context manager (`VLLMEngine.started`) that warms the engine up before
+it yields and always shuts it down, freeing the engine-core process.
+
+Two ways in: `generate()` (the seam; streams `GenerationChunk`s, the last one
+carrying the `RequestOutcome`) and `serving_client`, the `EngineClient` the
+gateway hands to vLLM's own OpenAI serving classes, which taps each finished
+request's outcome into `on_outcome(gateway_request_id, outcome)`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from vllm import SamplingParams
+from vllm.engine.arg_utils import AsyncEngineArgs
+from vllm.exceptions import VLLMClientError
+from vllm.inputs import TokensPrompt
+from vllm.sampling_params import RequestOutputKind
+from vllm.v1.engine.async_llm import AsyncLLM
+from vllm.v1.engine.exceptions import EngineDeadError as VLLMEngineDeadError
+
+from engine.interface import (
+    GATEWAY_ID_ARG,
+    SPEC_DEPTH_ARG,
+    EngineDeadError,
+    EngineError,
+    EngineHealth,
+    GenerateRequest,
+    GenerationChunk,
+    InvalidRequestError,
+    RequestOutcome,
+)
+from engine.outcome import request_outcome
+from engine.settings import EngineSettings
+from engine.stats import EngineActivity
+
+OutcomeCallback = Callable[[str, RequestOutcome], None]
+
+
+def engine_args(settings: EngineSettings) -> AsyncEngineArgs:
+    """vLLM engine arguments for these settings (K from the drafter's presence)."""
+    target, drafter = settings.resolved_models()
+    speculative: dict[str, Any] | None = None
+    if drafter is not None and settings.max_depth > 0:
+        speculative = {
+            "method": "eagle3",
+            "model": str(drafter),
+            "num_speculative_tokens": settings.max_depth,
+        }
+    async_scheduling = settings.scheduler == "async"
+    scheduler = "AsyncSpecDepthScheduler" if async_scheduling else "SpecDepthScheduler"
+    return AsyncEngineArgs(
+        model=str(target),
+        served_model_name=[settings.served_model_name],
+        speculative_config=speculative,
+        scheduler_cls=f"engine.scheduler.{scheduler}",
+        async_scheduling=True if async_scheduling else None,
+        per_request_spec_decode_metrics=settings.per_request_metrics if speculative else "none",
+        dtype=settings.dtype,
+        max_model_len=settings.max_model_len,
+        max_num_seqs=settings.max_num_seqs,
+        enforce_eager=settings.enforce_eager,
+        seed=settings.seed,
+        disable_log_stats=False,
+    )
+
+
+class VLLMEngine:
+    """`Engine` on one `AsyncLLM`; build it with `VLLMEngine.started(...)`."""
+
+    def __init__(
+        self, llm: AsyncLLM, settings: EngineSettings, activity: EngineActivity, max_depth: int
+    ) -> None:
+        self._llm = llm
+        self._settings = settings
+        self._activity = activity
+        self._max_depth = max_depth
+        self._ready = False
+        self._closed = False
+        self.serving_client = OutcomeTapClient(llm, self)
+
+    @classmethod
+    @asynccontextmanager
+    async def started(
+        cls, settings: EngineSettings, on_outcome: OutcomeCallback | None = None
+    ) -> AsyncIterator[VLLMEngine]:
+        """Start, warm up, yield a ready engine; always shut it down on exit."""
+        # vLLM's CPU backend reads the KV-cache size from the environment at start.
+        os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(settings.kv_cache_gib)
+        activity = EngineActivity()
+        args = engine_args(settings)
+        llm = AsyncLLM.from_engine_args(args, stat_loggers=[activity.logger_factory()])
+        k_max = settings.max_depth if args.speculative_config else 0
+        engine = cls(llm, settings, activity, k_max)
+        engine._on_outcome = on_outcome
+        try:
+            await engine._warm_up()
+            engine._ready = True
+            yield engine
+        finally:
+            await engine.shutdown()
+
+    _on_outcome: OutcomeCallback | None = None
+
+    @property
+    def max_depth(self) -> int:
+        return self._max_depth
+
+    @property
+    def llm(self) -> AsyncLLM:
+        """The underlying AsyncLLM (tests and the OpenAI front-end)."""
+        return self._llm
+
+    async def _warm_up(self) -> None:
+        """Run a few short requests so the first real one does not pay first-step costs."""
+        for i in range(self._settings.warmup_prompts):
+            request = GenerateRequest(
+                request_id=f"specgw-warmup-{i}-{uuid.uuid4().hex[:8]}",
+                prompt="Warm-up: the quick brown fox jumps over the lazy dog.",
+                max_tokens=8,
+                k=self._max_depth if i % 2 == 0 else 0,
+            )
+            async for _ in self.generate(request):
+                pass
+
+    def sampling_params(self, request: GenerateRequest) -> SamplingParams:
+        extra: dict[str, Any] = dict(request.extra)
+        extra[SPEC_DEPTH_ARG] = max(0, min(request.k, self._max_depth))
+        return SamplingParams(
+            max_tokens=request.max_tokens,
+            temperature=request.temperature,
+            top_p=request.top_p,
+            seed=request.seed,
+            stop=list(request.stop) or None,
+            extra_args=extra,
+            output_kind=RequestOutputKind.DELTA,
+        )
+
+    async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerationChunk]:
+        """Stream one request; cancelling the consumer aborts it in the engine."""
+        if self._closed:
+            raise EngineDeadError("engine is shut down")
+        params = self.sampling_params(request)
+        prompt: Any = (
+            TokensPrompt(prompt_token_ids=list(request.prompt_token_ids))
+            if request.prompt_token_ids is not None
+            else (request.prompt or "")
+        )
+        k = int(params.extra_args[SPEC_DEPTH_ARG]) if params.extra_args else 0
+        n_out = 0
+        finished = False
+        with self._activity.track():
+            try:
+                async for output in self._llm.generate(prompt, params, request.request_id):
+                    self._activity.progress()
+                    completion = output.outputs[0]
+                    delta = tuple(completion.token_ids)
+                    n_out += len(delta)
+                    outcome = None
+                    if output.finished:
+                        finished = True
+                        outcome = request_outcome(
+                            request.request_id, output, k=k, output_tokens=n_out
+                        )
+                    yield GenerationChunk(
+                        request_id=request.request_id,
+                        text_delta=completion.text,
+                        token_ids_delta=delta,
+                        finished=output.finished,
+                        finish_reason=completion.finish_reason,
+                        outcome=outcome,
+                    )
+            except VLLMEngineDeadError as exc:
+                raise EngineDeadError(f"engine core died: {exc}") from exc
+            except VLLMClientError as exc:
+                raise InvalidRequestError(str(exc)) from exc
+            except ValueError as exc:
+                raise InvalidRequestError(str(exc)) from exc
+            finally:
+                if not finished and not self._llm.errored:
+                    # Consumer went away (cancel or aclose): no orphaned engine request.
+                    await asyncio.shield(self._llm.abort(request.request_id))
+        if not finished:
+            raise EngineError(f"request {request.request_id} ended without finishing")
+
+    async def abort(self, request_id: str) -> None:
+        if not self._closed and not self._llm.errored:
+            await self._llm.abort(request_id)
+
+    async def health(self) -> EngineHealth:
+        counts = self._activity.counts()
+        if self._closed:
+            return EngineHealth(alive=False, ready=False, detail="shut down")
+        if self._llm.errored:
+            return EngineHealth(alive=False, ready=False, detail="engine core died")
+        stalled = self._activity.stalled_for()
+        detail = "" if self._ready else "warming up"
+        if stalled >= self._settings.stall_bound_s:
+            detail = f"stalled: work admitted, no output for {stalled:.1f} s"
+        return EngineHealth(
+            alive=True,
+            ready=self._ready and stalled < self._settings.stall_bound_s,
+            detail=detail,
+            running_requests=counts.running,
+            waiting_requests=counts.waiting,
+            stalled_for_s=stalled,
+        )
+
+    def request_counts(self) -> tuple[int, int, float]:
+        """(running, waiting, monotonic time of the report) as the engine core last said."""
+        counts = self._activity.counts()
+        return counts.running, counts.waiting, counts.reported_at
+
+    def engine_core_pids(self) -> list[int]:
+        """PIDs of the engine-core processes (tests kill one to check failure handling)."""
+        manager = getattr(self._llm.engine_core.resources, "engine_manager", None)
+        procs = getattr(manager, "processes", []) if manager is not None else []
+        return [p.pid for p in procs if p.pid is not None]
+
+    async def shutdown(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._ready = False
+        await asyncio.to_thread(self._llm.shutdown)
+
+    def deliver_outcome(self, gateway_id: str, outcome: RequestOutcome) -> None:
+        if self._on_outcome is not None:
+            self._on_outcome(gateway_id, outcome)
+
+    @property
+    def activity(self) -> EngineActivity:
+        return self._activity
+
+
+class OutcomeTapClient:
+    """An `EngineClient` for vLLM's serving classes: the AsyncLLM plus an outcome tap.
+
+    Everything is forwarded to the AsyncLLM; `generate` passes the stream through
+    unchanged and, when a request that carries `extra_args[GATEWAY_ID_ARG]`
+    finishes, builds its `RequestOutcome` and hands it to `on_outcome` *before*
+    yielding the final output, so the gateway has it when vLLM renders the end.
+    """
+
+    def __init__(self, llm: AsyncLLM, engine: VLLMEngine) -> None:
+        self._llm = llm
+        self._engine = engine
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._llm, name)
+
+    async def generate(
+        self, prompt: Any, sampling_params: SamplingParams, request_id: str, **kwargs: Any
+    ) -> AsyncIterator[Any]:
+        extra = sampling_params.extra_args or {}
+        gateway_id = extra.get(GATEWAY_ID_ARG)
+        tap = gateway_id is not None and sampling_params.n == 1
+        k = _clamp(extra.get(SPEC_DEPTH_ARG), self._engine.max_depth)
+        delta = sampling_params.output_kind == RequestOutputKind.DELTA
+        n_out = 0
+        activity = self._engine.activity
+        with activity.track():
+            stream = self._llm.generate(prompt, sampling_params, request_id, **kwargs)
+            async for output in stream:
+                activity.progress()
+                if output.outputs:
+                    count = len(output.outputs[0].token_ids)
+                    n_out = n_out + count if delta else count
+                if tap and output.finished:
+                    outcome = request_outcome(str(gateway_id), output, k=k, output_tokens=n_out)
+                    self._engine.deliver_outcome(str(gateway_id), outcome)
+                yield output
+
+
+def _clamp(value: Any, max_depth: int) -> int:
+    try:
+        k = int(value) if value is not None else max_depth
+    except (TypeError, ValueError):
+        k = max_depth
+    return max(0, min(k, max_depth))
+
+
+def new_request_id() -> str:
+    return f"specgw-{uuid.uuid4().hex}"
+
+
+__all__ = ["OutcomeTapClient", "VLLMEngine", "engine_args", "new_request_id"]
