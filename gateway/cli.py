@@ -51,12 +51,14 @@ def serve(
 
     from engine.settings import EngineSettings
     from gateway.app import create_app
+    from gateway.control.settings import ControllerSettings
     from gateway.runtime import real_runtime_factory
     from gateway.server import DrainingServer
     from gateway.settings import GatewaySettings
 
-    settings = GatewaySettings.load(
-        config, host=host, port=port, default_k=default_k, log_level=log_level
+    settings = GatewaySettings.load(config, host=host, port=port, log_level=log_level)
+    controller_settings = (
+        ControllerSettings(default_k=default_k) if default_k is not None else ControllerSettings()
     )
     engine_settings = EngineSettings.load(config, model=model, drafter=drafter, max_depth=max_depth)
     logging.basicConfig(
@@ -64,7 +66,9 @@ def serve(
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
     try:
-        application = create_app(settings, real_runtime_factory(engine_settings))
+        application = create_app(
+            settings, real_runtime_factory(engine_settings, controller_settings)
+        )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
     server_config = uvicorn.Config(

@@ -13,13 +13,25 @@ from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontext
 from dataclasses import dataclass, field
 from typing import Any
 
+from prometheus_client import CollectorRegistry
+
 from engine.interface import Engine
 from engine.openai_frontend import FrontendConfig, OpenAIFrontend
 from gateway.admission import Admission
+from gateway.cluster import ClusterSync
+from gateway.control.controller import Controller
+from gateway.control.decision import ControlOverrides
+from gateway.control.events import FanOutEvents, LoggingEvents
+from gateway.control.settings import ControllerSettings
+from gateway.flags import SPECS, FlagSettings, FlagValues, FlagView
+from gateway.observability.events import MetricsEvents, SpanEvents, export_class_reports
+from gateway.observability.metrics import GatewayMetrics, render_metrics
 from gateway.outcomes import OutcomeBoard
-from gateway.planner import Planner, StaticPlanner
+from gateway.planner import ControllerPlanner, Planner, overrides_from_flags
 from gateway.service import InferenceService, Telemetry
 from gateway.settings import GatewaySettings
+from gateway.state import ClassStateSettings, RedisClassStore
+from gateway.telemetry import GatewayTelemetry
 
 log = logging.getLogger("specgw")
 
@@ -79,6 +91,7 @@ def build_service(
 
 def real_runtime_factory(
     engine_settings: Any,
+    controller_settings: ControllerSettings | None = None,
 ) -> Callable[[GatewaySettings], AbstractAsyncContextManager[Runtime]]:
     """A runtime factory for `create_app` on the embedded vLLM engine."""
 
@@ -91,27 +104,20 @@ def real_runtime_factory(
             engine = await stack.enter_async_context(
                 VLLMEngine.started(engine_settings, on_outcome=board.deliver)
             )
+            target, _ = engine_settings.resolved_models()
             frontend = await OpenAIFrontend.create(
                 engine.serving_client,
-                FrontendConfig(
-                    model=str(engine_settings.model),
-                    served_model_name=settings.served_model_name,
-                ),
+                FrontendConfig(model=str(target), served_model_name=settings.served_model_name),
             )
-            planner = StaticPlanner(min(settings.default_k, engine.max_depth))
-            service, admission = build_service(settings, frontend, planner, board, None)
-            runtime = Runtime(
-                settings=settings,
-                engine=engine,
-                frontend=frontend,
-                planner=planner,
-                admission=admission,
-                board=board,
-                service=service,
-                render_metrics=_default_metrics,
+            runtime = await _control_plane(
+                stack,
+                settings,
+                controller_settings or ControllerSettings(),
+                engine,
+                frontend,
+                board,
             )
-            log.info("spec-gateway ready", extra={"max_depth": engine.max_depth})
-            service.set_aborter(engine.abort)
+            log.info("spec-gateway ready (K=%d)", engine.max_depth)
             try:
                 yield runtime
             finally:
@@ -120,7 +126,81 @@ def real_runtime_factory(
     return factory
 
 
-def _default_metrics() -> tuple[bytes, str]:
-    from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+async def _control_plane(
+    stack: AsyncExitStack,
+    settings: GatewaySettings,
+    controller_settings: ControllerSettings,
+    engine: Any,
+    frontend: OpenAIFrontend,
+    board: OutcomeBoard,
+) -> Runtime:
+    """Flags, controller, cluster sync, metrics and the service, on a started engine."""
+    registry = CollectorRegistry()
+    metrics = GatewayMetrics(registry, max_depth=engine.max_depth, flags=tuple(SPECS))
+    metrics.set_engine_ready(True)
+    view = FlagView(FlagSettings(flags_dir=settings.flags_dir, redis_url=settings.redis_url))
+    await view.start()
+    stack.push_async_callback(view.close)
+    events = FanOutEvents(LoggingEvents(), MetricsEvents(metrics), SpanEvents())
+    controller = Controller(controller_settings, max_depth=engine.max_depth, events=events)
 
-    return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
+    def overrides(class_id: str, label: str) -> ControlOverrides:
+        return overrides_from_flags(view.overrides_for(class_id, label))
+
+    planner = ControllerPlanner(controller, overrides)
+    store: RedisClassStore | None = None
+    if settings.redis_url:
+        store = RedisClassStore(ClassStateSettings(redis_url=settings.redis_url))
+        await store.start()
+        stack.push_async_callback(store.close)
+        sync = ClusterSync(controller, store)
+        sync.start()
+        stack.push_async_callback(sync.close)
+    telemetry = GatewayTelemetry(metrics, settings.served_model_name)
+    service, admission = build_service(settings, frontend, planner, board, telemetry)
+    service.set_aborter(engine.abort)
+
+    def render() -> tuple[bytes, str]:
+        metrics.set_load(admission.queued, admission.running)
+        export_class_reports(metrics, controller.snapshot())
+        flags = view.overrides_for("", "")
+        metrics.set_flags(flag_gauges(flags))
+        if store is None:
+            metrics.set_redis_state("disabled")
+        else:
+            metrics.set_redis_state("up" if store.status == "ok" else "degraded")
+        return render_metrics(registry)
+
+    def readiness_extra() -> dict[str, str]:
+        extra: dict[str, str] = {}
+        if store is not None:
+            extra["redis"] = store.status
+        if view.redis_status is not None:
+            extra["flags_redis"] = view.redis_status
+        return extra
+
+    return Runtime(
+        settings=settings,
+        engine=engine,
+        frontend=frontend,
+        planner=planner,
+        admission=admission,
+        board=board,
+        service=service,
+        render_metrics=render,
+        class_report=lambda: [r.to_dict() for r in controller.snapshot()],
+        extra_readiness=readiness_extra,
+    )
+
+
+def flag_gauges(values: FlagValues) -> list[tuple[str, float]]:
+    """Global flag values as numbers for `specgw_flag_state{flag}`."""
+    modes = {"adaptive": 0.0, "static": 1.0, "shadow": 2.0}
+    return [
+        ("speculation-enabled", 1.0 if values.enabled else 0.0),
+        ("controller-mode", modes.get(values.mode, -1.0)),
+        ("pin-k", -1.0 if values.pin_k is None else float(values.pin_k)),
+        ("k-min", float(values.k_min)),
+        ("k-max", float(values.k_max)),
+        ("exploration-share", float(values.exploration_share)),
+    ]

@@ -86,13 +86,13 @@ def _chat_view(request: ChatCompletionRequest) -> dict[str, Any]:
     """Plain-data view of what classification looks at."""
     tools = [t.model_dump(exclude_none=True) for t in request.tools] if request.tools else None
     fmt = request.response_format
+    choice = request.tool_choice
     return {
         "messages": request.messages,
         "tools": tools,
-        "tool_choice": request.tool_choice
-        if isinstance(request.tool_choice, str)
-        else ("named" if request.tool_choice is not None else None),
-        "response_format": fmt.type if fmt is not None else None,
+        # A named choice is a model object; classification only needs to know it is named.
+        "tool_choice": choice if choice is None or isinstance(choice, str) else {"named": True},
+        "response_format": {"type": fmt.type} if fmt is not None else None,
     }
 
 

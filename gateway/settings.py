@@ -40,9 +40,6 @@ class GatewaySettings(BaseSettings):
         default_factory=list,
         description="SHA-256 hex digests of admin keys (admin API, flags). Empty = admin API off.",
     )
-    default_k: int = Field(
-        3, ge=0, le=16, description="Speculation depth for a class the controller knows nothing of."
-    )
     # Admission control and the nothing-lost contract.
     max_running: int = Field(32, ge=1, le=4096, description="Requests admitted to the engine.")
     max_queued: int = Field(

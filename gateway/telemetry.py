@@ -1,0 +1,62 @@
+"""Where a finished request goes besides the controller: metrics, span, log line.
+
+No prompt or completion text is recorded anywhere here (the README's logging
+contract): only class, k, counts, timings and the error kind.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from gateway.observability.metrics import GatewayMetrics
+from gateway.observability.tracing import GenAIAttributes, annotate_span
+from gateway.service import Finished
+
+log = logging.getLogger("specgw.requests")
+
+
+class GatewayTelemetry:
+    def __init__(self, metrics: GatewayMetrics, model_name: str) -> None:
+        self._metrics = metrics
+        self._model = model_name
+
+    def request_finished(self, finished: Finished) -> None:
+        plan, outcome, error = finished.plan, finished.outcome, finished.error
+        label = plan.label
+        if error is not None:
+            self._metrics.record_request(label, error.status, error.kind.openai_type)
+        elif finished.status == "complete":
+            self._metrics.record_request(label, 200)
+        else:
+            self._metrics.record_request(label, 499, "client_disconnected")
+        self._metrics.record_depth(label, plan.k)
+        if outcome is not None:
+            self._metrics.record_outcome(label, outcome)
+        spec = outcome.speculation if outcome is not None else None
+        annotate_span(
+            GenAIAttributes(
+                operation="chat" if finished.endpoint == "chat" else "text_completion",
+                model=self._model,
+                cls=label,
+                k=plan.k,
+                class_id=plan.class_id,
+                input_tokens=outcome.prompt_tokens if outcome else None,
+                output_tokens=outcome.output_tokens if outcome else None,
+                finish_reasons=[outcome.finish_reason] if outcome and outcome.finish_reason else [],
+                acceptance_length=spec.acceptance_length if spec else None,
+                verify_steps=spec.verify_steps if spec else None,
+            )
+        )
+        log.info(
+            "request finished",
+            extra={
+                "endpoint": finished.endpoint,
+                "class": label,
+                "k": plan.k,
+                "reason": plan.reason,
+                "status": finished.status,
+                "error": error.kind.label if error else None,
+                "e2e_s": round(finished.e2e_s, 4),
+                "acceptance_length": round(spec.acceptance_length, 3) if spec else None,
+            },
+        )
