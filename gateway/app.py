@@ -22,9 +22,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.api import admin_routes, openai_routes, ops_routes
+from gateway.api.deps import require_admin
 from gateway.api.responses import error_response
 from gateway.auth import KeyRing
 from gateway.errors import ErrorKind, GatewayError
+from gateway.flags import FlagAdmin, FlagView
+from gateway.flags.admin_routes import build_flags_router
+from gateway.observability.tracing import setup_tracing
 from gateway.settings import GatewaySettings
 
 log = logging.getLogger("specgw")
@@ -117,6 +121,21 @@ def _install_error_handlers(app: FastAPI) -> None:
         return error_response(GatewayError(ErrorKind.ENGINE_ERROR, "internal error"))
 
 
+def _flag_admin(app: FastAPI) -> FlagAdmin:
+    admin = getattr(app.state.runtime, "flag_admin", None)
+    if admin is None:
+        raise GatewayError(
+            ErrorKind.NOT_READY,
+            "Flag overrides need Redis: set SPECGW_REDIS_URL.",
+            retry_after_s=60,
+        )
+    return admin  # type: ignore[no-any-return]
+
+
+def _flag_view(app: FastAPI) -> FlagView | None:
+    return getattr(app.state.runtime, "flag_view", None)
+
+
 def create_app(settings: GatewaySettings, runtime_factory: RuntimeFactory) -> FastAPI:
     settings.check_exposure()
 
@@ -129,6 +148,8 @@ def create_app(settings: GatewaySettings, runtime_factory: RuntimeFactory) -> Fa
                 yield
             finally:
                 app.state.runtime = None
+                if tracer is not None:
+                    tracer.shutdown()
 
     app = FastAPI(
         title="spec-gateway",
@@ -145,6 +166,10 @@ def create_app(settings: GatewaySettings, runtime_factory: RuntimeFactory) -> Fa
     app.include_router(ops_routes.router)
     app.include_router(openai_routes.router)
     app.include_router(admin_routes.router)
+    app.include_router(
+        build_flags_router(lambda: _flag_admin(app), require_admin, lambda: _flag_view(app))
+    )
+    tracer = setup_tracing(settings, app)
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware,

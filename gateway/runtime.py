@@ -23,7 +23,7 @@ from gateway.control.controller import Controller
 from gateway.control.decision import ControlOverrides
 from gateway.control.events import FanOutEvents, LoggingEvents
 from gateway.control.settings import ControllerSettings
-from gateway.flags import SPECS, FlagSettings, FlagValues, FlagView
+from gateway.flags import SPECS, FlagAdmin, FlagSettings, FlagValues, FlagView
 from gateway.observability.events import MetricsEvents, SpanEvents, export_class_reports
 from gateway.observability.metrics import GatewayMetrics, render_metrics
 from gateway.outcomes import OutcomeBoard
@@ -48,6 +48,8 @@ class Runtime:
     render_metrics: Callable[[], tuple[bytes, str]]
     class_report: Callable[[], list[dict[str, Any]]] = field(default=lambda: [])
     extra_readiness: Callable[[], dict[str, str]] = field(default=lambda: {})
+    flag_view: FlagView | None = None
+    flag_admin: FlagAdmin | None = None
     ready: bool = True
     drain_task: asyncio.Task[None] | None = None
 
@@ -149,7 +151,10 @@ async def _control_plane(
 
     planner = ControllerPlanner(controller, overrides)
     store: RedisClassStore | None = None
+    admin: FlagAdmin | None = None
     if settings.redis_url:
+        admin = FlagAdmin.connect(FlagSettings(redis_url=settings.redis_url))
+        stack.push_async_callback(admin.close)
         store = RedisClassStore(ClassStateSettings(redis_url=settings.redis_url))
         await store.start()
         stack.push_async_callback(store.close)
@@ -190,6 +195,8 @@ async def _control_plane(
         render_metrics=render,
         class_report=lambda: [r.to_dict() for r in controller.snapshot()],
         extra_readiness=readiness_extra,
+        flag_view=view,
+        flag_admin=admin,
     )
 
 
