@@ -1,0 +1,144 @@
+"""The depth-capping schedulers, driven step by step without a model (as vLLM's
+own `tests/v1/core` do): real vLLM config, KV-cache manager and requests; the
+model runner's side (sampled tokens, drafts) is played by the test.
+
+Runs on CPU for both flavours: the async scheduler is what GPUs use by default.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from vllm import SamplingParams
+from vllm.engine.arg_utils import EngineArgs
+from vllm.v1.core.sched.output import SchedulerOutput
+from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
+from vllm.v1.request import Request
+from vllm.v1.structured_output import StructuredOutputManager
+
+from engine.interface import SPEC_DEPTH_ARG
+from engine.scheduler import AsyncSpecDepthScheduler, SpecDepthScheduler, requested_depth
+from engine.testing_models import TinyModels
+
+K = 4
+BLOCK = 16
+
+
+def _scheduler(cls: type[Any], tiny: TinyModels) -> Any:
+    config = EngineArgs(
+        model=str(tiny.target),
+        speculative_config={"method": "eagle3", "model": str(tiny.drafter), "num_speculative_tokens": K},
+        max_model_len=512,
+        max_num_seqs=16,
+        enforce_eager=True,
+        dtype="float32",
+        enable_prefix_caching=False,  # requests built here carry no block hasher
+    ).create_engine_config()
+    config.cache_config.num_gpu_blocks = 1000  # what the engine sets after profiling
+    kv = KVCacheConfig(
+        num_blocks=1000,
+        kv_cache_tensors=[],
+        kv_cache_groups=[
+            KVCacheGroupSpec(
+                ["layer"],
+                FullAttentionSpec(block_size=BLOCK, num_kv_heads=1, head_size=32, dtype=torch.float32),
+            )
+        ],
+    )
+    return cls(
+        vllm_config=config,
+        kv_cache_config=kv,
+        structured_output_manager=StructuredOutputManager(config),
+        block_size=BLOCK,
+        log_stats=True,
+    )
+
+
+def _request(rid: str, k: int | None) -> Request:
+    extra = {SPEC_DEPTH_ARG: k} if k is not None else None
+    params = SamplingParams(max_tokens=50, temperature=0.0, extra_args=extra)
+    return Request(rid, list(range(10, 30)), params, None)
+
+
+def _run_step(sched: Any, out: SchedulerOutput, accept_all: bool = True) -> None:
+    """Play the model runner: sample 1 + (accepted drafts) tokens per request, then draft K."""
+    req_ids = list(out.num_scheduled_tokens)
+    sampled = []
+    for rid in req_ids:
+        drafts = out.scheduled_spec_decode_tokens.get(rid, [])
+        sampled.append([7] * (1 + (len(drafts) if accept_all else 0)))
+    runner_out = ModelRunnerOutput(
+        req_ids=req_ids,
+        req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
+        sampled_token_ids=sampled,
+    )
+    # The drafter proposes as many tokens as the step asked for (dynamic-SD knob).
+    drafts = DraftTokenIds(req_ids, [[5] * out.num_spec_tokens_to_schedule for _ in req_ids])
+    if isinstance(sched, AsyncSpecDepthScheduler):
+        sched.update_draft_token_ids_in_output(drafts, out)
+        sched.update_from_output(out, runner_out)
+    else:
+        sched.update_from_output(out, runner_out)
+        sched.update_draft_token_ids(drafts)
+
+
+@pytest.mark.parametrize("cls", [SpecDepthScheduler, AsyncSpecDepthScheduler])
+def test_each_request_gets_at_most_its_k_drafts(cls: type[Any], tiny: TinyModels) -> None:
+    sched = _scheduler(cls, tiny)
+    depths = {"k0": 0, "k1": 1, "k2": 2, "k4": 4, "kdefault": None, "k9": 9}
+    for rid, k in depths.items():
+        sched.add_request(_request(rid, k))
+    expected = {rid: requested_depth(sched.requests[rid], K) for rid in depths}
+    assert expected == {"k0": 0, "k1": 1, "k2": 2, "k4": 4, "kdefault": K, "k9": K}
+    seen: dict[str, list[int]] = {rid: [] for rid in depths}
+    for _ in range(6):
+        out = sched.schedule()
+        assert out.num_spec_tokens_to_schedule == K  # some request wants K
+        for rid in out.num_scheduled_tokens:
+            seen[rid].append(len(out.scheduled_spec_decode_tokens.get(rid, [])))
+        _run_step(sched, out)
+    for rid, counts in seen.items():
+        # Step 1 is the prefill (no drafts yet); afterwards exactly min(k, K) each step.
+        assert counts[0] == 0
+        assert counts[1:] == [expected[rid]] * (len(counts) - 1), (rid, counts)
+
+
+@pytest.mark.parametrize("cls", [SpecDepthScheduler, AsyncSpecDepthScheduler])
+def test_drafter_asked_for_the_largest_k_in_the_step(cls: type[Any], tiny: TinyModels) -> None:
+    sched = _scheduler(cls, tiny)
+    sched.add_request(_request("a", 0))
+    sched.add_request(_request("b", 0))
+    out = sched.schedule()
+    assert out.num_spec_tokens_to_schedule == 0  # a batch of k = 0 pays for no draft steps
+    _run_step(sched, out)
+    sched.add_request(_request("c", 2))
+    for _ in range(3):
+        out = sched.schedule()
+        assert out.num_spec_tokens_to_schedule == 2
+        assert not out.scheduled_spec_decode_tokens.get("a")
+        _run_step(sched, out)
+    assert len(out.scheduled_spec_decode_tokens.get("c", [])) == 2
+
+
+@pytest.mark.parametrize("cls", [SpecDepthScheduler, AsyncSpecDepthScheduler])
+def test_capped_requests_record_no_verify_step(cls: type[Any], tiny: TinyModels) -> None:
+    """vLLM records a verify step only where drafts were scheduled (engine/outcome.py)."""
+    sched = _scheduler(cls, tiny)
+    sched.add_request(_request("zero", 0))
+    sched.add_request(_request("two", 2))
+    for _ in range(4):
+        _run_step(sched, sched.schedule())
+    zero, two = sched.requests["zero"], sched.requests["two"]
+    assert zero.spec_decode_metrics is None or sum(zero.spec_decode_metrics.histogram) == 0
+    if two.spec_decode_metrics is not None:  # only with per-request metrics on
+        assert two.spec_decode_metrics.num_draft_tokens == 2 * sum(two.spec_decode_metrics.histogram)
+
+
+def test_resumed_request_is_not_padded_to_k(tiny: TinyModels) -> None:
+    """vLLM pads a 1-token resumed request to K placeholder drafts; not for k < K."""
+    sched = _scheduler(SpecDepthScheduler, tiny)
+    assert sched.dynamic_sd_lookup is not None
+    assert set(sched.dynamic_sd_lookup) == {K}
