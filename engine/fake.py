@@ -1,0 +1,236 @@
+"""A scripted in-process engine with the `Engine` seam, for fast controller and gateway tests.
+
+Real code, not a mock (httpx's `MockTransport` is the model): it passes the same
+contract tests as `VLLMEngine` (tests/engine/contract.py). What it simulates:
+
+* Tokens are a deterministic function of the prompt and the position only, so
+  greedy output does not depend on k (as with real speculative decoding).
+* Each verify step drafts k tokens and accepts a prefix: position d+1 is
+  accepted with probability `p[d]` given positions 1..d were, where `p` comes
+  from the first `AcceptanceScript` whose marker occurs in the prompt. One step
+  yields accepted + 1 tokens. k = 0 steps record no verify step (vLLM's rule).
+* Each step sleeps `StepTimeModel(k, batch)` seconds, batch = streams in flight.
+* `kill()` plays the engine core dying: every in-flight and later request fails
+  with `EngineDeadError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import random
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+from engine.interface import (
+    EngineDeadError,
+    EngineHealth,
+    GenerateRequest,
+    GenerationChunk,
+    InvalidRequestError,
+    RequestOutcome,
+    SpeculationOutcome,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class AcceptanceScript:
+    """Per-position acceptance P(accept d+1 | accepted 1..d) for prompts containing `marker`."""
+
+    marker: str
+    per_position: tuple[float, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class StepTimeModel:
+    """Seconds per engine step: base + per_draft * k + per_seq * (batch - 1)."""
+
+    base_s: float = 0.002
+    per_draft_s: float = 0.0005
+    per_seq_s: float = 0.0002
+
+    def __call__(self, k: int, batch: int) -> float:
+        return self.base_s + self.per_draft_s * k + self.per_seq_s * max(batch - 1, 0)
+
+
+@dataclass
+class FakeEngineConfig:
+    max_depth: int = 4
+    scripts: tuple[AcceptanceScript, ...] = ()
+    default_acceptance: tuple[float, ...] = (0.7, 0.6, 0.5, 0.4)
+    step_time: Callable[[int, int], float] = field(default_factory=StepTimeModel)
+    vocab: int = 1000
+    #: Token id that ends a completion early when generated (None = never).
+    eos_token: int | None = None
+    max_prompt_tokens: int = 4096
+
+
+@dataclass
+class _Accounting:
+    k: int
+    steps: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    accepted_pos: list[int] = field(default_factory=list)
+    drafted_pos: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.accepted_pos = [0] * self.k
+        self.drafted_pos = [0] * self.k
+
+    def verify(self, k: int, accepted: int) -> None:
+        self.steps += 1
+        self.drafted += k
+        self.accepted += accepted
+        for d in range(k):
+            self.drafted_pos[d] += 1
+            if d < accepted:
+                self.accepted_pos[d] += 1
+
+    def outcome(self) -> SpeculationOutcome:
+        return SpeculationOutcome(
+            k=self.k,
+            verify_steps=self.steps,
+            draft_tokens=self.drafted,
+            accepted_tokens=self.accepted,
+            accepted_per_position=tuple(self.accepted_pos),
+            drafted_per_position=tuple(self.drafted_pos) if self.steps else (),
+        )
+
+
+class FakeEngine:
+    """Scripted `Engine`; see the module docstring for what it simulates."""
+
+    def __init__(self, config: FakeEngineConfig | None = None) -> None:
+        self.config = config or FakeEngineConfig()
+        self._running: dict[str, asyncio.Event] = {}
+        self._dead = False
+        self._closed = False
+        self.outcomes: list[RequestOutcome] = []
+
+    @property
+    def max_depth(self) -> int:
+        return self.config.max_depth
+
+    def acceptance_for(self, prompt: str) -> tuple[float, ...]:
+        for script in self.config.scripts:
+            if script.marker in prompt:
+                return script.per_position
+        return self.config.default_acceptance
+
+    def token_at(self, prompt: str, position: int) -> int:
+        digest = hashlib.blake2b(f"{prompt}\x00{position}".encode(), digest_size=4).digest()
+        return int.from_bytes(digest, "big") % self.config.vocab
+
+    async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerationChunk]:
+        if self._dead or self._closed:
+            raise EngineDeadError("fake engine is dead")
+        prompt = request.prompt or " ".join(map(str, request.prompt_token_ids or ()))
+        prompt_tokens = len(request.prompt_token_ids or prompt.split())
+        if request.max_tokens < 1 or prompt_tokens > self.config.max_prompt_tokens:
+            raise InvalidRequestError("max_tokens must be >= 1 and the prompt must fit")
+        if request.request_id in self._running:
+            raise InvalidRequestError(f"duplicate request id {request.request_id}")
+        aborted = asyncio.Event()
+        self._running[request.request_id] = aborted
+        try:
+            async for chunk in self._stream(request, prompt, prompt_tokens, aborted):
+                yield chunk
+        finally:
+            self._running.pop(request.request_id, None)
+
+    async def _stream(
+        self, request: GenerateRequest, prompt: str, prompt_tokens: int, aborted: asyncio.Event
+    ) -> AsyncIterator[GenerationChunk]:
+        k = max(0, min(request.k, self.max_depth))
+        rng = random.Random(f"{request.request_id}/{prompt}")
+        probs = self.acceptance_for(prompt)
+        acct = _Accounting(k)
+        start = time.monotonic()
+        first_token_at = last_token_at = start
+        produced = 0
+        finish: str | None = None
+        while finish is None:
+            step_k = 0 if produced == 0 else k  # the prefill step verifies no drafts
+            await asyncio.sleep(self.config.step_time(step_k, len(self._running)))
+            if self._dead:
+                raise EngineDeadError("fake engine core died")
+            if aborted.is_set():
+                finish = "abort"
+                break
+            accepted = 0
+            while accepted < step_k and rng.random() < probs[min(accepted, len(probs) - 1)]:
+                accepted += 1
+            if step_k:
+                acct.verify(step_k, accepted)
+            new = [self.token_at(prompt, produced + i) for i in range(accepted + 1)]
+            new = new[: request.max_tokens - produced]
+            if self.config.eos_token is not None and self.config.eos_token in new:
+                new = new[: new.index(self.config.eos_token) + 1]
+                finish = "stop"
+            produced += len(new)
+            last_token_at = time.monotonic()
+            if produced == len(new):
+                first_token_at = last_token_at
+            if finish is None and produced >= request.max_tokens:
+                finish = "length"
+            if finish is None:
+                yield self._chunk(request, new)
+        outcome = RequestOutcome(
+            request_id=request.request_id,
+            prompt_tokens=prompt_tokens,
+            output_tokens=produced,
+            finish_reason=finish,
+            speculation=acct.outcome(),
+            ttft_s=first_token_at - start,
+            tpot_s=(last_token_at - first_token_at) / (produced - 1) if produced > 1 else 0.0,
+            e2e_s=last_token_at - start,
+            decode_steps=acct.steps + max(produced - acct.steps - acct.accepted, 0),
+        )
+        self.outcomes.append(outcome)
+        last = [] if finish == "abort" else new
+        yield self._chunk(request, last, finish=finish, outcome=outcome)
+
+    @staticmethod
+    def _chunk(
+        request: GenerateRequest,
+        tokens: list[int],
+        finish: str | None = None,
+        outcome: RequestOutcome | None = None,
+    ) -> GenerationChunk:
+        return GenerationChunk(
+            request_id=request.request_id,
+            text_delta="".join(f" t{t}" for t in tokens),
+            token_ids_delta=tuple(tokens),
+            finished=finish is not None,
+            finish_reason=finish,
+            outcome=outcome,
+        )
+
+    async def abort(self, request_id: str) -> None:
+        event = self._running.get(request_id)
+        if event is not None:
+            event.set()
+
+    async def health(self) -> EngineHealth:
+        alive = not self._dead and not self._closed
+        return EngineHealth(
+            alive=alive,
+            ready=alive,
+            detail="" if alive else "engine core died" if self._dead else "shut down",
+            running_requests=len(self._running) if alive else 0,
+        )
+
+    def request_counts(self) -> tuple[int, int, float]:
+        """(running, waiting, report time) like `VLLMEngine.request_counts`."""
+        return len(self._running), 0, time.monotonic()
+
+    def kill(self) -> None:
+        """Simulate the engine core dying."""
+        self._dead = True
+
+    async def shutdown(self) -> None:
+        self._closed = True
+        for event in self._running.values():
+            event.set()

@@ -1,0 +1,146 @@
+"""The real vLLM CPU engine with K = 4: per-request depth, accounting, cancel, contract.
+
+One no-speculation engine runs first (greedy references), is shut down, then one
+speculative engine serves every test of the module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+import pytest_asyncio
+from vllm import SamplingParams
+from vllm.sampling_params import RequestOutputKind
+
+from engine.interface import GATEWAY_ID_ARG, SPEC_DEPTH_ARG, GenerateRequest, RequestOutcome
+from engine.vllm_engine import VLLMEngine
+from tests.engine.contract import CONTRACT, collect
+from tests.engine.engines import (
+    GREEDY_PROMPTS,
+    counter_total,
+    engine_settings,
+    per_position_totals,
+)
+
+pytestmark = [pytest.mark.engine, pytest.mark.asyncio(loop_scope="session")]
+MAX_TOKENS = 48
+
+
+async def _greedy(engine: VLLMEngine, prompt: str, k: int, tag: str) -> tuple[list[int], RequestOutcome]:
+    chunks, outcome = await collect(
+        engine, GenerateRequest(request_id=f"{tag}-{k}-{hash(prompt)}", prompt=prompt, max_tokens=MAX_TOKENS, k=k)
+    )
+    return [t for c in chunks for t in c.token_ids_delta], outcome
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def reference() -> dict[str, list[int]]:
+    """Greedy outputs of a no-speculation engine (started and stopped before the other)."""
+    async with VLLMEngine.started(engine_settings(speculative=False)) as engine:
+        assert engine.max_depth == 0
+        outs = await asyncio.gather(*(_greedy(engine, p, 0, "ref") for p in GREEDY_PROMPTS))
+    return {p: toks for p, (toks, _) in zip(GREEDY_PROMPTS, outs, strict=True)}
+
+
+class _Outcomes:
+    def __init__(self) -> None:
+        self.got: dict[str, RequestOutcome] = {}
+
+    def __call__(self, gateway_id: str, outcome: RequestOutcome) -> None:
+        self.got[gateway_id] = outcome
+
+
+@pytest.fixture(scope="module")
+def tapped() -> _Outcomes:
+    return _Outcomes()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def engine(reference: dict[str, list[int]], tapped: _Outcomes) -> AsyncIterator[VLLMEngine]:
+    async with VLLMEngine.started(engine_settings(), on_outcome=tapped) as started:
+        assert started.max_depth == 4
+        yield started
+
+
+async def test_concurrent_depths_match_no_speculation_greedy(
+    engine: VLLMEngine, reference: dict[str, list[int]]
+) -> None:
+    jobs = [(p, k) for p in GREEDY_PROMPTS for k in (0, 1, 2, 4)]
+    results = await asyncio.gather(*(_greedy(engine, p, k, "cmp") for p, k in jobs))
+    drafted_any = False
+    for (prompt, k), (tokens, outcome) in zip(jobs, results, strict=True):
+        spec = outcome.speculation
+        assert tokens == reference[prompt], (prompt, k)
+        assert spec.k == k
+        assert spec.draft_tokens <= k * spec.verify_steps
+        # `detailed` metrics: no verify step ever drafted more than k.
+        assert all(d <= spec.verify_steps for d in spec.drafted_per_position)
+        assert len(spec.drafted_per_position) <= k
+        if k == 0:
+            assert (spec.verify_steps, spec.draft_tokens, spec.acceptance_length) == (0, 0, 1.0)
+        else:
+            assert spec.draft_tokens == k * spec.verify_steps  # capped, never padded
+            drafted_any = drafted_any or spec.verify_steps > 0
+    assert drafted_any
+
+
+async def test_per_request_sums_equal_vllm_counter_deltas(engine: VLLMEngine) -> None:
+    await asyncio.sleep(0.2)  # let the last stats batch of earlier tests land
+    drafts0 = counter_total("vllm:spec_decode_num_draft_tokens_total")
+    accepted0 = counter_total("vllm:spec_decode_num_accepted_tokens_total")
+    pos0 = per_position_totals()
+    jobs = [(p, k) for p in GREEDY_PROMPTS for k in (0, 1, 2, 3, 4)]
+    results = await asyncio.gather(*(_greedy(engine, p, k, "acct") for p, k in jobs))
+    outcomes = [o for _, o in results]
+    want_drafts = sum(o.speculation.draft_tokens for o in outcomes)
+    want_accepted = sum(o.speculation.accepted_tokens for o in outcomes)
+    assert want_drafts > 0 and want_accepted > 0
+    for _ in range(100):  # stats are logged by the output handler right after outputs
+        if counter_total("vllm:spec_decode_num_draft_tokens_total") - drafts0 >= want_drafts:
+            break
+        await asyncio.sleep(0.01)
+    assert counter_total("vllm:spec_decode_num_draft_tokens_total") - drafts0 == want_drafts
+    assert counter_total("vllm:spec_decode_num_accepted_tokens_total") - accepted0 == want_accepted
+    pos1 = per_position_totals()
+    for d in range(4):
+        want = sum(
+            o.speculation.accepted_per_position[d]
+            for o in outcomes
+            if len(o.speculation.accepted_per_position) > d
+        )
+        assert pos1.get(d, 0.0) - pos0.get(d, 0.0) == want, d
+
+
+async def test_serving_client_taps_outcome_before_final_output(
+    engine: VLLMEngine, tapped: _Outcomes
+) -> None:
+    params = SamplingParams(
+        max_tokens=16,
+        temperature=0.0,
+        extra_args={GATEWAY_ID_ARG: "gw-1", SPEC_DEPTH_ARG: 2},
+        output_kind=RequestOutputKind.DELTA,
+    )
+    n_tokens = 0
+    async for output in engine.serving_client.generate(GREEDY_PROMPTS[0], params, "tap-1"):
+        n_tokens += len(output.outputs[0].token_ids)
+        if output.finished:
+            assert "gw-1" in tapped.got  # delivered before the final output is yielded
+    outcome = tapped.got["gw-1"]
+    assert outcome.output_tokens == n_tokens == 16
+    assert outcome.speculation.k == 2
+    assert outcome.speculation.draft_tokens <= 2 * outcome.speculation.verify_steps
+    # Forwarding: everything else is the AsyncLLM's.
+    assert engine.serving_client.model_config is engine.llm.model_config
+    # No gateway id: no outcome delivered.
+    before = dict(tapped.got)
+    params2 = SamplingParams(max_tokens=4, extra_args={SPEC_DEPTH_ARG: 1})
+    async for _ in engine.serving_client.generate("hello", params2, "tap-2"):
+        pass
+    assert tapped.got == before
+
+
+@pytest.mark.parametrize("check", sorted(CONTRACT))
+async def test_contract(engine: VLLMEngine, check: str) -> None:
+    await CONTRACT[check](engine)
