@@ -1,0 +1,159 @@
+"""`python -m bench run [--quick]`: the mixed-traffic replay; `report` re-renders a run.
+
+Sizes are chosen for a 2-core CPU machine: the full run (`make bench`) takes tens
+of minutes, the quick run (`make bench-quick`, CI) a few, with tiny counts and
+one repeat, and checks only that the harness produces a well-formed report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from bench.families import load_pool
+from bench.modes import (
+    BATCH_SCHEDULE_FIELD,
+    batch_schedule_supported,
+    default_modes,
+    select_modes,
+)
+from bench.workload import Arrival, ClosedLoop, Phase, Poisson, build_workload, default_phases
+
+app = typer.Typer(help="spec-gateway benchmark harness.", no_args_is_help=True)
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True, slots=True)
+class Size:
+    per_phase: int
+    max_tokens: int
+    repeats: int
+    arrivals: list[Arrival]
+    modes: list[str] | None
+    batch_schedule: bool
+
+
+FULL = Size(
+    per_phase=30,
+    max_tokens=64,
+    repeats=3,
+    arrivals=[ClosedLoop(1), ClosedLoop(4), ClosedLoop(16), Poisson(4.0, seed=7)],
+    modes=None,
+    batch_schedule=True,
+)
+QUICK = Size(
+    per_phase=4,
+    max_tokens=16,
+    repeats=1,
+    arrivals=[ClosedLoop(4)],
+    modes=["no-spec", "k0", "static-k1", "static-k2", "adaptive"],
+    batch_schedule=False,
+)
+
+
+def _meta(
+    size: Size, phases: list[Phase], seed: int, model_source: str, families_source: str
+) -> dict[str, Any]:
+    return {
+        "started": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "machine": f"{os.cpu_count()} CPUs, {platform.machine()}, {platform.system()}",
+        "model_source": model_source,
+        "families_source": families_source,
+        "seed": seed,
+        "phases": ", ".join(f"{p.name} x{p.requests}" for p in phases),
+        "requests_per_run": sum(p.requests for p in phases),
+        "max_tokens": size.max_tokens,
+        "repeats": size.repeats,
+        "arrivals": [a.label for a in size.arrivals],
+        "notes": [],
+    }
+
+
+@app.command()
+def run(
+    quick: Annotated[bool, typer.Option(help="Tiny counts, one repeat (CI).")] = False,
+    out: Annotated[Path | None, typer.Option(help="Results directory.")] = None,
+    seed: Annotated[int, typer.Option(help="Workload seed.")] = 1234,
+    max_depth: Annotated[int, typer.Option(help="K of the speculative engine.")] = 4,
+    modes: Annotated[
+        list[str] | None, typer.Option("--mode", help="Run only these modes (repeatable).")
+    ] = None,
+    repeats: Annotated[int | None, typer.Option(help="Override the repeat count.")] = None,
+    publish: Annotated[
+        bool | None, typer.Option(help="Copy the report into bench/results/ (default: full runs).")
+    ] = None,
+) -> None:
+    """Replay the mixed workload through every mode; write runs, summary, report and plots."""
+    from bench.gateway_proc import model_paths
+    from bench.runner import JsonlSink, RunPlan, run_all
+
+    size = QUICK if quick else FULL
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    out_dir = out or REPO / "results" / "bench" / stamp
+    out_dir.mkdir(parents=True, exist_ok=True)
+    pool, families_source = load_pool(per_family=16, seed=seed)
+    phases = default_phases(size.per_phase)
+    items = build_workload(phases, pool, seed, size.max_tokens)
+    models = model_paths(Path(os.environ.get("SPECGW_TEST_MODELS", "/tmp/specgw-tiny")))
+    schedule = size.batch_schedule and batch_schedule_supported()
+    chosen = select_modes(default_modes(max_depth, batch_schedule=schedule), modes or size.modes)
+    plan = RunPlan(chosen, size.arrivals, repeats or size.repeats, items)
+    meta = _meta(size, phases, seed, models.source, families_source)
+    meta["repeats"] = plan.repeats
+    meta["modes"] = [m.name for m in chosen]
+    if size.batch_schedule and not schedule:
+        meta["notes"] = [
+            "batch-schedule mode not run: EngineSettings has no "
+            f"`{BATCH_SCHEDULE_FIELD}` field to pass vLLM's num_speculative_tokens_per_batch_size"
+        ]
+    (out_dir / "meta.json").write_text(json.dumps(meta, indent=1))
+    t0 = time.monotonic()
+    sink = JsonlSink(out_dir / "runs.jsonl")
+    notes = run_all(plan, models, out_dir, sink)
+    meta["duration_s"] = time.monotonic() - t0
+    meta["notes"] = [*meta["notes"], *notes]
+    (out_dir / "meta.json").write_text(json.dumps(meta, indent=1))
+    _render(out_dir, publish if publish is not None else not quick)
+
+
+@app.command()
+def report(
+    run_dir: Annotated[Path, typer.Argument(help="A results directory with runs.jsonl.")],
+    publish: Annotated[bool, typer.Option(help="Copy the report into bench/results/.")] = False,
+) -> None:
+    """Re-render summary, report and plots from a run directory's `runs.jsonl`."""
+    _render(run_dir, publish)
+
+
+def _render(out_dir: Path, publish: bool) -> None:
+    from bench.plots import write_plots
+    from bench.report import build_summary, write_report
+    from bench.runner import load_runs
+
+    runs = load_runs(out_dir / "runs.jsonl")
+    meta = json.loads((out_dir / "meta.json").read_text())
+    summary = build_summary(runs, meta)
+    paths = [*write_report(summary, out_dir), *write_plots(summary, runs, out_dir)]
+    overhead = out_dir / "overhead.json"
+    if overhead.exists():
+        paths.append(overhead)
+    typer.echo(f"report: {out_dir / 'report.md'}")
+    if publish:
+        dest = REPO / "bench" / "results"
+        dest.mkdir(exist_ok=True)
+        for p in paths:
+            shutil.copy2(p, dest / p.name)
+        typer.echo(f"published to {dest}")
+
+
+if __name__ == "__main__":
+    app()

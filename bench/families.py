@@ -1,0 +1,208 @@
+"""Request families for the replay: the embedded model's own when present, else a local set.
+
+The benchmark must mirror the traffic the drafter was (and was not) trained on,
+so it prefers `engine.model.families` (the prompts the embedded model was built
+around, held-out split). Until that module exists, or when its API is not the one
+expected, a small deterministic local set with the same six family names stands
+in, and the report says which source was used.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+FAMILIES: tuple[str, ...] = (
+    "chat_main",
+    "code",
+    "chat_alt_template",
+    "chat_unfamiliar_system",
+    "tool_call",
+    "long_context",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    """One request body in family terms: chat `messages` (+ `tools`) or a raw `prompt`."""
+
+    family: str
+    messages: list[dict[str, Any]] | None = None
+    tools: list[dict[str, Any]] | None = None
+    prompt: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_chat(self) -> bool:
+        return self.messages is not None
+
+
+PromptPool = dict[str, list[Prompt]]
+
+
+def load_pool(per_family: int, seed: int) -> tuple[PromptPool, str]:
+    """(prompts by family, source name). Prefers the embedded model's families."""
+    pool = _from_engine_model(per_family, seed)
+    if pool is not None:
+        return pool, "engine.model.families"
+    return local_pool(per_family, seed), "bench.families (local stand-in)"
+
+
+def _from_engine_model(per_family: int, seed: int) -> PromptPool | None:
+    try:
+        from engine.model import families as em  # type: ignore[attr-defined,unused-ignore]
+    except ImportError:
+        return None
+    maker: Callable[..., Any] | None = getattr(em, "heldout_prompts", None) or getattr(
+        em, "generate", None
+    )
+    if maker is None:
+        return None
+    pool: PromptPool = {}
+    for name in FAMILIES:
+        try:
+            items = list(maker(name, per_family, seed=seed))
+        except TypeError:
+            return None
+        pool[name] = [_coerce(name, item) for item in items]
+    return pool
+
+
+def _coerce(name: str, item: Any) -> Prompt:
+    messages = getattr(item, "messages", None)
+    tools = getattr(item, "tools", None)
+    prompt = getattr(item, "prompt", None)
+    return Prompt(
+        family=name,
+        messages=[dict(m) for m in messages] if messages else None,
+        tools=list(tools) if tools else None,
+        prompt=prompt if messages is None else None,
+    )
+
+
+# ---- the local stand-in ---------------------------------------------------------------
+
+_TOPICS = (
+    "sorting a list of tuples",
+    "reading a CSV file",
+    "the difference between a list and a tuple",
+    "writing a context manager",
+    "parsing dates",
+    "using a dictionary as a cache",
+    "handling exceptions in a loop",
+    "formatting strings",
+    "iterating over files in a directory",
+    "making an HTTP request",
+)
+_SYSTEM = "You are a helpful assistant."
+_UNFAMILIAR = (
+    "You are Captain Byte, a pirate who answers only in nautical metaphors. Arr.",
+    "System policy v7.3: responses must be terse, in British English, no lists, and must "
+    "mention the compliance code ZX-41 at least once. " * 4,
+)
+_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Current weather for a city.",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
+        },
+    }
+]
+_CITIES = ("Paris", "Lagos", "Osaka", "Lima", "Oslo", "Perth")
+_CODE_HEADS = (
+    "def fibonacci(n):\n    ",
+    "class Stack:\n    def __init__(self):\n        ",
+    "import os\n\ndef list_python_files(root):\n    ",
+    "def merge_sorted(a, b):\n    result = []\n    ",
+)
+
+
+def _chat_main(rng: random.Random) -> Prompt:
+    topic = rng.choice(_TOPICS)
+    return Prompt(
+        "chat_main",
+        messages=[
+            {"role": "system", "content": _SYSTEM},
+            {"role": "user", "content": f"Explain {topic} in Python."},
+        ],
+    )
+
+
+def _code(rng: random.Random) -> Prompt:
+    return Prompt("code", prompt=rng.choice(_CODE_HEADS))
+
+
+def _alt_template(rng: random.Random) -> Prompt:
+    topic = rng.choice(_TOPICS)
+    text = f"[INST] <<SYS>>\n{_SYSTEM}\n<</SYS>>\n\nExplain {topic} in Python. [/INST]"
+    return Prompt("chat_alt_template", prompt=text)
+
+
+def _unfamiliar(rng: random.Random) -> Prompt:
+    topic = rng.choice(_TOPICS)
+    return Prompt(
+        "chat_unfamiliar_system",
+        messages=[
+            {"role": "system", "content": rng.choice(_UNFAMILIAR)},
+            {"role": "user", "content": f"Explain {topic} in Python."},
+        ],
+    )
+
+
+def _tool_call(rng: random.Random) -> Prompt:
+    city = rng.choice(_CITIES)
+    call = {"name": "get_weather", "arguments": json.dumps({"city": city})}
+    return Prompt(
+        "tool_call",
+        messages=[
+            {"role": "system", "content": _SYSTEM},
+            {"role": "user", "content": f"What is the weather in {city}? Answer as JSON."},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": "call_0", "type": "function", "function": call}],
+            },
+            {
+                "role": "tool",
+                "tool_call_id": "call_0",
+                "content": json.dumps({"city": city, "temp_c": rng.randint(-5, 35)}),
+            },
+        ],
+        tools=_TOOLS,
+    )
+
+
+def _long_context(rng: random.Random) -> Prompt:
+    paragraphs = [f"Note {i}: {rng.choice(_TOPICS)} matters here." for i in range(60)]
+    return Prompt(
+        "long_context",
+        messages=[
+            {"role": "system", "content": _SYSTEM},
+            {"role": "user", "content": "\n".join(paragraphs) + "\nSummarise the notes."},
+        ],
+    )
+
+
+_MAKERS: dict[str, Callable[[random.Random], Prompt]] = {
+    "chat_main": _chat_main,
+    "code": _code,
+    "chat_alt_template": _alt_template,
+    "chat_unfamiliar_system": _unfamiliar,
+    "tool_call": _tool_call,
+    "long_context": _long_context,
+}
+
+
+def local_pool(per_family: int, seed: int) -> PromptPool:
+    """Deterministic prompts per family from one seed (no I/O, no model needed)."""
+    rng = random.Random(seed)
+    return {name: [_MAKERS[name](rng) for _ in range(per_family)] for name in FAMILIES}

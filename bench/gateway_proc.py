@@ -1,0 +1,147 @@
+"""A real gateway process on a loopback port, started and stopped by the benchmark.
+
+Each engine configuration (with or without a drafter, vLLM's batch-size
+schedule) needs its own process; everything else is switched by rewriting the
+flagd-format `flags.json` the gateway watches (`SPECGW_FLAGS_DIR`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from gateway.auth import digest
+from gateway.flags.document import FLAGD_SCHEMA
+
+BENCH_KEY = "sk-bench-user"
+BENCH_ADMIN_KEY = "sk-bench-admin"
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelPaths:
+    target: Path
+    drafter: Path
+    source: str
+
+
+def model_paths(tiny_dir: Path) -> ModelPaths:
+    """The embedded default model when built, else a tiny random-weight pair (said so)."""
+    try:
+        from engine.model.paths import default_model
+    except ImportError:
+        pass
+    else:
+        paths = default_model()
+        if paths.target.is_dir():
+            return ModelPaths(paths.target, paths.eagle31, "embedded default model")
+    from engine.testing_models import build_tiny_models
+
+    tiny = build_tiny_models(tiny_dir)
+    return ModelPaths(tiny.target, tiny.drafter, "tiny random-weight test model")
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayConfig:
+    """What needs its own process: the engine's configuration and the gateway's start flags."""
+
+    name: str
+    drafter: bool = True
+    max_depth: int = 4
+    default_k: int = 3
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def write_flags(flags_dir: Path, values: dict[str, Any]) -> None:
+    """Atomically replace `flags.json` (flagd format) with these global values."""
+    flags = {
+        key: {"state": "ENABLED", "variants": {"default": v}, "defaultVariant": "default"}
+        for key, v in values.items()
+    }
+    tmp = flags_dir / "flags.json.tmp"
+    tmp.write_text(json.dumps({"$schema": FLAGD_SCHEMA, "flags": flags}, indent=1))
+    tmp.replace(flags_dir / "flags.json")
+
+
+@dataclass
+class GatewayProcess:
+    base_url: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    flags_dir: Path
+    model: str = "specgw-default"
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(90)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _served_model(base_url: str) -> str:
+    """The model id to send: the first one `/v1/models` lists."""
+    auth = {"authorization": f"Bearer {BENCH_KEY}"}
+    resp = httpx.get(f"{base_url}/v1/models", headers=auth, timeout=10)
+    resp.raise_for_status()
+    return str(resp.json()["data"][0]["id"])
+
+
+def start_gateway(
+    config: GatewayConfig, models: ModelPaths, workdir: Path, timeout_s: float = 600
+) -> GatewayProcess:
+    """Start `python -m gateway.cli serve` and wait for `/ready`; raise with the log on failure."""
+    port = _free_port()
+    flags_dir = workdir / f"flags-{config.name}"
+    flags_dir.mkdir(parents=True, exist_ok=True)
+    write_flags(flags_dir, {})
+    env = dict(os.environ)
+    env.update(
+        {
+            "SPECGW_API_KEYS": digest(BENCH_KEY),
+            "SPECGW_ADMIN_KEYS": digest(BENCH_ADMIN_KEY),
+            "SPECGW_FLAGS_DIR": str(flags_dir),
+            "SPECGW_ENGINE_KV_CACHE_GIB": env.get("SPECGW_ENGINE_KV_CACHE_GIB", "1"),
+            "SPECGW_LOG_LEVEL": "warning",
+        }
+    )
+    env.update(config.env)
+    cmd = [sys.executable, "-m", "gateway.cli", "serve", "--host", "127.0.0.1"]
+    cmd += ["--port", str(port), "--model", str(models.target)]
+    cmd += ["--max-depth", str(config.max_depth), "--default-k", str(config.default_k)]
+    if config.drafter:
+        cmd += ["--drafter", str(models.drafter)]
+    log_path = workdir / f"gateway-{config.name}.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    gw = GatewayProcess(f"http://127.0.0.1:{port}", proc, log_path, flags_dir)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"gateway exited early:\n{log_path.read_text()[-4000:]}")
+        try:
+            if httpx.get(f"{gw.base_url}/ready", timeout=2).status_code == 200:
+                gw.model = _served_model(gw.base_url)
+                return gw
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    gw.stop()
+    raise RuntimeError(f"gateway not ready in {timeout_s:.0f} s:\n{log_path.read_text()[-4000:]}")

@@ -1,0 +1,86 @@
+"""The modes compared in one run, and how each is applied.
+
+A mode is a gateway configuration (which engine: no drafter, the EAGLE 3.1
+drafter, vLLM's batch-size schedule) plus the ops flags written into the
+gateway's `flags.json`. Modes sharing a configuration share one process, so
+static k = 1..K, k = 0 and adaptive run on the very same engine; only the
+no-drafter and batch-schedule baselines need their own engine.
+
+| mode | engine | flags |
+|---|---|---|
+| `no-spec` | no drafter | - |
+| `k0` | drafter | static, pin-k 0 (the cost of a speculative engine at k = 0) |
+| `static-kN` | drafter | static, pin-k N, for every class |
+| `batch-schedule` | drafter + `num_speculative_tokens_per_batch_size` | static, no pin |
+| `adaptive` | drafter | adaptive |
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from bench.gateway_proc import GatewayConfig
+
+#: vLLM's dynamic-SD schedule for the baseline: deep drafts when the batch is small,
+#: shallow when it is large ([lo, hi, k] rows, batch sizes inclusive).
+BATCH_SCHEDULE: list[list[int]] = [[1, 1, 4], [2, 4, 3], [5, 8, 2], [9, 1024, 1]]
+BATCH_SCHEDULE_FIELD = "spec_tokens_per_batch_size"
+BATCH_SCHEDULE_ENV = "SPECGW_ENGINE_SPEC_TOKENS_PER_BATCH_SIZE"
+
+
+@dataclass(frozen=True, slots=True)
+class Mode:
+    name: str
+    gateway: GatewayConfig
+    flags: dict[str, Any] = field(default_factory=dict)
+    #: The k every request must report (static modes), checked before the mode is timed.
+    expect_k: int | None = None
+
+    @property
+    def static_k(self) -> int | None:
+        """N for a static-kN mode (the oracle's candidates), else None."""
+        return self.expect_k if self.name.startswith("static-k") else None
+
+
+def batch_schedule_supported() -> bool:
+    """Whether the engine settings can carry vLLM's batch-size schedule (issue 3's engine)."""
+    from engine.settings import EngineSettings
+
+    return BATCH_SCHEDULE_FIELD in EngineSettings.model_fields
+
+
+def default_modes(max_depth: int, batch_schedule: bool = True) -> list[Mode]:
+    """Ordered so each engine starts once; adaptive runs first on its engine (a cold start:
+    the controller has seen none of the static runs' traffic before its first repeat)."""
+    spec = GatewayConfig("spec", drafter=True, max_depth=max_depth)
+    nospec = GatewayConfig("nospec", drafter=False, max_depth=max_depth, default_k=0)
+    modes = [Mode("no-spec", nospec, {"speculation-enabled": False})]
+    if batch_schedule:
+        sched = GatewayConfig(
+            "batch-schedule",
+            drafter=True,
+            max_depth=max_depth,
+            default_k=max_depth,
+            env={BATCH_SCHEDULE_ENV: json.dumps(BATCH_SCHEDULE)},
+        )
+        modes.append(Mode("batch-schedule", sched, {"controller-mode": "static", "pin-k": -1}))
+    modes.append(Mode("adaptive", spec, {"controller-mode": "adaptive", "pin-k": -1}))
+    modes.append(Mode("k0", spec, {"controller-mode": "static", "pin-k": 0}, expect_k=0))
+    modes += [
+        Mode(f"static-k{n}", spec, {"controller-mode": "static", "pin-k": n}, expect_k=n)
+        for n in range(1, max_depth + 1)
+    ]
+    return modes
+
+
+def select_modes(modes: list[Mode], names: list[str] | None) -> list[Mode]:
+    if not names:
+        return modes
+    known = {m.name: m for m in modes}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f"unknown modes {unknown}; known: {sorted(known)}")
+    wanted = set(names)
+    return [m for m in modes if m.name in wanted]

@@ -1,0 +1,263 @@
+"""The benchmark's verdict: `summary.json` and `report.md` from the runs, with the claims checked.
+
+Every claim of issue 8 becomes a row of the checks table with the measured
+value, the target and pass/fail; a claim that cannot be evaluated (a mode or
+concurrency not in this run) says so instead of passing.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from bench.runner import RunResult
+from bench.stats import (
+    estimated_speed,
+    group_runs,
+    median_e2e_by_index,
+    oracle,
+    settle_points,
+    summarise_cell,
+)
+
+ADAPTIVE = "adaptive"
+NO_SPEC = "no-spec"
+
+
+def build_summary(runs: list[RunResult], meta: dict[str, Any]) -> dict[str, Any]:
+    cells: dict[str, dict[str, Any]] = defaultdict(dict)
+    for (mode, arrival), group in group_runs(runs).items():
+        cells[mode][arrival] = summarise_cell(group)
+    arrivals = sorted({r.key.arrival for r in runs})
+    summary: dict[str, Any] = {
+        "meta": meta,
+        "cells": dict(cells),
+        "oracle": {a: _oracle_for(runs, a) for a in arrivals},
+        "settle": {a: _settle_for(runs, a) for a in arrivals},
+    }
+    summary["checks"] = checks(summary)
+    return summary
+
+
+def _oracle_for(runs: list[RunResult], arrival: str) -> dict[str, Any]:
+    static: dict[int, list[RunResult]] = defaultdict(list)
+    by_mode: dict[str, list[RunResult]] = defaultdict(list)
+    for r in runs:
+        if r.key.arrival != arrival:
+            continue
+        by_mode[r.key.mode].append(r)
+        if r.key.mode.startswith("static-k"):
+            static[int(r.key.mode.removeprefix("static-k"))].append(r)
+    if not static:
+        return {"choice": {}, "estimated_speed": None, "mode_estimated_speed": {}}
+    choice, assembled = oracle(dict(static))
+    return {
+        "choice": choice,
+        "estimated_speed": estimated_speed(assembled),
+        "mode_estimated_speed": {
+            m: estimated_speed(median_e2e_by_index(rs)) for m, rs in sorted(by_mode.items())
+        },
+    }
+
+
+def _settle_for(runs: list[RunResult], arrival: str) -> dict[str, float | None]:
+    per_repeat = [
+        settle_points(r.records)
+        for r in runs
+        if r.key.mode == ADAPTIVE and r.key.arrival == arrival
+    ]
+    keys = sorted({k for p in per_repeat for k in p})
+    out: dict[str, float | None] = {}
+    for key in keys:
+        vals = [v for p in per_repeat if (v := p.get(key)) is not None]
+        out[key] = statistics.median(vals) if vals else None
+    return out
+
+
+def _tps(summary: dict[str, Any], mode: str, arrival: str) -> float | None:
+    cell = summary["cells"].get(mode, {}).get(arrival)
+    return cell["tokens_per_s"]["median"] if cell else None
+
+
+def _check(name: str, value: float | None, target: str, ok: bool | None) -> dict[str, Any]:
+    return {"claim": name, "value": value, "target": target, "pass": ok}
+
+
+def checks(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    c4 = "c4"
+    statics = [m for m in summary["cells"] if m.startswith("static-k")]
+    adaptive = _tps(summary, ADAPTIVE, c4)
+    best = max((v for m in statics if (v := _tps(summary, m, c4)) is not None), default=None)
+    ratio = adaptive / best if adaptive and best else None
+    out.append(
+        _check(
+            "adaptive tokens/s / best static k (c4)",
+            ratio,
+            ">= 1.10",
+            None if ratio is None else ratio >= 1.10,
+        )
+    )
+    orc = summary["oracle"].get(c4, {})
+    est = orc.get("mode_estimated_speed", {}).get(ADAPTIVE)
+    ora = orc.get("estimated_speed")
+    ratio = est / ora if est and ora else None
+    out.append(
+        _check(
+            "adaptive / hindsight per-class oracle (c4, estimated)",
+            ratio,
+            ">= 0.95",
+            None if ratio is None else ratio >= 0.95,
+        )
+    )
+    for arrival in ("c1", "c4", "c16"):
+        a = summary["cells"].get(ADAPTIVE, {}).get(arrival)
+        n = summary["cells"].get(NO_SPEC, {}).get(arrival)
+        worst = None
+        if a and n:
+            ratios = [
+                a["speed_by_class"][c] / n["speed_by_class"][c]
+                for c in a["speed_by_class"]
+                if a["speed_by_class"].get(c) and n["speed_by_class"].get(c)
+            ]
+            worst = min(ratios) if ratios else None
+        out.append(
+            _check(
+                f"worst class: adaptive / no speculation ({arrival})",
+                worst,
+                ">= 0.98",
+                None if worst is None else worst >= 0.98,
+            )
+        )
+    for arrival, points in summary["settle"].items():
+        vals = [v for v in points.values() if v is not None]
+        worst_settle = max(vals) if vals else None
+        out.append(
+            _check(
+                f"k settles after a phase shift, worst class ({arrival}, requests)",
+                worst_settle,
+                "<= 50",
+                None if worst_settle is None else worst_settle <= 50,
+            )
+        )
+    return out
+
+
+def _fmt(v: Any, scale: float = 1.0, digits: int = 1) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, int | float):
+        return f"{v * scale:.{digits}f}"
+    return str(v)
+
+
+def _spread(s: dict[str, Any], scale: float = 1.0, digits: int = 1) -> str:
+    if s["median"] is None:
+        return "-"
+    if s["n"] == 1:
+        return _fmt(s["median"], scale, digits)
+    return (
+        f"{_fmt(s['median'], scale, digits)} "
+        f"({_fmt(s['min'], scale, digits)}–{_fmt(s['max'], scale, digits)})"
+    )
+
+
+def render_markdown(summary: dict[str, Any]) -> str:
+    meta = summary["meta"]
+    lines = [
+        "# spec-gateway benchmark",
+        "",
+        f"Run {meta.get('started')} on {meta.get('machine')}; model: {meta.get('model_source')}; "
+        f"families: {meta.get('families_source')}; {meta.get('requests_per_run')} requests "
+        f"per run ({meta.get('phases')}), max_tokens {meta.get('max_tokens')}, "
+        f"{meta.get('repeats')} repeat(s) per mode; seed {meta.get('seed')}; "
+        f"took {_fmt(meta.get('duration_s'), 1 / 60)} min.",
+        "",
+        "Figures are the median over repeats with (min–max) when repeated.",
+        "",
+        "## Checks",
+        "",
+        "| claim | measured | target | pass |",
+        "|---|---|---|---|",
+    ]
+    for c in summary["checks"]:
+        verdict = "n/a" if c["pass"] is None else ("PASS" if c["pass"] else "FAIL")
+        lines.append(f"| {c['claim']} | {_fmt(c['value'], 1, 3)} | {c['target']} | {verdict} |")
+    lines += [
+        "",
+        "## Modes",
+        "",
+        "| mode | arrival | tokens/s | TPOT p50 ms | TPOT p99 ms | TTFT p50 ms | TTFT p99 ms "
+        "| errors |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for mode, arrivals in summary["cells"].items():
+        for arrival, cell in sorted(arrivals.items()):
+            lines.append(
+                f"| {mode} | {arrival} | {_spread(cell['tokens_per_s'])} "
+                f"| {_spread(cell['tpot_p50_s'], 1000)} | {_spread(cell['tpot_p99_s'], 1000)} "
+                f"| {_spread(cell['ttft_p50_s'], 1000)} | {_spread(cell['ttft_p99_s'], 1000)} "
+                f"| {cell['errors']}/{cell['requests']} |"
+            )
+    lines += _class_tables(summary)
+    lines += _oracle_lines(summary)
+    notes = [
+        n for arrivals in summary["cells"].values() for c in arrivals.values() for n in c["notes"]
+    ]
+    notes += meta.get("notes", [])
+    if notes:
+        lines += ["", "## Notes", "", *[f"- {n}" for n in sorted(set(notes))]]
+    return "\n".join(lines) + "\n"
+
+
+def _class_tables(summary: dict[str, Any]) -> list[str]:
+    lines = ["", "## By class (acceptance length / mean k / class speed tokens/s)", ""]
+    for arrival in sorted({a for arrivals in summary["cells"].values() for a in arrivals}):
+        classes = sorted(
+            {
+                c
+                for arrivals in summary["cells"].values()
+                for c in arrivals.get(arrival, {}).get("acceptance_by_class", {})
+            }
+        )
+        lines += [f"### {arrival}", "", "| mode | " + " | ".join(classes) + " |"]
+        lines.append("|---|" + "---|" * len(classes))
+        for mode, arrivals in summary["cells"].items():
+            cell = arrivals.get(arrival)
+            if cell is None:
+                continue
+            row = [
+                f"{_fmt(cell['acceptance_by_class'].get(c), 1, 2)} / "
+                f"{_fmt(cell['mean_k_by_class'].get(c), 1, 1)} / "
+                f"{_fmt(cell['speed_by_class'].get(c), 1, 1)}"
+                for c in classes
+            ]
+            lines.append(f"| {mode} | " + " | ".join(row) + " |")
+        lines.append("")
+    return lines
+
+
+def _oracle_lines(summary: dict[str, Any]) -> list[str]:
+    lines = ["## Hindsight per-class oracle (best static k per class and phase)", ""]
+    for arrival, orc in sorted(summary["oracle"].items()):
+        if not orc["choice"]:
+            continue
+        choice = ", ".join(f"{k}: k={v}" for k, v in orc["choice"].items())
+        lines.append(
+            f"- {arrival}: estimated speed {_fmt(orc['estimated_speed'])} tokens/s per request "
+            f"stream; adaptive {_fmt(orc['mode_estimated_speed'].get(ADAPTIVE))}. Choice: {choice}"
+        )
+    return lines
+
+
+def write_report(summary: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
+    json_path = out_dir / "summary.json"
+    md_path = out_dir / "report.md"
+    json_path.write_text(json.dumps(summary, indent=1, sort_keys=False))
+    md_path.write_text(render_markdown(summary))
+    return json_path, md_path

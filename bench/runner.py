@@ -1,0 +1,216 @@
+"""Run every mode x arrival x repeat on identical traffic and keep every request's record.
+
+Modes that share an engine configuration share one gateway process and are
+switched through `flags.json`; before a static mode is timed, a probe request
+checks that the gateway really applies its k (`x-specgw-k`), so a flag that did
+not take effect shows up as an error in the results instead of a wrong number.
+Modes run one after another, ordered so that modes sharing a process are
+adjacent (no-spec first, then everything on the speculative engine).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import openai
+from tqdm import tqdm
+
+from bench.gateway_proc import (
+    BENCH_KEY,
+    GatewayConfig,
+    GatewayProcess,
+    ModelPaths,
+    start_gateway,
+    write_flags,
+)
+from bench.modes import Mode
+from bench.replay import RequestRecord, replay, send_one
+from bench.workload import Arrival, WorkItem
+
+#: The flags file is polled every 0.5 s by the gateway (FlagSettings.file_poll_interval_s).
+FLAG_SETTLE_S = 1.5
+
+
+@dataclass(frozen=True, slots=True)
+class RunKey:
+    mode: str
+    arrival: str
+    repeat: int
+
+
+@dataclass
+class RunResult:
+    key: RunKey
+    wall_s: float
+    records: list[RequestRecord]
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "mode": self.key.mode,
+            "arrival": self.key.arrival,
+            "repeat": self.key.repeat,
+            "wall_s": self.wall_s,
+            "notes": self.notes,
+            "records": [r.to_json() for r in self.records],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class RunPlan:
+    modes: list[Mode]
+    arrivals: list[Arrival]
+    repeats: int
+    items: list[WorkItem]
+    request_timeout_s: float = 300.0
+
+
+def _client(gw: GatewayProcess, timeout_s: float) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(
+        base_url=f"{gw.base_url}/v1", api_key=BENCH_KEY, timeout=timeout_s, max_retries=0
+    )
+
+
+async def _probe_k(gw: GatewayProcess, mode: Mode, plan: RunPlan, tries: int) -> int | None:
+    """The k the gateway reports for a probe request; stops early once it is the expected one."""
+    client = _client(gw, plan.request_timeout_s)
+    seen: int | None = None
+    try:
+        for _ in range(tries):
+            rec = await send_one(client, plan.items[0], gw.model, time.perf_counter())
+            seen = rec.k if rec.ok else None
+            if seen == mode.expect_k:
+                break
+            await asyncio.sleep(1.0)
+    finally:
+        await client.close()
+    return seen
+
+
+async def _apply_flags(gw: GatewayProcess, mode: Mode, plan: RunPlan) -> int | None:
+    """Write the mode's flags and wait for the file poll; the probed k for a static mode."""
+    write_flags(gw.flags_dir, mode.flags)
+    await asyncio.sleep(FLAG_SETTLE_S)
+    if mode.expect_k is None:
+        return None
+    return await _probe_k(gw, mode, plan, tries=3)
+
+
+async def _run_mode(
+    gw: GatewayProcess,
+    mode: Mode,
+    plan: RunPlan,
+    bar: tqdm[Any],
+    sink: Callable[[RunResult], None],
+    notes: list[str],
+) -> None:
+    for repeat in range(plan.repeats):
+        for arrival in plan.arrivals:
+            bar.set_postfix_str(f"{mode.name} {arrival.label} r{repeat}")
+            client = _client(gw, plan.request_timeout_s)
+            try:
+                records, wall = await replay(
+                    client, plan.items, arrival, gw.model, on_done=lambda _r: bar.update(1)
+                )
+            finally:
+                await client.close()
+            sink(RunResult(RunKey(mode.name, arrival.label, repeat), wall, records, notes))
+
+
+class _Gateways:
+    """The one gateway process alive at a time (two engines do not fit on two cores)."""
+
+    def __init__(self, models: ModelPaths, workdir: Path) -> None:
+        self.models, self.workdir = models, workdir
+        self.config: GatewayConfig | None = None
+        self.gw: GatewayProcess | None = None
+
+    def get(self, config: GatewayConfig) -> GatewayProcess:
+        if self.gw is None or self.config != config:
+            self.close()
+            self.gw = start_gateway(config, self.models, self.workdir)
+            self.config = config
+        return self.gw
+
+    def close(self) -> None:
+        if self.gw is not None:
+            self.gw.stop()
+        self.gw, self.config = None, None
+
+
+def _prepare(gateways: _Gateways, mode: Mode, plan: RunPlan) -> tuple[GatewayProcess, list[str]]:
+    """A gateway applying this mode: flags on the shared process, else a restart with k fixed.
+
+    Falls back to `--default-k` when the flags did not reach the k the gateway reports
+    (a gateway without the controller / flags wired); said so in the run's notes.
+    """
+    gw = gateways.get(mode.gateway)
+    seen = asyncio.run(_apply_flags(gw, mode, plan))
+    if mode.expect_k is None or seen == mode.expect_k:
+        return gw, []
+    fixed = replace(mode.gateway, name=f"{mode.gateway.name}-k{mode.expect_k}")
+    fixed = replace(fixed, default_k=mode.expect_k)
+    gw = gateways.get(fixed)
+    seen = asyncio.run(_probe_k(gw, mode, plan, tries=1))
+    note = f"{mode.name}: flags not applied (k={seen}); gateway restarted with --default-k"
+    if seen != mode.expect_k:
+        note = f"{mode.name}: expected k={mode.expect_k}, gateway reports k={seen}"
+    return gw, [note]
+
+
+def run_all(
+    plan: RunPlan, models: ModelPaths, workdir: Path, sink: Callable[[RunResult], None]
+) -> list[str]:
+    """Run the plan mode by mode; returns notes on modes that could not run as asked."""
+    notes: list[str] = []
+    per_mode = len(plan.arrivals) * plan.repeats * len(plan.items)
+    gateways = _Gateways(models, workdir)
+    try:
+        with tqdm(total=len(plan.modes) * per_mode, unit="req", desc="bench") as bar:
+            for mode in plan.modes:
+                bar.set_postfix_str(f"preparing {mode.name}")
+                try:
+                    gw, mode_notes = _prepare(gateways, mode, plan)
+                except RuntimeError as exc:
+                    notes.append(f"{mode.name}: gateway did not start: {str(exc)[-600:]}")
+                    bar.update(per_mode)
+                    continue
+                notes += mode_notes
+                asyncio.run(_run_mode(gw, mode, plan, bar, sink, mode_notes))
+    finally:
+        gateways.close()
+    return notes
+
+
+class JsonlSink:
+    """Appends each run to `runs.jsonl` as it finishes, so a crash keeps what was measured."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.results: list[RunResult] = []
+
+    def __call__(self, result: RunResult) -> None:
+        self.results.append(result)
+        with self.path.open("a") as f:
+            f.write(json.dumps(result.to_json()) + "\n")
+
+
+def load_runs(path: Path) -> list[RunResult]:
+    """Read back `runs.jsonl` (one run per line) as written by `JsonlSink`."""
+    runs: list[RunResult] = []
+    if not path.exists():
+        return runs
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        raw = json.loads(line)
+        records = [RequestRecord(**r) for r in raw["records"]]
+        key = RunKey(raw["mode"], raw["arrival"], int(raw["repeat"]))
+        runs.append(RunResult(key, float(raw["wall_s"]), records, list(raw["notes"])))
+    return runs

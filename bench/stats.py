@@ -1,0 +1,221 @@
+"""Figures from request records: per run, per mode (median and spread over repeats), oracle.
+
+Definitions (all from the records, nothing assumed):
+- tokens/s of a run = output tokens of its successful requests / the run's wall time.
+- class speed = a class's output tokens / the sum of its requests' end-to-end times:
+  the rate at which one request of that class receives tokens, queueing included.
+  It is what a mixed run can say per class, and it lets the per-class hindsight
+  oracle be assembled from static runs of the same traffic.
+- acceptance length of a class = 1 + accepted / verify steps over its requests
+  (vLLM's definition, bonus token included); 1.0 when it never speculated.
+- oracle (hindsight, per arrival): for every (class, phase), the static k whose
+  runs gave the best median class speed; its speed is estimated by taking each
+  request's end-to-end time from that k's run (same request, same position in
+  the same workload) and dividing all output tokens by the summed times. The
+  same estimator is applied to the other modes for a like-for-like ratio. It
+  ignores that mixing depths changes the batch, which is why it is an estimate.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from bench.replay import RequestRecord
+from bench.runner import RunResult
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """Nearest-rank-interpolated percentile (q in 0..100); None for no values."""
+    data = sorted(values)
+    if not data:
+        return None
+    if len(data) == 1:
+        return data[0]
+    pos = (len(data) - 1) * q / 100.0
+    lo = int(pos)
+    hi = min(lo + 1, len(data) - 1)
+    return data[lo] + (data[hi] - data[lo]) * (pos - lo)
+
+
+@dataclass(frozen=True, slots=True)
+class Spread:
+    median: float | None
+    low: float | None
+    high: float | None
+    n: int
+
+    def to_json(self) -> dict[str, float | int | None]:
+        return {"median": self.median, "min": self.low, "max": self.high, "n": self.n}
+
+
+def spread(values: Iterable[float | None]) -> Spread:
+    data = [v for v in values if v is not None]
+    if not data:
+        return Spread(None, None, None, 0)
+    return Spread(statistics.median(data), min(data), max(data), len(data))
+
+
+def acceptance_length(records: Iterable[RequestRecord]) -> float | None:
+    recs = list(records)
+    if not recs:
+        return None
+    steps = sum(r.verify_steps for r in recs)
+    if steps == 0:
+        return 1.0
+    return 1.0 + sum(r.accepted_tokens for r in recs) / steps
+
+
+def class_speed(records: Iterable[RequestRecord]) -> float | None:
+    recs = [r for r in records if r.ok]
+    busy = sum(r.e2e for r in recs)
+    return sum(r.output_tokens for r in recs) / busy if busy > 0 else None
+
+
+def by_family(records: Iterable[RequestRecord]) -> dict[str, list[RequestRecord]]:
+    out: dict[str, list[RequestRecord]] = defaultdict(list)
+    for r in records:
+        out[r.family].append(r)
+    return dict(sorted(out.items()))
+
+
+@dataclass(frozen=True, slots=True)
+class RunFigures:
+    tokens_per_s: float
+    tpot_p50: float | None
+    tpot_p99: float | None
+    ttft_p50: float | None
+    ttft_p99: float | None
+    errors: int
+    requests: int
+    acceptance: dict[str, float | None]
+    mean_k: dict[str, float | None]
+    speed: dict[str, float | None]
+
+
+def run_figures(run: RunResult) -> RunFigures:
+    ok = [r for r in run.records if r.ok]
+    tpots = [r.tpot for r in ok if r.tpot is not None]
+    ttfts = [r.ttft for r in ok if r.ttft is not None]
+    fam = by_family(ok)
+    return RunFigures(
+        tokens_per_s=sum(r.output_tokens for r in ok) / run.wall_s if run.wall_s > 0 else 0.0,
+        tpot_p50=percentile(tpots, 50),
+        tpot_p99=percentile(tpots, 99),
+        ttft_p50=percentile(ttfts, 50),
+        ttft_p99=percentile(ttfts, 99),
+        errors=len(run.records) - len(ok),
+        requests=len(run.records),
+        acceptance={f: acceptance_length(rs) for f, rs in fam.items()},
+        mean_k={f: _mean_k(rs) for f, rs in fam.items()},
+        speed={f: class_speed(rs) for f, rs in fam.items()},
+    )
+
+
+def _mean_k(records: list[RequestRecord]) -> float | None:
+    ks = [r.k for r in records if r.k is not None]
+    return statistics.fmean(ks) if ks else None
+
+
+Cell = tuple[str, str]  # (mode, arrival)
+
+
+def group_runs(runs: Iterable[RunResult]) -> dict[Cell, list[RunResult]]:
+    out: dict[Cell, list[RunResult]] = defaultdict(list)
+    for run in runs:
+        out[(run.key.mode, run.key.arrival)].append(run)
+    return dict(out)
+
+
+def summarise_cell(runs: list[RunResult]) -> dict[str, object]:
+    """Median and spread over repeats of every headline figure of one (mode, arrival)."""
+    figs = [run_figures(r) for r in runs]
+
+    def sp(get: Callable[[RunFigures], float | None]) -> dict[str, float | int | None]:
+        return spread(get(f) for f in figs).to_json()
+
+    families = sorted({fam for f in figs for fam in f.acceptance})
+    return {
+        "repeats": len(runs),
+        "requests": sum(f.requests for f in figs),
+        "errors": sum(f.errors for f in figs),
+        "tokens_per_s": sp(lambda f: f.tokens_per_s),
+        "tpot_p50_s": sp(lambda f: f.tpot_p50),
+        "tpot_p99_s": sp(lambda f: f.tpot_p99),
+        "ttft_p50_s": sp(lambda f: f.ttft_p50),
+        "ttft_p99_s": sp(lambda f: f.ttft_p99),
+        "acceptance_by_class": {
+            c: spread(f.acceptance.get(c) for f in figs).median for c in families
+        },
+        "mean_k_by_class": {c: spread(f.mean_k.get(c) for f in figs).median for c in families},
+        "speed_by_class": {c: spread(f.speed.get(c) for f in figs).median for c in families},
+        "notes": sorted({n for r in runs for n in r.notes}),
+    }
+
+
+def median_e2e_by_index(runs: list[RunResult]) -> dict[int, tuple[float, int]]:
+    """Per request index: (median e2e over repeats, output tokens), successful requests only."""
+    e2e: dict[int, list[float]] = defaultdict(list)
+    tokens: dict[int, int] = {}
+    for run in runs:
+        for r in run.records:
+            if r.ok:
+                e2e[r.index].append(r.e2e)
+                tokens[r.index] = r.output_tokens
+    return {i: (statistics.median(v), tokens[i]) for i, v in e2e.items()}
+
+
+def estimated_speed(per_index: dict[int, tuple[float, int]]) -> float | None:
+    busy = sum(e for e, _ in per_index.values())
+    return sum(t for _, t in per_index.values()) / busy if busy > 0 else None
+
+
+def oracle(
+    static_runs: dict[int, list[RunResult]],
+) -> tuple[dict[str, int], dict[int, tuple[float, int]]]:
+    """({"family/phase": best k}, per-index (e2e, tokens) assembled from the best k's runs)."""
+    per_k = {k: median_e2e_by_index(runs) for k, runs in static_runs.items()}
+    groups: dict[tuple[str, int], set[int]] = defaultdict(set)
+    for runs in static_runs.values():
+        for r in runs[0].records:
+            groups[(r.family, r.phase)].add(r.index)
+    choice: dict[str, int] = {}
+    assembled: dict[int, tuple[float, int]] = {}
+    for (family, phase), indices in sorted(groups.items()):
+        best_k, best_speed = None, -1.0
+        for k, table in sorted(per_k.items()):
+            speed = estimated_speed({i: table[i] for i in indices if i in table})
+            if speed is not None and speed > best_speed:
+                best_k, best_speed = k, speed
+        if best_k is None:
+            continue
+        choice[f"{family}/{phase}"] = best_k
+        assembled.update({i: per_k[best_k][i] for i in indices if i in per_k[best_k]})
+    return choice, assembled
+
+
+def settle_points(records: list[RequestRecord], tail_share: float = 0.9) -> dict[str, int | None]:
+    """Per "family/phase": requests of that class until k settles, from the k-over-time data.
+
+    Settled at request i = from i to the end of the phase, at least `tail_share`
+    of that class's requests get the phase's final modal k (exploration probes
+    of the remaining share are allowed). None when the class had no k recorded.
+    """
+    seqs: dict[tuple[str, int], list[int]] = defaultdict(list)
+    for r in sorted(records, key=lambda r: r.start):
+        if r.k is not None:
+            seqs[(r.family, r.phase)].append(r.k)
+    out: dict[str, int | None] = {}
+    for (family, phase), ks in sorted(seqs.items()):
+        tail = ks[len(ks) // 2 :]
+        final = statistics.mode(tail)
+        settled = len(ks)
+        for i in range(len(ks)):
+            rest = ks[i:]
+            if sum(k == final for k in rest) >= tail_share * len(rest):
+                settled = i
+                break
+        out[f"{family}/{phase}"] = settled
+    return out

@@ -1,0 +1,197 @@
+"""The harness's pure parts on real value objects: workload, statistics, oracle, report, plots."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.families import FAMILIES, local_pool
+from bench.modes import default_modes, select_modes
+from bench.replay import RequestRecord
+from bench.report import build_summary, render_markdown, write_report
+from bench.runner import JsonlSink, RunKey, RunResult, load_runs
+from bench.stats import acceptance_length, oracle, percentile, settle_points, spread
+from bench.workload import (
+    ClosedLoop,
+    Phase,
+    Poisson,
+    build_workload,
+    default_phases,
+    phase_boundaries,
+)
+
+
+def test_workload_is_seeded_and_shifts_mix_at_phase_boundaries() -> None:
+    pool = local_pool(8, seed=3)
+    assert set(pool) == set(FAMILIES)
+    phases = default_phases(40)
+    a = build_workload(phases, pool, seed=11, max_tokens=32)
+    b = build_workload(phases, pool, seed=11, max_tokens=32)
+    c = build_workload(phases, pool, seed=12, max_tokens=32)
+    assert [(i.family, i.prompt) for i in a] == [(i.family, i.prompt) for i in b]
+    assert [i.family for i in a] != [i.family for i in c]
+    assert phase_boundaries(a) == [40, 80]
+    first = {i.family for i in a[:40]}
+    second = {i.family for i in a[40:80]}
+    assert "chat_alt_template" not in first  # phase 1 has no foreign templates
+    assert "chat_alt_template" in second
+
+
+def test_workload_rejects_a_phase_without_prompts() -> None:
+    with pytest.raises(ValueError, match="none of its families"):
+        build_workload([Phase("x", 3, {"nope": 1.0})], local_pool(2, 0), 0, 8)
+
+
+def test_poisson_offsets_are_seeded_with_the_asked_mean_rate() -> None:
+    offsets = Poisson(20.0, seed=5).offsets(2000)
+    assert offsets == Poisson(20.0, seed=5).offsets(2000)
+    assert offsets[0] == 0.0
+    assert all(b >= a for a, b in itertools.pairwise(offsets))
+    assert 2000 / offsets[-1] == pytest.approx(20.0, rel=0.1)
+    assert ClosedLoop(4).label == "c4"
+
+
+def test_percentile_and_spread() -> None:
+    assert percentile([], 50) is None
+    assert percentile([3.0], 99) == 3.0
+    assert percentile([1.0, 2.0, 3.0, 4.0], 50) == pytest.approx(2.5)
+    assert percentile(list(map(float, range(101))), 99) == pytest.approx(99.0)
+    s = spread([3.0, None, 1.0, 2.0])
+    assert (s.median, s.low, s.high, s.n) == (2.0, 1.0, 3.0, 3)
+
+
+def _rec(index: int, family: str, phase: int, k: int, e2e: float, **kw: float) -> RequestRecord:
+    return RequestRecord(
+        index=index,
+        phase=phase,
+        family=family,
+        ok=True,
+        start=float(index),
+        e2e=e2e,
+        ttft=0.01,
+        tpot=e2e / 10,
+        output_tokens=10,
+        k=k,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def test_acceptance_length_is_vllms_definition() -> None:
+    recs = [
+        _rec(0, "a", 0, 2, 1.0, verify_steps=4, accepted_tokens=4),
+        _rec(1, "a", 0, 2, 1.0, verify_steps=6, accepted_tokens=1),
+    ]
+    assert acceptance_length(recs) == pytest.approx(1 + 5 / 10)
+    assert acceptance_length([_rec(0, "a", 0, 0, 1.0)]) == 1.0
+
+
+def _static_runs() -> dict[int, list[RunResult]]:
+    # Class "fast" is best at k=2 (0.5 s), class "slow" at k=1 (0.5 s).
+    times = {1: {"fast": 1.0, "slow": 0.5}, 2: {"fast": 0.5, "slow": 2.0}}
+    out: dict[int, list[RunResult]] = {}
+    for k, per_class in times.items():
+        recs = [_rec(i, fam, 0, k, per_class[fam]) for i, fam in enumerate(["fast", "slow"] * 3)]
+        out[k] = [RunResult(RunKey(f"static-k{k}", "c4", 0), 3.0, recs)]
+    return out
+
+
+def test_oracle_picks_the_best_k_per_class_and_assembles_its_times() -> None:
+    choice, assembled = oracle(_static_runs())
+    assert choice == {"fast/0": 2, "slow/0": 1}
+    assert sorted(assembled) == list(range(6))
+    assert all(e2e == 0.5 for e2e, _ in assembled.values())
+
+
+def test_settle_points_count_requests_until_the_final_k_holds() -> None:
+    ks = [4, 4, 3, 2, 2, 2, 2, 2, 2, 2, 2, 2]
+    recs = [_rec(i, "a", 0, k, 1.0) for i, k in enumerate(ks)]
+    recs += [_rec(100 + i, "b", 1, 1, 1.0) for i in range(5)]
+    points = settle_points(recs)
+    # From request 2 on, 9 of the 10 get k=2: within the 10 % left for exploration probes.
+    assert points == {"a/0": 2, "b/1": 0}
+    assert settle_points(recs, tail_share=1.0)["a/0"] == 3
+
+
+def _runs() -> list[RunResult]:
+    runs = []
+    for k, static in _static_runs().items():
+        runs += static
+        runs.append(RunResult(RunKey(f"static-k{k}", "c4", 1), 3.2, static[0].records))
+    adaptive = [
+        _rec(i, fam, 0, 2 if fam == "fast" else 1, 0.5)
+        for i, fam in enumerate(["fast", "slow"] * 3)
+    ]
+    nospec = [_rec(i, fam, 0, 0, 0.8) for i, fam in enumerate(["fast", "slow"] * 3)]
+    failed = RequestRecord(6, 0, "fast", False, 6.0, 0.1, error="APIError: boom")
+    runs.append(RunResult(RunKey("adaptive", "c4", 0), 2.0, [*adaptive, failed]))
+    runs.append(RunResult(RunKey("no-spec", "c4", 0), 2.5, nospec))
+    return runs
+
+
+def test_summary_checks_and_markdown_from_runs(tmp_path: Path) -> None:
+    summary = build_summary(_runs(), {"started": "t", "notes": ["a note"]})
+    cell = summary["cells"]["adaptive"]["c4"]
+    assert cell["errors"] == 1
+    assert cell["tokens_per_s"]["median"] == pytest.approx(60 / 2.0)
+    assert summary["cells"]["static-k1"]["c4"]["tokens_per_s"]["n"] == 2
+    checks = {c["claim"]: c for c in summary["checks"]}
+    best_static = (60 / 3.0 + 60 / 3.2) / 2  # median of the two repeats of static-k1
+    ratio = checks["adaptive tokens/s / best static k (c4)"]
+    assert ratio["value"] == pytest.approx((60 / 2.0) / best_static)
+    assert ratio["pass"] is True
+    assert checks["adaptive / hindsight per-class oracle (c4, estimated)"][
+        "value"
+    ] == pytest.approx(1.0)
+    assert checks["worst class: adaptive / no speculation (c1)"]["pass"] is None
+    assert checks["worst class: adaptive / no speculation (c4)"]["value"] == pytest.approx(
+        0.8 / 0.5 / 1
+    )
+    md = render_markdown(summary)
+    assert "| adaptive | c4 | 30.0 |" in md
+    assert "a note" in md
+    json_path, md_path = write_report(summary, tmp_path)
+    assert json.loads(json_path.read_text())["checks"] == json.loads(json.dumps(summary["checks"]))
+    assert md_path.read_text() == md
+
+
+def test_runs_round_trip_through_jsonl(tmp_path: Path) -> None:
+    sink = JsonlSink(tmp_path / "runs.jsonl")
+    for run in _runs():
+        sink(run)
+    back = load_runs(tmp_path / "runs.jsonl")
+    assert [(r.key, r.wall_s, r.records) for r in back] == [
+        (r.key, r.wall_s, r.records) for r in _runs()
+    ]
+
+
+def test_plots_are_pngs(tmp_path: Path) -> None:
+    from bench.plots import write_plots
+
+    runs = _runs()
+    paths = write_plots(build_summary(runs, {}), runs, tmp_path)
+    assert {p.name for p in paths} == {
+        "tokens_per_s.png",
+        "k_over_time.png",
+        "acceptance_over_time.png",
+    }
+    for p in paths:
+        assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_modes_cover_no_spec_static_depths_and_adaptive() -> None:
+    modes = default_modes(4, batch_schedule=True)
+    names = [m.name for m in modes]
+    assert names[0] == "no-spec"
+    assert {"k0", "static-k1", "static-k4", "batch-schedule", "adaptive"} <= set(names)
+    assert not modes[0].gateway.drafter
+    assert {m.gateway.name for m in modes if m.name.startswith("static")} == {"spec"}
+    assert [m.static_k for m in modes if m.static_k is not None] == [1, 2, 3, 4]
+    assert [m.name for m in select_modes(modes, ["static-k2", "no-spec"])] == [
+        "no-spec",
+        "static-k2",
+    ]
+    with pytest.raises(ValueError, match="unknown modes"):
+        select_modes(modes, ["static-k9"])
