@@ -58,6 +58,15 @@ def model_paths() -> tuple[Path, Path]:
     return tiny.target, tiny.drafter
 
 
+def trained_model() -> bool:
+    """True when tests run on the embedded trained model (not the tiny random one)."""
+    try:
+        from engine.model.paths import default_model
+    except ImportError:
+        return False
+    return default_model().target.is_dir()
+
+
 def model_args() -> list[str]:
     target, drafter = model_paths()
     return ["--model", str(target), "--drafter", str(drafter)]

