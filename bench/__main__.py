@@ -40,6 +40,8 @@ class Size:
     arrivals: list[Arrival]
     modes: list[str] | None
     batch_schedule: bool
+    latency_n: int
+    ceiling_s: float
 
 
 FULL = Size(
@@ -49,6 +51,8 @@ FULL = Size(
     arrivals=[ClosedLoop(1), ClosedLoop(4), ClosedLoop(16), Poisson(4.0, seed=7)],
     modes=None,
     batch_schedule=True,
+    latency_n=1000,
+    ceiling_s=15.0,
 )
 QUICK = Size(
     per_phase=4,
@@ -57,6 +61,8 @@ QUICK = Size(
     arrivals=[ClosedLoop(4)],
     modes=["no-spec", "k0", "static-k1", "static-k2", "adaptive"],
     batch_schedule=False,
+    latency_n=50,
+    ceiling_s=2.0,
 )
 
 
@@ -91,6 +97,9 @@ def run(
     publish: Annotated[
         bool | None, typer.Option(help="Copy the report into bench/results/ (default: full runs).")
     ] = None,
+    overhead: Annotated[
+        bool, typer.Option(help="Also measure the gateway's overhead on a no-op engine.")
+    ] = True,
 ) -> None:
     """Replay the mixed workload through every mode; write runs, summary, report and plots."""
     from bench.gateway_proc import model_paths
@@ -119,10 +128,35 @@ def run(
     t0 = time.monotonic()
     sink = JsonlSink(out_dir / "runs.jsonl")
     notes = run_all(plan, models, out_dir, sink)
+    if overhead:
+        from bench.overhead import measure_overhead
+
+        try:
+            measure_overhead(models.target, out_dir, size.latency_n, size.ceiling_s)
+        except RuntimeError as exc:
+            notes.append(f"overhead not measured: {str(exc)[-600:]}")
     meta["duration_s"] = time.monotonic() - t0
     meta["notes"] = [*meta["notes"], *notes]
     (out_dir / "meta.json").write_text(json.dumps(meta, indent=1))
     _render(out_dir, publish if publish is not None else not quick)
+
+
+@app.command("overhead")
+def overhead_command(
+    out: Annotated[Path | None, typer.Option(help="Results directory.")] = None,
+    latency_n: Annotated[int, typer.Option(help="Requests for the latency figure.")] = 1000,
+    ceiling_s: Annotated[float, typer.Option(help="Seconds per ceiling measurement.")] = 15.0,
+) -> None:
+    """Only the gateway overhead: added latency and requests/s per core on a no-op engine."""
+    from bench.gateway_proc import model_paths
+    from bench.overhead import measure_overhead
+
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    out_dir = out or REPO / "results" / "bench" / f"overhead-{stamp}"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    models = model_paths(Path(os.environ.get("SPECGW_TEST_MODELS", "/tmp/specgw-tiny")))
+    result = measure_overhead(models.target, out_dir, latency_n, ceiling_s)
+    typer.echo(json.dumps(result, indent=1))
 
 
 @app.command()
@@ -141,11 +175,10 @@ def _render(out_dir: Path, publish: bool) -> None:
 
     runs = load_runs(out_dir / "runs.jsonl")
     meta = json.loads((out_dir / "meta.json").read_text())
-    summary = build_summary(runs, meta)
+    overhead_path = out_dir / "overhead.json"
+    overhead = json.loads(overhead_path.read_text()) if overhead_path.exists() else None
+    summary = build_summary(runs, meta, overhead)
     paths = [*write_report(summary, out_dir), *write_plots(summary, runs, out_dir)]
-    overhead = out_dir / "overhead.json"
-    if overhead.exists():
-        paths.append(overhead)
     typer.echo(f"report: {out_dir / 'report.md'}")
     if publish:
         dest = REPO / "bench" / "results"

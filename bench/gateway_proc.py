@@ -90,7 +90,7 @@ class GatewayProcess:
                 self.process.wait(10)
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -108,7 +108,7 @@ def start_gateway(
     config: GatewayConfig, models: ModelPaths, workdir: Path, timeout_s: float = 600
 ) -> GatewayProcess:
     """Start `python -m gateway.cli serve` and wait for `/ready`; raise with the log on failure."""
-    port = _free_port()
+    port = free_port()
     flags_dir = workdir / f"flags-{config.name}"
     flags_dir.mkdir(parents=True, exist_ok=True)
     write_flags(flags_dir, {})
@@ -128,7 +128,7 @@ def start_gateway(
     cmd += ["--max-depth", str(config.max_depth), "--default-k", str(config.default_k)]
     if config.drafter:
         cmd += ["--drafter", str(models.drafter)]
-    log_path = workdir / f"gateway-{config.name}.log"
+    log_path = workdir / f"gateway-{config.name}-{port}.log"
     with log_path.open("wb") as log:
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
     gw = GatewayProcess(f"http://127.0.0.1:{port}", proc, log_path, flags_dir)

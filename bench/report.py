@@ -27,7 +27,9 @@ ADAPTIVE = "adaptive"
 NO_SPEC = "no-spec"
 
 
-def build_summary(runs: list[RunResult], meta: dict[str, Any]) -> dict[str, Any]:
+def build_summary(
+    runs: list[RunResult], meta: dict[str, Any], overhead: dict[str, Any] | None = None
+) -> dict[str, Any]:
     cells: dict[str, dict[str, Any]] = defaultdict(dict)
     for (mode, arrival), group in group_runs(runs).items():
         cells[mode][arrival] = summarise_cell(group)
@@ -37,6 +39,7 @@ def build_summary(runs: list[RunResult], meta: dict[str, Any]) -> dict[str, Any]
         "cells": dict(cells),
         "oracle": {a: _oracle_for(runs, a) for a in arrivals},
         "settle": {a: _settle_for(runs, a) for a in arrivals},
+        "overhead": overhead,
     }
     summary["checks"] = checks(summary)
     return summary
@@ -143,6 +146,27 @@ def checks(summary: dict[str, Any]) -> list[dict[str, Any]]:
                 None if worst_settle is None else worst_settle <= 50,
             )
         )
+    return out + _overhead_checks(summary.get("overhead"))
+
+
+def _overhead_checks(ovh: dict[str, Any] | None) -> list[dict[str, Any]]:
+    ovh = ovh or {}
+    rows = [
+        ("gateway-added latency p50 (ms, no-op engine)", "added_p50_ms", "<= 1", 1.0, False),
+        ("gateway-added latency p99 (ms, no-op engine)", "added_p99_ms", "<= 5", 5.0, False),
+        (
+            "streaming requests/s per core (no-op engine)",
+            "requests_per_s_per_core",
+            ">= 300",
+            300.0,
+            True,
+        ),
+    ]
+    out = []
+    for claim, key, target, bound, at_least in rows:
+        v = ovh.get(key)
+        ok = None if v is None else (v >= bound if at_least else v <= bound)
+        out.append(_check(claim, v, target, ok))
     return out
 
 
@@ -204,6 +228,7 @@ def render_markdown(summary: dict[str, Any]) -> str:
                 f"| {_spread(cell['ttft_p50_s'], 1000)} | {_spread(cell['ttft_p99_s'], 1000)} "
                 f"| {cell['errors']}/{cell['requests']} |"
             )
+    lines += _overhead_lines(summary.get("overhead"))
     lines += _class_tables(summary)
     lines += _oracle_lines(summary)
     notes = [
@@ -213,6 +238,31 @@ def render_markdown(summary: dict[str, Any]) -> str:
     if notes:
         lines += ["", "## Notes", "", *[f"- {n}" for n in sorted(set(notes))]]
     return "\n".join(lines) + "\n"
+
+
+def _overhead_lines(ovh: dict[str, Any] | None) -> list[str]:
+    if not ovh:
+        return []
+    lines = [
+        "",
+        f"## Gateway overhead (no-op engine; {ovh['request']})",
+        "",
+        "| path | p50 ms | p99 ms |",
+        "|---|---|---|",
+        f"| in-process engine client | {ovh['direct_p50_ms']:.3f} | {ovh['direct_p99_ms']:.3f} |",
+        f"| through the gateway | {ovh['gateway_p50_ms']:.2f} | {ovh['gateway_p99_ms']:.2f} |",
+        f"| added by the gateway | {ovh['added_p50_ms']:.2f} | {ovh['added_p99_ms']:.2f} |",
+        "",
+        "| concurrency | requests/s | gateway CPU s | requests per gateway CPU second "
+        "| client CPU s |",
+        "|---|---|---|---|---|",
+    ]
+    for c in ovh["ceiling"]:
+        lines.append(
+            f"| {c['concurrency']} | {c['requests_per_s']:.0f} | {c['gateway_cpu_s']:.2f} "
+            f"| {_fmt(c['requests_per_cpu_s'], 1, 0)} | {c['client_cpu_s']:.2f} |"
+        )
+    return lines
 
 
 def _class_tables(summary: dict[str, Any]) -> list[str]:

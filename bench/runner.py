@@ -31,7 +31,7 @@ from bench.gateway_proc import (
 )
 from bench.modes import Mode
 from bench.replay import RequestRecord, replay, send_one
-from bench.workload import Arrival, WorkItem
+from bench.workload import Arrival, ClosedLoop, WorkItem
 
 #: The flags file is polled every 0.5 s by the gateway (FlagSettings.file_poll_interval_s).
 FLAG_SETTLE_S = 1.5
@@ -69,6 +69,7 @@ class RunPlan:
     repeats: int
     items: list[WorkItem]
     request_timeout_s: float = 300.0
+    warmup: int = 8
 
 
 def _client(gw: GatewayProcess, timeout_s: float) -> openai.AsyncOpenAI:
@@ -110,6 +111,12 @@ async def _run_mode(
     sink: Callable[[RunResult], None],
     notes: list[str],
 ) -> None:
+    # Untimed warm-up on this mode's settings (first-step costs, connection set-up).
+    client = _client(gw, plan.request_timeout_s)
+    try:
+        await replay(client, plan.items[: plan.warmup], ClosedLoop(4), gw.model)
+    finally:
+        await client.close()
     for repeat in range(plan.repeats):
         for arrival in plan.arrivals:
             bar.set_postfix_str(f"{mode.name} {arrival.label} r{repeat}")

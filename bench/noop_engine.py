@@ -1,0 +1,172 @@
+"""The gateway on a no-op engine: everything real except the engine step.
+
+`NoopLLM` stands in for vLLM's `AsyncLLM` behind the gateway: every attribute
+(model config, renderer, tokenizer, input processing) is the real engine's, so
+vLLM's OpenAI serving layer does its full work (chat template, tokenisation,
+tool parsing, SSE rendering) and the outcome tap, planner and admission run as
+in production; only `generate` answers at once with `max_tokens` copies of one
+token instead of running the model. What is left to time is the gateway's own
+cost, which is what its ceiling in requests/s per core measures.
+
+Run as a process: `python -m bench.noop_engine --port P --direct-out FILE`; before
+serving it times the same requests straight into the (no-op) engine client,
+in-process, and writes those latencies to FILE for the added-latency figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from engine.interface import GATEWAY_ID_ARG, SPEC_DEPTH_ARG
+
+#: The request the overhead benchmark sends (chat, streamed, 16 tokens).
+OVERHEAD_MESSAGES = [
+    {"role": "system", "content": "You are a helpful assistant."},
+    {"role": "user", "content": "Explain sorting a list of tuples in Python."},
+]
+OVERHEAD_MAX_TOKENS = 16
+
+
+class NoopLLM:
+    """A real AsyncLLM whose `generate` skips the model and answers at once."""
+
+    def __init__(self, llm: Any, token_id: int, piece: str) -> None:
+        self._llm = llm
+        self._token_id = token_id
+        self._piece = piece
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._llm, name)
+
+    async def generate(
+        self, prompt: Any, sampling_params: Any, request_id: str, **_: Any
+    ) -> AsyncIterator[Any]:
+        from vllm.outputs import CompletionOutput, RequestOutput
+        from vllm.sampling_params import RequestOutputKind
+
+        n = int(sampling_params.max_tokens or OVERHEAD_MAX_TOKENS)
+        kind = sampling_params.output_kind
+        prompt_ids = _prompt_ids(prompt)
+        for i in range(n):
+            last = i == n - 1
+            if kind == RequestOutputKind.FINAL_ONLY and not last:
+                continue
+            count = 1 if kind == RequestOutputKind.DELTA else i + 1
+            out = CompletionOutput(
+                index=0,
+                text=self._piece * count,
+                token_ids=[self._token_id] * count,
+                cumulative_logprob=None,
+                logprobs=None,
+                finish_reason="length" if last else None,
+            )
+            yield RequestOutput(request_id, None, prompt_ids, None, [out], last)
+            await asyncio.sleep(0)
+
+
+def _prompt_ids(prompt: Any) -> list[int]:
+    ids = prompt.get("prompt_token_ids") if isinstance(prompt, dict) else None
+    ids = ids if ids is not None else getattr(prompt, "prompt_token_ids", None)
+    return list(ids or [])
+
+
+def noop_runtime_factory(
+    engine_settings: Any, on_ready: Callable[[Any, Any], Any] | None = None
+) -> Callable[[Any], AbstractAsyncContextManager[Any]]:
+    """`gateway.runtime.real_runtime_factory` with the engine's serving client made no-op.
+
+    The control plane (flags, controller, metrics, admission) is the production one,
+    built by the same function the real factory calls.
+    """
+    from engine.openai_frontend import FrontendConfig, OpenAIFrontend
+    from engine.vllm_engine import OutcomeTapClient, VLLMEngine
+    from gateway.control.settings import ControllerSettings
+    from gateway.outcomes import OutcomeBoard
+    from gateway.runtime import _control_plane
+
+    @asynccontextmanager
+    async def factory(settings: Any) -> AsyncIterator[Any]:
+        board = OutcomeBoard()
+        async with AsyncExitStack() as stack:
+            engine = await stack.enter_async_context(
+                VLLMEngine.started(engine_settings, on_outcome=board.deliver)
+            )
+            tokenizer = engine.llm.get_tokenizer()
+            if asyncio.iscoroutine(tokenizer):
+                tokenizer = await tokenizer
+            token_id = int(tokenizer.encode(" the", add_special_tokens=False)[0])
+            noop_llm = NoopLLM(engine.llm, token_id, tokenizer.decode([token_id]))
+            noop = OutcomeTapClient(noop_llm, engine)  # type: ignore[arg-type]
+            target, _ = engine_settings.resolved_models()
+            frontend = await OpenAIFrontend.create(
+                noop,
+                FrontendConfig(model=str(target), served_model_name=settings.served_model_name),
+            )
+            runtime = await _control_plane(
+                stack, settings, ControllerSettings(), engine, frontend, board
+            )
+            if on_ready is not None:
+                await on_ready(noop, tokenizer)
+            try:
+                yield runtime
+            finally:
+                await runtime.begin_drain()
+
+    return factory
+
+
+async def time_direct(noop: Any, tokenizer: Any, n: int) -> list[float]:
+    """Seconds per request straight into the engine client, same prompt and length."""
+    from vllm.sampling_params import RequestOutputKind, SamplingParams
+
+    text = tokenizer.apply_chat_template(
+        OVERHEAD_MESSAGES, tokenize=False, add_generation_prompt=True
+    )
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    out: list[float] = []
+    for i in range(n):
+        params = SamplingParams(
+            max_tokens=OVERHEAD_MAX_TOKENS,
+            output_kind=RequestOutputKind.DELTA,
+            extra_args={SPEC_DEPTH_ARG: 0, GATEWAY_ID_ARG: f"direct-{i}"},
+        )
+        t0 = time.perf_counter()
+        async for _ in noop.generate({"prompt_token_ids": ids}, params, f"direct-{i}"):
+            pass
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def main() -> None:
+    import uvicorn
+
+    from engine.settings import EngineSettings
+    from gateway.app import create_app
+    from gateway.settings import GatewaySettings
+
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--model", type=Path, required=True)
+    parser.add_argument("--direct-out", type=Path, required=True)
+    parser.add_argument("--direct-n", type=int, default=500)
+    args = parser.parse_args()
+
+    async def on_ready(noop: Any, tokenizer: Any) -> None:
+        direct = await time_direct(noop, tokenizer, args.direct_n)
+        args.direct_out.write_text(json.dumps(direct))
+
+    settings = GatewaySettings.load(None, host="127.0.0.1", port=args.port, log_level="warning")
+    engine_settings = EngineSettings.load(None, model=args.model, max_depth=0)
+    app = create_app(settings, noop_runtime_factory(engine_settings, on_ready))
+    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,180 @@
+"""Gateway overhead: added latency over an in-process engine call, and requests/s per core.
+
+Both figures use the gateway on a no-op engine (`bench.noop_engine`), so the
+engine's own time (and its noise, which on this CPU is milliseconds) is out of
+the measurement:
+
+- added latency: each streamed request through the gateway (HTTP, auth,
+  admission, planner, vLLM's serving layer, SSE relay, outcome tap) minus the
+  median time of the same request made in-process straight to the engine
+  client; p50 / p99 over requests sent one at a time.
+- ceiling: many concurrent streams for a fixed time; requests/s per core =
+  completed requests / CPU seconds the gateway process used (user + system,
+  from /proc), with the gateway's process pinned to one core.
+
+The load generator is raw `httpx` streaming (reading the SSE lines to
+`[DONE]`), so the client's own parsing cost is not billed to the gateway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.gateway_proc import BENCH_ADMIN_KEY, BENCH_KEY, REPO, free_port
+from bench.noop_engine import OVERHEAD_MAX_TOKENS, OVERHEAD_MESSAGES
+from bench.stats import percentile
+from gateway.auth import digest
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime + stime
+
+
+async def _one(client: httpx.AsyncClient, model: str) -> float:
+    body = {
+        "model": model,
+        "messages": OVERHEAD_MESSAGES,
+        "max_tokens": OVERHEAD_MAX_TOKENS,
+        "stream": True,
+    }
+    t0 = time.perf_counter()
+    async with client.stream("POST", "/v1/chat/completions", json=body) as resp:
+        resp.raise_for_status()
+        async for line in resp.aiter_lines():
+            if line == "data: [DONE]":
+                break
+    return time.perf_counter() - t0
+
+
+async def _latency(base: str, model: str, n: int) -> list[float]:
+    headers = {"authorization": f"Bearer {BENCH_KEY}"}
+    async with httpx.AsyncClient(base_url=base, headers=headers, timeout=30) as client:
+        for _ in range(20):  # warm-up: connections, caches
+            await _one(client, model)
+        return [await _one(client, model) for _ in range(n)]
+
+
+async def _ceiling(
+    base: str, model: str, pid: int, concurrency: int, seconds: float
+) -> dict[str, Any]:
+    headers = {"authorization": f"Bearer {BENCH_KEY}"}
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(
+        base_url=base, headers=headers, timeout=60, limits=limits
+    ) as client:
+        done = 0
+        errors = 0
+        stop = time.perf_counter() + seconds
+
+        async def worker() -> None:
+            nonlocal done, errors
+            while time.perf_counter() < stop:
+                try:
+                    await _one(client, model)
+                    done += 1
+                except httpx.HTTPError:
+                    errors += 1
+
+        cpu0, client0, t0 = _cpu_seconds(pid), time.process_time(), time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        wall = time.perf_counter() - t0
+        cpu = _cpu_seconds(pid) - cpu0
+        client_cpu = time.process_time() - client0
+    return {
+        "concurrency": concurrency,
+        "requests": done,
+        "errors": errors,
+        "wall_s": wall,
+        "requests_per_s": done / wall,
+        "gateway_cpu_s": cpu,
+        "requests_per_cpu_s": done / cpu if cpu > 0 else None,
+        "client_cpu_s": client_cpu,
+    }
+
+
+def _wait_ready(base: str, proc: subprocess.Popen[bytes], log: Path, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"no-op gateway exited:\n{log.read_text()[-3000:]}")
+        try:
+            if httpx.get(f"{base}/ready", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise RuntimeError(f"no-op gateway not ready:\n{log.read_text()[-3000:]}")
+
+
+def measure_overhead(
+    target: Path, out_dir: Path, latency_n: int = 300, ceiling_s: float = 10.0
+) -> dict[str, Any]:
+    """Start the no-op gateway, measure, stop it; writes and returns `overhead.json`'s content."""
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    direct_path = out_dir / "overhead-direct.json"
+    log = out_dir / "gateway-noop.log"
+    env = dict(os.environ)
+    env.update(
+        {
+            "SPECGW_API_KEYS": digest(BENCH_KEY),
+            "SPECGW_ADMIN_KEYS": digest(BENCH_ADMIN_KEY),
+            "SPECGW_ENGINE_KV_CACHE_GIB": "1",
+            "SPECGW_MAX_RUNNING": "1024",
+            "SPECGW_MAX_QUEUED": "1024",
+        }
+    )
+    cmd = [sys.executable, "-m", "bench.noop_engine", "--port", str(port), "--model", str(target)]
+    cmd += ["--direct-out", str(direct_path), "--direct-n", str(max(latency_n, 100))]
+    with log.open("wb") as fh:
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=fh, stderr=subprocess.STDOUT)
+    try:
+        _wait_ready(base, proc, log, 600)
+        cores = sorted(os.sched_getaffinity(0))
+        if len(cores) > 1:  # the gateway on one core, the load generator on the others
+            os.sched_setaffinity(proc.pid, {cores[-1]})
+            os.sched_setaffinity(0, set(cores[:-1]))
+        models = httpx.get(
+            f"{base}/v1/models", headers={"authorization": f"Bearer {BENCH_KEY}"}
+        ).json()
+        model = models["data"][0]["id"]
+        gateway = asyncio.run(_latency(base, model, latency_n))
+        ceilings = [asyncio.run(_ceiling(base, model, proc.pid, c, ceiling_s)) for c in (8, 32)]
+    finally:
+        os.sched_setaffinity(0, set(range(os.cpu_count() or 1)))
+        proc.terminate()
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    direct = json.loads(direct_path.read_text())
+    base_s = statistics.median(direct)
+    added = [g - base_s for g in gateway]
+    best = max(ceilings, key=lambda c: c["requests_per_cpu_s"] or 0)
+    result = {
+        "request": f"chat, streamed, {OVERHEAD_MAX_TOKENS} tokens",
+        "direct_p50_ms": 1000 * (percentile(direct, 50) or 0),
+        "direct_p99_ms": 1000 * (percentile(direct, 99) or 0),
+        "gateway_p50_ms": 1000 * (percentile(gateway, 50) or 0),
+        "gateway_p99_ms": 1000 * (percentile(gateway, 99) or 0),
+        "added_p50_ms": 1000 * (percentile(added, 50) or 0),
+        "added_p99_ms": 1000 * (percentile(added, 99) or 0),
+        "latency_requests": len(gateway),
+        "ceiling": ceilings,
+        "requests_per_s_per_core": best["requests_per_cpu_s"],
+    }
+    (out_dir / "overhead.json").write_text(json.dumps(result, indent=1))
+    return result

@@ -1,0 +1,74 @@
+"""`make bench-quick` end to end on the real gateway and engine: the harness, not the numbers.
+
+No timing assertions: this catches regressions in the harness (a mode that no
+longer applies, a report that is not produced or not well-formed).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.__main__ import QUICK
+from bench.runner import load_runs
+
+REPO = Path(__file__).resolve().parents[2]
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("bench-quick")
+    cmd = [sys.executable, "-m", "bench", "run", "--quick", "--out", str(out), "--no-publish"]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return out
+
+
+@pytest.mark.engine
+def test_quick_run_writes_every_artifact(quick_run: Path) -> None:
+    for name in ("meta.json", "runs.jsonl", "summary.json", "report.md", "overhead.json"):
+        assert (quick_run / name).stat().st_size > 0, name
+    for name in ("tokens_per_s.png", "k_over_time.png", "acceptance_over_time.png"):
+        assert (quick_run / name).read_bytes()[:8] == PNG, name
+
+
+@pytest.mark.engine
+def test_quick_run_is_complete_and_modes_applied(quick_run: Path) -> None:
+    runs = load_runs(quick_run / "runs.jsonl")
+    assert sorted(r.key.mode for r in runs) == sorted(QUICK.modes or [])
+    per_run = json.loads((quick_run / "meta.json").read_text())["requests_per_run"]
+    for run in runs:
+        assert len(run.records) == per_run
+        assert all(r.ok for r in run.records), [r.error for r in run.records if not r.ok]
+        assert all(r.output_tokens > 0 and r.ttft is not None for r in run.records)
+        assert not run.notes, run.notes
+        if run.key.mode.startswith("static-k") or run.key.mode == "k0":
+            want = 0 if run.key.mode == "k0" else int(run.key.mode.removeprefix("static-k"))
+            assert {r.k for r in run.records} == {want}
+        if run.key.mode in ("no-spec", "k0"):
+            assert all(r.draft_tokens == 0 for r in run.records)
+
+
+@pytest.mark.engine
+def test_quick_summary_and_report_are_well_formed(quick_run: Path) -> None:
+    summary = json.loads((quick_run / "summary.json").read_text())
+    assert set(summary["cells"]) == set(QUICK.modes or [])
+    for cells in summary["cells"].values():
+        cell = cells["c4"]
+        assert cell["errors"] == 0
+        assert cell["tokens_per_s"]["median"] > 0
+        assert cell["tpot_p50_s"]["median"] > 0
+        assert set(cell["acceptance_by_class"]) == set(cell["mean_k_by_class"])
+    assert summary["oracle"]["c4"]["choice"]
+    claims = [c["claim"] for c in summary["checks"]]
+    assert any("best static" in c for c in claims)
+    assert any("requests/s per core" in c for c in claims)
+    assert summary["overhead"]["requests_per_s_per_core"] > 0
+    report = (quick_run / "report.md").read_text()
+    for heading in ("## Checks", "## Modes", "## Gateway overhead", "## By class"):
+        assert heading in report
