@@ -1,0 +1,182 @@
+"""Two gateway replicas on one real redis-server: shared class state, flags, kill switch.
+
+Each replica is a real `spec-gateway serve` process with its own vLLM engine
+(the tiny model unless the embedded one is built); flags are flipped through
+the real CLI (`spec-gateway flags set`), as an operator would.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.gateway.conftest import (
+    ADMIN_KEY,
+    REPO,
+    GatewayProcess,
+    start_gateway,
+    stop_gateway,
+)
+from tests.redis_fixtures import RedisServer
+
+pytestmark = [pytest.mark.engine, pytest.mark.slow]
+
+MODEL = "specgw-default"
+BODY = {
+    "model": MODEL,
+    "messages": [{"role": "user", "content": "What does os.path.join do?"}],
+    "max_tokens": 8,
+    "temperature": 0,
+}
+
+
+@pytest.fixture(scope="module")
+def redis_srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path_factory.mktemp("redis"))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def replicas(
+    redis_srv: RedisServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[list[GatewayProcess]]:
+    tmp = tmp_path_factory.mktemp("replicas")
+    env = {"SPECGW_REDIS_URL": redis_srv.url, "SPECGW_NAMESPACE": "cluster-test"}
+    first = start_gateway(tmp, env)
+    try:
+        second = start_gateway(tmp, env)
+    except Exception:
+        stop_gateway(first)
+        raise
+    yield [first, second]
+    for gw in (first, second):
+        stop_gateway(gw)
+
+
+def chat(gw: GatewayProcess) -> httpx.Response:
+    with gw.http() as http:
+        response = http.post("/v1/chat/completions", json=BODY)
+    assert response.status_code == 200, response.text
+    return response
+
+
+def classes(gw: GatewayProcess) -> dict[str, dict[str, object]]:
+    with gw.http(ADMIN_KEY) as http:
+        rows = http.get("/admin/classes").json()["data"]
+    return {row["label"]: row for row in rows}
+
+
+def cli(gw: GatewayProcess, *args: str) -> str:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gateway.cli",
+            *args,
+            "--url",
+            gw.base_url,
+            "--admin-key",
+            ADMIN_KEY,
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def wait_for(predicate: object, timeout_s: float) -> float:
+    started = time.monotonic()
+    while time.monotonic() - started < timeout_s:
+        if predicate():  # type: ignore[operator]
+            return time.monotonic() - started
+        time.sleep(0.05)
+    raise AssertionError(f"condition not met within {timeout_s} s")
+
+
+def test_replicas_share_class_statistics(replicas: list[GatewayProcess]) -> None:
+    first, second = replicas
+    label = chat(first).headers["x-specgw-class"]
+    for _ in range(5):
+        chat(first)
+    time.sleep(1.0)  # the first replica's deltas reach Redis (batched every 0.5 s)
+    # One request makes the class live on the second replica; its statistics then
+    # hold the first replica's evidence too, merged from Redis.
+    assert chat(second).headers["x-specgw-class"] == label
+    wait_for(lambda: int(classes(second).get(label, {}).get("samples", 0)) >= 7, 10)
+
+
+def test_kill_switch_from_the_cli_reaches_both_replicas_within_2s(
+    replicas: list[GatewayProcess],
+) -> None:
+    first, second = replicas
+    cli(first, "flags", "set", "speculation-enabled", "false")
+    try:
+        for gw in (first, second):
+            took = wait_for(lambda gw=gw: chat(gw).headers["x-specgw-k"] == "0", 2.0)
+            assert took <= 2.0
+        # And every request after that runs without drafts.
+        spec = chat(second).json()["speculation"]
+        assert spec["k"] == 0
+        assert spec["draft_tokens"] == 0
+    finally:
+        cli(first, "flags", "unset", "speculation-enabled")
+    wait_for(lambda: chat(second).headers["x-specgw-k"] != "0", 5.0)
+
+
+def test_classes_command_prints_the_cluster_table(replicas: list[GatewayProcess]) -> None:
+    label = chat(replicas[0]).headers["x-specgw-class"]
+    assert label in cli(replicas[1], "classes")
+
+
+def test_class_state_survives_a_replica_restart(
+    replicas: list[GatewayProcess], redis_srv: RedisServer, tmp_path: Path
+) -> None:
+    first, _ = replicas
+    label = chat(first).headers["x-specgw-class"]
+    wait_for(lambda: int(classes(first).get(label, {}).get("samples", 0)) >= 1, 5)
+    before = int(classes(first)[label]["samples"])
+    time.sleep(1.5)  # let the last deltas flush
+    env = {"SPECGW_REDIS_URL": redis_srv.url, "SPECGW_NAMESPACE": "cluster-test"}
+    fresh = start_gateway(tmp_path, env)
+    try:
+        chat(fresh)  # the class goes live here; its history comes from Redis
+        wait_for(lambda: int(classes(fresh).get(label, {}).get("samples", 0)) > before, 10)
+    finally:
+        stop_gateway(fresh)
+
+
+def test_redis_outage_fails_no_request(
+    replicas: list[GatewayProcess], redis_srv: RedisServer
+) -> None:
+    first, second = replicas
+    redis_srv.stop()
+    try:
+        for _ in range(4):
+            for gw in (first, second):
+                chat(gw)  # asserts 200
+        with first.http(None) as http:
+            detail = http.get("/ready").json()
+        assert detail["ready"] is True
+        wait_for(lambda: _redis_state(first) == "degraded", 10)
+    finally:
+        redis_srv.start()
+    wait_for(lambda: _redis_state(first) == "ok", 15)
+    for gw in (first, second):
+        chat(gw)
+
+
+def _redis_state(gw: GatewayProcess) -> str:
+    with gw.http(None) as http:
+        return str(http.get("/ready").json()["detail"].get("redis"))
