@@ -26,7 +26,7 @@ DASHBOARDS_SOURCE = Path("grafana/dashboards")
 
 
 def flags_json() -> bytes:
-    """flags.json at the code defaults, formatted as `python -m gateway.flags.document` prints it."""
+    """flags.json at the code defaults, as `python -m gateway.flags.document` prints it."""
     from gateway.flags.document import flags_document
 
     return (json.dumps(flags_document(), indent=2) + "\n").encode("utf-8")

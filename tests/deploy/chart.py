@@ -68,12 +68,13 @@ def render(values: dict[str, Any] | None = None) -> Rendered:
 
 def lint(values: dict[str, Any] | None = None) -> dict[str, Any]:
     """`helm lint --strict` (warnings count as errors) with the chart's subcharts."""
-    return helm_python.lint(CHART_DIR, values, strict=True, with_subcharts=True)
+    report: dict[str, Any] = helm_python.lint(CHART_DIR, values, strict=True, with_subcharts=True)
+    return report
 
 
 def gateway_container(rendered: Rendered) -> dict[str, Any]:
     pod = rendered.one("Deployment", f"{RELEASE}-spec-gateway")["spec"]["template"]["spec"]
-    containers = [c for c in pod["containers"] if c["name"] == "gateway"]
+    containers: list[dict[str, Any]] = [c for c in pod["containers"] if c["name"] == "gateway"]
     assert len(containers) == 1
     return containers[0]
 

@@ -105,9 +105,7 @@ def test_configmaps_are_mounted_as_directories_never_subpath(production: Rendere
                     assert "subPath" not in mount, mount
                     assert "subPathExpr" not in mount, mount
         env = env_of(pod["containers"][0])
-        flags_mount = next(
-            m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "flags"
-        )
+        flags_mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "flags")
         assert env["SPECGW_FLAGS_DIR"]["value"] == flags_mount["mountPath"]
 
 
@@ -129,12 +127,14 @@ def test_existing_flags_configmap_replaces_the_charts() -> None:
 
 def test_default_resources_and_no_gpu(default: Rendered) -> None:
     resources = gateway_container(default)["resources"]
-    assert resources["requests"]["cpu"] and resources["limits"]["memory"]
+    assert resources["requests"]["cpu"]
+    assert resources["limits"]["memory"]
     assert "nvidia.com/gpu" not in resources["limits"]
     env = env_of(gateway_container(default))
     assert env["SPECGW_ENGINE_KV_CACHE_GIB"]["value"] == "2"
     # The CPU image's embedded model: no model paths are set.
-    assert "SPECGW_ENGINE_MODEL" not in env and "SPECGW_ENGINE_DRAFTER" not in env
+    assert "SPECGW_ENGINE_MODEL" not in env
+    assert "SPECGW_ENGINE_DRAFTER" not in env
 
 
 def test_production_gpus_follow_tensor_parallel_size(production: Rendered) -> None:
@@ -235,7 +235,10 @@ def test_pdb_and_rolling_update_keep_serving_capacity(production: Rendered) -> N
 
 @pytest.mark.parametrize(
     ("metric", "name"),
-    [("queueDepth", "specgw_admission_queue_depth"), ("runningRequests", "specgw_running_requests")],
+    [
+        ("queueDepth", "specgw_admission_queue_depth"),
+        ("runningRequests", "specgw_running_requests"),
+    ],
 )
 def test_hpa_on_a_gateway_metric(metric: str, name: str) -> None:
     rendered = render({"autoscaling": {"enabled": True, "metric": metric, "maxReplicas": 6}})
@@ -272,7 +275,9 @@ def test_service_monitor_scrapes_the_http_port(production: Rendered) -> None:
     service = production.one("Service", FULLNAME)
     assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
     assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
-    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert (
+        monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    )
     [endpoint] = monitor["spec"]["endpoints"]
     assert endpoint["port"] == service["spec"]["ports"][0]["name"] == "http"
     assert endpoint["path"] == "/metrics"
@@ -328,7 +333,9 @@ def test_gateway_config_file_holds_the_given_settings() -> None:
     rendered = render({"gateway": {"config": {"max_running": 8, "max_queued": 64}}})
     cm = rendered.one("ConfigMap", f"{FULLNAME}-config")
     assert yaml.safe_load(cm["data"]["config.yaml"]) == {"max_running": 8, "max_queued": 64}
-    assert yaml.safe_load(render().one("ConfigMap", f"{FULLNAME}-config")["data"]["config.yaml"]) == {}
+    assert (
+        yaml.safe_load(render().one("ConfigMap", f"{FULLNAME}-config")["data"]["config.yaml"]) == {}
+    )
 
 
 def test_init_container_fills_a_models_emptydir() -> None:
@@ -358,7 +365,8 @@ def test_init_container_fills_a_models_emptydir() -> None:
 
 def test_notes_render_with_instructions(default: Rendered, production: Rendered) -> None:
     notes = default.templates["spec-gateway/templates/NOTES.txt"]
-    assert "port-forward" in notes and "jsonpath='{.data.api-key}'" in notes
+    assert "port-forward" in notes
+    assert "jsonpath='{.data.api-key}'" in notes
     assert "WARNING" not in notes
     warned = render({"replicaCount": 2}).templates["spec-gateway/templates/NOTES.txt"]
     assert "no Redis" in warned

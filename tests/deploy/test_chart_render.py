@@ -134,7 +134,10 @@ def test_schema_accepts_the_defaults_and_the_production_values() -> None:
     ],
 )
 def test_schema_rejects_bad_values(bad: dict[str, Any], needle: str) -> None:
-    with helm_python.Chart.load(CHART_DIR) as chart, pytest.raises(helm_python.HelmValuesError) as exc:
+    with (
+        helm_python.Chart.load(CHART_DIR) as chart,
+        pytest.raises(helm_python.HelmValuesError) as exc,
+    ):
         chart.validate_schema(bad)
     assert needle in str(exc.value)
 
