@@ -52,23 +52,18 @@ def load_pool(per_family: int, seed: int) -> tuple[PromptPool, str]:
 
 
 def _from_engine_model(per_family: int, seed: int) -> PromptPool | None:
+    """Held-out prompts of the embedded model's families (issue 2), None when absent."""
     try:
-        from engine.model import families as em  # type: ignore[attr-defined,unused-ignore]
+        from engine.model.corpus import load_corpus
+        from engine.model.families import FAMILIES as MODEL_FAMILIES
+        from engine.model.families import held_out_prompts
     except ImportError:
         return None
-    maker: Callable[..., Any] | None = getattr(em, "heldout_prompts", None) or getattr(
-        em, "generate", None
-    )
-    if maker is None:
-        return None
-    pool: PromptPool = {}
-    for name in FAMILIES:
-        try:
-            items = list(maker(name, per_family, seed=seed))
-        except TypeError:
-            return None
-        pool[name] = [_coerce(name, item) for item in items]
-    return pool
+    docs = load_corpus()
+    return {
+        name: [_coerce(name, p) for p in held_out_prompts(docs, name, per_family, seed=seed)]
+        for name in MODEL_FAMILIES
+    }
 
 
 def _coerce(name: str, item: Any) -> Prompt:
