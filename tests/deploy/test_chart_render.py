@@ -108,7 +108,7 @@ def test_lint_strict_is_clean(value_set: tuple[str, dict[str, Any] | None]) -> N
     assert [m for m in report["messages"] if m["severity"] >= 2] == [], name
 
 
-def test_every_rendered_object_is_namespaced_by_helm_and_labelled() -> None:
+def test_every_rendered_object_carries_the_helm_labels() -> None:
     for values in VALUE_SETS.values():
         for obj in render(values).objects:
             labels = obj["metadata"].get("labels", {})
