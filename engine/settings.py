@@ -61,6 +61,11 @@ class EngineSettings(BaseSettings):
     served_model_name: str = Field(
         "specgw-default", min_length=1, description="Model name vLLM's serving layer reports."
     )
+    skip_drafter_at_k0: bool = Field(
+        True,
+        description="Skip the drafter's forward pass in steps where every request has k = 0 "
+        "(k = 0 then costs what no speculation costs).",
+    )
     scheduler: Literal["auto", "sync", "async"] = Field(
         "auto",
         description="Scheduler flavour: `auto` lets vLLM choose (CPU forces sync), "

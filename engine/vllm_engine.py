@@ -72,6 +72,7 @@ def engine_args(settings: EngineSettings) -> AsyncEngineArgs:
         enforce_eager=settings.enforce_eager,
         seed=settings.seed,
         disable_log_stats=False,
+        worker_extension_cls="engine.draft_skip.DraftSkipExtension",
     )
 
 
@@ -87,6 +88,8 @@ class VLLMEngine:
         self._max_depth = max_depth
         self._ready = False
         self._closed = False
+        #: Whether steps with only k = 0 requests skip the drafter (engine/draft_skip.py).
+        self.draft_skip = False
         self.serving_client = OutcomeTapClient(llm, self)
 
     @classmethod
@@ -104,6 +107,9 @@ class VLLMEngine:
         engine = cls(llm, settings, activity, k_max)
         engine._on_outcome = on_outcome
         try:
+            if k_max > 0 and settings.skip_drafter_at_k0:
+                installed = await llm.collective_rpc("specgw_install_draft_skip")
+                engine.draft_skip = bool(installed) and all(installed)
             await engine._warm_up()
             engine._ready = True
             yield engine
@@ -226,6 +232,11 @@ class VLLMEngine:
         manager = getattr(self._llm.engine_core.resources, "engine_manager", None)
         procs = getattr(manager, "processes", []) if manager is not None else []
         return [p.pid for p in procs if p.pid is not None]
+
+    async def drafter_skips(self) -> int:
+        """Engine steps so far in which the drafter was skipped (all requests k = 0)."""
+        counts = await self._llm.collective_rpc("specgw_draft_skips")
+        return int(sum(counts))
 
     async def shutdown(self) -> None:
         if self._closed:

@@ -20,14 +20,21 @@ PROMPT = "def fibonacci(n):\n    if n < 2:\n        return n\n    return"
 
 def _req(k: int, max_tokens: int = 24, prompt: str = PROMPT, **kw: Any) -> GenerateRequest:
     return GenerateRequest(
-        request_id=f"contract-{uuid.uuid4().hex[:10]}", prompt=prompt, max_tokens=max_tokens, k=k, **kw
+        request_id=f"contract-{uuid.uuid4().hex[:10]}",
+        prompt=prompt,
+        max_tokens=max_tokens,
+        k=k,
+        **kw,
     )
 
 
-async def collect(engine: Engine, request: GenerateRequest) -> tuple[list[GenerationChunk], RequestOutcome]:
+async def collect(
+    engine: Engine, request: GenerateRequest
+) -> tuple[list[GenerationChunk], RequestOutcome]:
     chunks = [c async for c in engine.generate(request)]
     final = chunks[-1]
-    assert final.finished and final.outcome is not None
+    assert final.finished
+    assert final.outcome is not None
     assert all(not c.finished and c.outcome is None for c in chunks[:-1])
     return chunks, final.outcome
 
@@ -63,7 +70,8 @@ async def concurrent_depths_respect_k(engine: Engine) -> None:
         assert len(spec.accepted_per_position) <= k
         assert sum(spec.accepted_per_position) == spec.accepted_tokens
         if k == 0:
-            assert spec.draft_tokens == 0 and spec.acceptance_length == 1.0
+            assert spec.draft_tokens == 0
+            assert spec.acceptance_length == 1.0
         else:
             assert spec.verify_steps > 0  # speculation really ran for k > 0
         outputs.append([t for c in chunks for t in c.token_ids_delta])
@@ -110,12 +118,14 @@ async def abort_ends_the_stream(engine: Engine) -> None:
                 await engine.abort(request.request_id)
 
     await asyncio.wait_for(consume(), 30)
-    assert chunks[-1].finished and chunks[-1].finish_reason == "abort"
+    assert chunks[-1].finished
+    assert chunks[-1].finish_reason == "abort"
 
 
 async def healthy_when_idle(engine: Engine) -> None:
     health = await engine.health()
-    assert health.alive and health.ready
+    assert health.alive
+    assert health.ready
     assert health.stalled_for_s == 0.0
 
 

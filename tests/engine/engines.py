@@ -51,4 +51,4 @@ def per_position_totals() -> dict[int, float]:
     return out
 
 
-__all__ = ["GREEDY_PROMPTS", "Path", "counter_total", "per_position_totals", "engine_settings"]
+__all__ = ["GREEDY_PROMPTS", "Path", "counter_total", "engine_settings", "per_position_totals"]

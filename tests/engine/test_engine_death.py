@@ -47,7 +47,8 @@ async def test_engine_core_death_errors_every_request(engine: VLLMEngine) -> Non
     errors = await asyncio.wait_for(asyncio.gather(*(drain(s) for s in streams)), timeout=30)
     assert all(isinstance(e, EngineDeadError) for e in errors), errors
     health = await engine.health()
-    assert not health.alive and not health.ready
+    assert not health.alive
+    assert not health.ready
     with pytest.raises(EngineError):
         await asyncio.wait_for(
             anext(engine.generate(GenerateRequest("after", prompt="x", max_tokens=4))), 10

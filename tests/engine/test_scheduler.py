@@ -30,7 +30,11 @@ BLOCK = 16
 def _scheduler(cls: type[Any], tiny: TinyModels) -> Any:
     config = EngineArgs(
         model=str(tiny.target),
-        speculative_config={"method": "eagle3", "model": str(tiny.drafter), "num_speculative_tokens": K},
+        speculative_config={
+            "method": "eagle3",
+            "model": str(tiny.drafter),
+            "num_speculative_tokens": K,
+        },
         max_model_len=512,
         max_num_seqs=16,
         enforce_eager=True,
@@ -44,7 +48,9 @@ def _scheduler(cls: type[Any], tiny: TinyModels) -> Any:
         kv_cache_groups=[
             KVCacheGroupSpec(
                 ["layer"],
-                FullAttentionSpec(block_size=BLOCK, num_kv_heads=1, head_size=32, dtype=torch.float32),
+                FullAttentionSpec(
+                    block_size=BLOCK, num_kv_heads=1, head_size=32, dtype=torch.float32
+                ),
             )
         ],
     )
@@ -76,13 +82,13 @@ def _run_step(sched: Any, out: SchedulerOutput, accept_all: bool = True) -> None
         sampled_token_ids=sampled,
     )
     # The drafter proposes as many tokens as the step asked for (dynamic-SD knob).
-    drafts = DraftTokenIds(req_ids, [[5] * out.num_spec_tokens_to_schedule for _ in req_ids])
+    proposed = DraftTokenIds(req_ids, [[5] * out.num_spec_tokens_to_schedule for _ in req_ids])
     if isinstance(sched, AsyncSpecDepthScheduler):
-        sched.update_draft_token_ids_in_output(drafts, out)
+        sched.update_draft_token_ids_in_output(proposed, out)
         sched.update_from_output(out, runner_out)
     else:
         sched.update_from_output(out, runner_out)
-        sched.update_draft_token_ids(drafts)
+        sched.update_draft_token_ids(proposed)
 
 
 @pytest.mark.parametrize("cls", [SpecDepthScheduler, AsyncSpecDepthScheduler])
@@ -134,7 +140,9 @@ def test_capped_requests_record_no_verify_step(cls: type[Any], tiny: TinyModels)
     zero, two = sched.requests["zero"], sched.requests["two"]
     assert zero.spec_decode_metrics is None or sum(zero.spec_decode_metrics.histogram) == 0
     if two.spec_decode_metrics is not None:  # only with per-request metrics on
-        assert two.spec_decode_metrics.num_draft_tokens == 2 * sum(two.spec_decode_metrics.histogram)
+        assert two.spec_decode_metrics.num_draft_tokens == 2 * sum(
+            two.spec_decode_metrics.histogram
+        )
 
 
 def test_resumed_request_is_not_padded_to_k(tiny: TinyModels) -> None:

@@ -28,9 +28,14 @@ pytestmark = [pytest.mark.engine, pytest.mark.asyncio(loop_scope="session")]
 MAX_TOKENS = 48
 
 
-async def _greedy(engine: VLLMEngine, prompt: str, k: int, tag: str) -> tuple[list[int], RequestOutcome]:
+async def _greedy(
+    engine: VLLMEngine, prompt: str, k: int, tag: str
+) -> tuple[list[int], RequestOutcome]:
     chunks, outcome = await collect(
-        engine, GenerateRequest(request_id=f"{tag}-{k}-{hash(prompt)}", prompt=prompt, max_tokens=MAX_TOKENS, k=k)
+        engine,
+        GenerateRequest(
+            request_id=f"{tag}-{k}-{hash(prompt)}", prompt=prompt, max_tokens=MAX_TOKENS, k=k
+        ),
     )
     return [t for c in chunks for t in c.token_ids_delta], outcome
 
@@ -61,6 +66,7 @@ def tapped() -> _Outcomes:
 async def engine(reference: dict[str, list[int]], tapped: _Outcomes) -> AsyncIterator[VLLMEngine]:
     async with VLLMEngine.started(engine_settings(), on_outcome=tapped) as started:
         assert started.max_depth == 4
+        assert started.draft_skip  # k = 0-only steps skip the drafter
         yield started
 
 
@@ -96,7 +102,8 @@ async def test_per_request_sums_equal_vllm_counter_deltas(engine: VLLMEngine) ->
     outcomes = [o for _, o in results]
     want_drafts = sum(o.speculation.draft_tokens for o in outcomes)
     want_accepted = sum(o.speculation.accepted_tokens for o in outcomes)
-    assert want_drafts > 0 and want_accepted > 0
+    assert want_drafts > 0
+    assert want_accepted > 0
     for _ in range(100):  # stats are logged by the output handler right after outputs
         if counter_total("vllm:spec_decode_num_draft_tokens_total") - drafts0 >= want_drafts:
             break
@@ -139,6 +146,18 @@ async def test_serving_client_taps_outcome_before_final_output(
     async for _ in engine.serving_client.generate("hello", params2, "tap-2"):
         pass
     assert tapped.got == before
+
+
+async def test_k0_only_steps_skip_the_drafter(engine: VLLMEngine) -> None:
+    before = await engine.drafter_skips()
+    _, outcome = await _greedy(engine, GREEDY_PROMPTS[1], 0, "skip")
+    skipped = await engine.drafter_skips() - before
+    # Every step of a lone k = 0 request skips the drafter (prefill and decode).
+    assert skipped >= outcome.output_tokens - 1
+    before = await engine.drafter_skips()
+    _, outcome = await _greedy(engine, GREEDY_PROMPTS[1], 2, "noskip")
+    assert await engine.drafter_skips() == before
+    assert outcome.speculation.verify_steps > 0
 
 
 @pytest.mark.parametrize("check", sorted(CONTRACT))
