@@ -12,7 +12,7 @@ import os
 import platform
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -44,11 +44,13 @@ class Size:
     ceiling_s: float
 
 
+# Full: 7 modes x 4 arrivals x 3 repeats x 72 requests (about 6,000 requests of up to
+# 48 tokens); roughly half an hour on 2 CPU cores with the embedded model.
 FULL = Size(
-    per_phase=30,
-    max_tokens=64,
+    per_phase=24,
+    max_tokens=48,
     repeats=3,
-    arrivals=[ClosedLoop(1), ClosedLoop(4), ClosedLoop(16), Poisson(4.0, seed=7)],
+    arrivals=[ClosedLoop(1), ClosedLoop(4), ClosedLoop(16), Poisson(3.0, seed=7)],
     modes=None,
     batch_schedule=True,
     latency_n=1000,
@@ -94,6 +96,8 @@ def run(
         list[str] | None, typer.Option("--mode", help="Run only these modes (repeatable).")
     ] = None,
     repeats: Annotated[int | None, typer.Option(help="Override the repeat count.")] = None,
+    per_phase: Annotated[int | None, typer.Option(help="Override requests per phase.")] = None,
+    max_tokens: Annotated[int | None, typer.Option(help="Override max_tokens.")] = None,
     publish: Annotated[
         bool | None, typer.Option(help="Copy the report into bench/results/ (default: full runs).")
     ] = None,
@@ -106,6 +110,12 @@ def run(
     from bench.runner import JsonlSink, RunPlan, run_all
 
     size = QUICK if quick else FULL
+    size = replace(
+        size,
+        per_phase=per_phase or size.per_phase,
+        max_tokens=max_tokens or size.max_tokens,
+        repeats=repeats or size.repeats,
+    )
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     out_dir = out or REPO / "results" / "bench" / stamp
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -115,7 +125,7 @@ def run(
     models = model_paths(Path(os.environ.get("SPECGW_TEST_MODELS", "/tmp/specgw-tiny")))
     schedule = size.batch_schedule and batch_schedule_supported()
     chosen = select_modes(default_modes(max_depth, batch_schedule=schedule), modes or size.modes)
-    plan = RunPlan(chosen, size.arrivals, repeats or size.repeats, items)
+    plan = RunPlan(chosen, size.arrivals, size.repeats, items)
     meta = _meta(size, phases, seed, models.source, families_source)
     meta["repeats"] = plan.repeats
     meta["modes"] = [m.name for m in chosen]

@@ -54,15 +54,20 @@ def load_pool(per_family: int, seed: int) -> tuple[PromptPool, str]:
 def _from_engine_model(per_family: int, seed: int) -> PromptPool | None:
     """Held-out prompts of the embedded model's families (issue 2), None when absent."""
     try:
+        from engine.model import families as model_families
         from engine.model.corpus import load_corpus
-        from engine.model.families import FAMILIES as MODEL_FAMILIES
-        from engine.model.families import held_out_prompts
     except ImportError:
         return None
+    maker: Callable[..., list[Any]] | None = getattr(model_families, "family_prompts", None)
+    if maker is None:
+        return None
     docs = load_corpus()
+    names: tuple[str, ...] = getattr(model_families, "FAMILIES", FAMILIES)
     return {
-        name: [_coerce(name, p) for p in held_out_prompts(docs, name, per_family, seed=seed)]
-        for name in MODEL_FAMILIES
+        name: [
+            _coerce(name, p) for p in maker(docs, name, split="heldout", n=per_family, seed=seed)
+        ]
+        for name in names
     }
 
 

@@ -19,7 +19,7 @@ import argparse
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,8 @@ OVERHEAD_MESSAGES = [
     {"role": "user", "content": "Explain sorting a list of tuples in Python."},
 ]
 OVERHEAD_MAX_TOKENS = 16
+
+OnReady = Callable[[Any, Any], Awaitable[None]]
 
 
 class NoopLLM:
@@ -77,43 +79,51 @@ def _prompt_ids(prompt: Any) -> list[int]:
     return list(ids or [])
 
 
+@asynccontextmanager
+async def noop_engine(
+    engine_settings: Any, on_outcome: Callable[..., None], on_ready: OnReady | None
+) -> AsyncIterator[Any]:
+    """A started `VLLMEngine` whose `serving_client` is the outcome tap on `NoopLLM`."""
+    from engine.vllm_engine import OutcomeTapClient, VLLMEngine
+
+    async with VLLMEngine.started(engine_settings, on_outcome=on_outcome) as engine:
+        tokenizer = engine.llm.get_tokenizer()
+        if asyncio.iscoroutine(tokenizer):
+            tokenizer = await tokenizer
+        token_id = int(tokenizer.encode(" the", add_special_tokens=False)[0])
+        noop_llm = NoopLLM(engine.llm, token_id, tokenizer.decode([token_id]))
+        engine.serving_client = OutcomeTapClient(noop_llm, engine)  # type: ignore[arg-type]
+        if on_ready is not None:
+            await on_ready(engine.serving_client, tokenizer)
+        yield engine
+
+
 def noop_runtime_factory(
-    engine_settings: Any, on_ready: Callable[[Any, Any], Any] | None = None
+    engine_settings: Any, on_ready: OnReady | None = None
 ) -> Callable[[Any], AbstractAsyncContextManager[Any]]:
-    """`gateway.runtime.real_runtime_factory` with the engine's serving client made no-op.
+    """`gateway.runtime.real_runtime_factory` on `noop_engine`.
 
     The control plane (flags, controller, metrics, admission) is the production one,
     built by the same function the real factory calls.
     """
-    from engine.openai_frontend import FrontendConfig, OpenAIFrontend
-    from engine.vllm_engine import OutcomeTapClient, VLLMEngine
+    from engine.openai_frontend import FrontendConfig
     from gateway.control.settings import ControllerSettings
     from gateway.outcomes import OutcomeBoard
     from gateway.runtime import _control_plane
+    from gateway.supervisor import EngineSlot
 
     @asynccontextmanager
     async def factory(settings: Any) -> AsyncIterator[Any]:
         board = OutcomeBoard()
+        target, _ = engine_settings.resolved_models()
+        slot = EngineSlot(
+            lambda: noop_engine(engine_settings, board.deliver, on_ready),
+            FrontendConfig(model=str(target), served_model_name=settings.served_model_name),
+        )
         async with AsyncExitStack() as stack:
-            engine = await stack.enter_async_context(
-                VLLMEngine.started(engine_settings, on_outcome=board.deliver)
-            )
-            tokenizer = engine.llm.get_tokenizer()
-            if asyncio.iscoroutine(tokenizer):
-                tokenizer = await tokenizer
-            token_id = int(tokenizer.encode(" the", add_special_tokens=False)[0])
-            noop_llm = NoopLLM(engine.llm, token_id, tokenizer.decode([token_id]))
-            noop = OutcomeTapClient(noop_llm, engine)  # type: ignore[arg-type]
-            target, _ = engine_settings.resolved_models()
-            frontend = await OpenAIFrontend.create(
-                noop,
-                FrontendConfig(model=str(target), served_model_name=settings.served_model_name),
-            )
-            runtime = await _control_plane(
-                stack, settings, ControllerSettings(), engine, frontend, board
-            )
-            if on_ready is not None:
-                await on_ready(noop, tokenizer)
+            await slot.start()
+            stack.push_async_callback(slot.close)
+            runtime = await _control_plane(stack, settings, ControllerSettings(), slot, board)
             try:
                 yield runtime
             finally:
