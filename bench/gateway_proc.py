@@ -37,12 +37,12 @@ class ModelPaths:
 def model_paths(tiny_dir: Path) -> ModelPaths:
     """The embedded default model when built, else a tiny random-weight pair (said so)."""
     try:
-        from engine.model.paths import default_model
+        from engine.model import paths as model_paths_module
     except ImportError:
         pass
     else:
-        paths = default_model()
-        if paths.target.is_dir():
+        paths = model_paths_module.default_model_paths()
+        if paths.exists():
             return ModelPaths(paths.target, paths.eagle31, "embedded default model")
     from engine.testing_models import build_tiny_models
 
