@@ -81,7 +81,10 @@ def serve(
         timeout_graceful_shutdown=int(settings.drain_timeout_s) + 10,
         access_log=False,
     )
-    DrainingServer(server_config, application).run()
+    server = DrainingServer(server_config, application)
+    server.run()
+    if server.fatal:
+        raise SystemExit(3)
 
 
 @keys_app.command("hash")

@@ -31,6 +31,7 @@ from gateway.planner import ControllerPlanner, Planner, overrides_from_flags
 from gateway.service import InferenceService, Telemetry
 from gateway.settings import GatewaySettings
 from gateway.state import ClassStateSettings, RedisClassStore
+from gateway.supervisor import EngineSlot, EngineSupervisor
 from gateway.telemetry import GatewayTelemetry
 
 log = logging.getLogger("specgw")
@@ -52,6 +53,23 @@ class Runtime:
     flag_admin: FlagAdmin | None = None
     ready: bool = True
     drain_task: asyncio.Task[None] | None = None
+    #: Set when the engine cannot be restarted: the process must exit non-zero.
+    failed: bool = False
+    on_fatal: Callable[[], None] = field(default=lambda: None)
+
+    def engine_down(self) -> None:
+        self.ready = False
+
+    def engine_up(self, slot: EngineSlot) -> None:
+        assert slot.frontend is not None
+        self.engine, self.frontend = slot.engine, slot.frontend
+        self.service.rebind(slot.frontend, slot.engine.abort)
+        self.ready = True
+
+    def fatal(self) -> None:
+        self.failed = True
+        self.ready = False
+        self.on_fatal()
 
     def begin_drain(self) -> asyncio.Task[None]:
         """Stop admitting (503 + retry-after); at the deadline, abort what still runs."""
@@ -102,24 +120,25 @@ def real_runtime_factory(
         from engine.vllm_engine import VLLMEngine
 
         board = OutcomeBoard()
+        target, _ = engine_settings.resolved_models()
+        slot = EngineSlot(
+            lambda: VLLMEngine.started(engine_settings, on_outcome=board.deliver),
+            FrontendConfig(model=str(target), served_model_name=settings.served_model_name),
+        )
         async with AsyncExitStack() as stack:
-            engine = await stack.enter_async_context(
-                VLLMEngine.started(engine_settings, on_outcome=board.deliver)
+            await slot.start()
+            stack.push_async_callback(slot.close)
+            control = controller_settings or ControllerSettings()
+            runtime = await _control_plane(stack, settings, control, slot, board)
+            supervisor = EngineSupervisor(
+                slot,
+                on_down=runtime.engine_down,
+                on_up=runtime.engine_up,
+                on_fatal=runtime.fatal,
             )
-            target, _ = engine_settings.resolved_models()
-            frontend = await OpenAIFrontend.create(
-                engine.serving_client,
-                FrontendConfig(model=str(target), served_model_name=settings.served_model_name),
-            )
-            runtime = await _control_plane(
-                stack,
-                settings,
-                controller_settings or ControllerSettings(),
-                engine,
-                frontend,
-                board,
-            )
-            log.info("spec-gateway ready (K=%d)", engine.max_depth)
+            supervisor.start()
+            stack.push_async_callback(supervisor.close)
+            log.info("spec-gateway ready (K=%d)", slot.engine.max_depth)
             try:
                 yield runtime
             finally:
@@ -132,11 +151,12 @@ async def _control_plane(
     stack: AsyncExitStack,
     settings: GatewaySettings,
     controller_settings: ControllerSettings,
-    engine: Any,
-    frontend: OpenAIFrontend,
+    slot: EngineSlot,
     board: OutcomeBoard,
 ) -> Runtime:
     """Flags, controller, cluster sync, metrics and the service, on a started engine."""
+    engine, frontend = slot.engine, slot.frontend
+    assert frontend is not None
     registry = CollectorRegistry()
     metrics = GatewayMetrics(registry, max_depth=engine.max_depth, flags=tuple(SPECS))
     metrics.set_engine_ready(True)

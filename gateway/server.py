@@ -21,10 +21,19 @@ class DrainingServer(uvicorn.Server):
         super().__init__(config)
         self._app = app
         self._loop: asyncio.AbstractEventLoop | None = None
+        #: The engine could not be restarted: the process must exit non-zero.
+        self.fatal = False
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         self._loop = asyncio.get_running_loop()
         await super().startup(sockets)
+        runtime = getattr(self._app.state, "runtime", None)
+        if runtime is not None:
+            runtime.on_fatal = self._give_up
+
+    def _give_up(self) -> None:
+        self.fatal = True
+        self.should_exit = True
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         runtime = getattr(self._app.state, "runtime", None)

@@ -124,6 +124,11 @@ class InferenceService:
     def set_aborter(self, abort: Callable[[str], Awaitable[None]]) -> None:
         self._abort = abort
 
+    def rebind(self, frontend: OpenAIFrontend, abort: Callable[[str], Awaitable[None]]) -> None:
+        """Point new requests at a restarted engine (the supervisor calls this)."""
+        self._frontend = frontend
+        self._abort = abort
+
     async def abort_all(self) -> int:
         """Abort every in-flight engine request; their clients get an error, not a cut."""
         if self._abort is None:

@@ -20,6 +20,6 @@ def require_admin(request: Request) -> None:
 def service(request: Request) -> InferenceService:
     runtime = getattr(request.app.state, "runtime", None)
     if runtime is None or not runtime.ready:
-        raise GatewayError(ErrorKind.NOT_READY, "The engine is not ready yet.", retry_after_s=5)
+        raise GatewayError(ErrorKind.NOT_READY, "The engine is not ready.", retry_after_s=5)
     svc: InferenceService = runtime.service
     return svc
