@@ -33,12 +33,12 @@ serve: install
 	$(BIN)/spec-gateway serve --host $(HOST) --port $(PORT)
 
 lint: install
-	$(BIN)/ruff check gateway engine tests bench
-	$(BIN)/ruff format --check gateway engine tests bench
+	$(BIN)/ruff check gateway engine tests bench deploy grafana
+	$(BIN)/ruff format --check gateway engine tests bench deploy grafana
 	$(BIN)/lint-imports
 
 typecheck: install
-	$(BIN)/mypy gateway engine bench
+	$(BIN)/mypy gateway engine bench deploy/sync_chart_assets.py
 
 test: install system-deps lint typecheck
 	$(BIN)/python -m pytest -q
