@@ -3,7 +3,7 @@
     python -m bench.k0_overhead [--concurrency 1 4] [--max-tokens 128] [--rounds 2]
 
 Runs a no-speculation engine, then (after shutting it down, never two at once)
-the speculative engine with K = --max-depth, on the same prompts:
+the speculative engine (alternating --repeat times) with K = --max-depth, on the same prompts:
 
 * TPOT of k = 0 requests on each, and their ratio (goal: at most 1.05x; vLLM's
   own dynamic-SD k = 0 costs 1.07x to 1.22x, vLLM issue 49548);
@@ -105,14 +105,27 @@ async def run(args: argparse.Namespace) -> None:
         warmup_prompts=4,
     )
     nospec: dict[int, Figure] = {}
-    async with VLLMEngine.started(base) as engine:
-        for c in args.concurrency:
-            nospec[c] = await measure(engine, 0, c, args.max_tokens, args.rounds)
     spec: dict[tuple[int, int], Figure] = {}
-    async with VLLMEngine.started(base.model_copy(update={"drafter": drafter})) as engine:
+    ratios: dict[int, list[float]] = {c: [] for c in args.concurrency}
+    # Engines alternate (never two at once) so slow drift in machine load hits both.
+    for _ in range(args.repeat):
+        async with VLLMEngine.started(base) as engine:
+            for c in args.concurrency:
+                nospec[c] = await measure(engine, 0, c, args.max_tokens, args.rounds)
+        async with VLLMEngine.started(base.model_copy(update={"drafter": drafter})) as engine:
+            print(f"drafter skipped in k = 0-only steps: {engine.draft_skip}")
+            for c in args.concurrency:
+                for k in range(args.max_depth + 1):
+                    spec[(k, c)] = await measure(engine, k, c, args.max_tokens, args.rounds)
         for c in args.concurrency:
-            for k in range(args.max_depth + 1):
-                spec[(k, c)] = await measure(engine, k, c, args.max_tokens, args.rounds)
+            ratios[c].append(spec[(0, c)].tpot_s / nospec[c].tpot_s)
+    if args.repeat > 1:
+        for c in args.concurrency:
+            shown = ", ".join(f"{r:.3f}" for r in ratios[c])
+            print(
+                f"k = 0 TPOT ratio, concurrency {c}, per repeat: {shown}; "
+                f"median {statistics.median(ratios[c]):.3f}x"
+            )
     report(nospec, spec, args)
 
 
@@ -142,6 +155,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--max-depth", type=int, default=4)
     parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--repeat", type=int, default=1, help="alternate the two engines N times")
     parser.add_argument("--layers", type=int, default=16, help="tiny target layers (no real model)")
     parser.add_argument("--hidden", type=int, default=256, help="tiny target width (no real model)")
     asyncio.run(run(parser.parse_args()))
