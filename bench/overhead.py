@@ -119,14 +119,57 @@ def _wait_ready(base: str, proc: subprocess.Popen[bytes], log: Path, timeout_s: 
     raise RuntimeError(f"no-op gateway not ready:\n{log.read_text()[-3000:]}")
 
 
+def _start(cmd: list[str], log: Path, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    with log.open("wb") as fh:
+        proc = subprocess.Popen(
+            [*cmd, "--port", str(port)], cwd=REPO, env=env, stdout=fh, stderr=subprocess.STDOUT
+        )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        _wait_ready(base, proc, log, 600)
+    except RuntimeError:
+        _stop(proc)
+        raise
+    return proc, base
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+
+
+def _measure(
+    proc: subprocess.Popen[bytes], base: str, latency_n: int, ceiling_s: float
+) -> tuple[list[float], list[dict[str, Any]]]:
+    """(one-at-a-time latencies, ceilings at concurrency 8 and 32), server pinned to one core."""
+    cores = sorted(os.sched_getaffinity(0))
+    try:
+        if len(cores) > 1:  # the server on one core, the load generator on the others
+            os.sched_setaffinity(proc.pid, {cores[-1]})
+            os.sched_setaffinity(0, set(cores[:-1]))
+        auth = {"authorization": f"Bearer {BENCH_KEY}"}
+        model = httpx.get(f"{base}/v1/models", headers=auth).json()["data"][0]["id"]
+        latencies = asyncio.run(_latency(base, model, latency_n))
+        ceilings = [asyncio.run(_ceiling(base, model, proc.pid, c, ceiling_s)) for c in (8, 32)]
+    finally:
+        os.sched_setaffinity(0, set(cores))
+    return latencies, ceilings
+
+
+def _ms(values: list[float], q: float) -> float:
+    return 1000 * (percentile(values, q) or 0.0)
+
+
 def measure_overhead(
     target: Path, out_dir: Path, latency_n: int = 300, ceiling_s: float = 10.0
 ) -> dict[str, Any]:
-    """Start the no-op gateway, measure, stop it; writes and returns `overhead.json`'s content."""
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
+    """Measure the no-op gateway and the bare SSE floor; writes and returns `overhead.json`."""
     direct_path = out_dir / "overhead-direct.json"
-    log = out_dir / "gateway-noop.log"
     env = dict(os.environ)
     env.update(
         {
@@ -137,43 +180,35 @@ def measure_overhead(
             "SPECGW_MAX_QUEUED": "1024",
         }
     )
-    cmd = [sys.executable, "-m", "bench.noop_engine", "--port", str(port), "--model", str(target)]
+    cmd = [sys.executable, "-m", "bench.noop_engine", "--model", str(target)]
     cmd += ["--direct-out", str(direct_path), "--direct-n", str(max(latency_n, 100))]
-    with log.open("wb") as fh:
-        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=fh, stderr=subprocess.STDOUT)
+    proc, base = _start(cmd, out_dir / "gateway-noop.log", env)
     try:
-        _wait_ready(base, proc, log, 600)
-        cores = sorted(os.sched_getaffinity(0))
-        if len(cores) > 1:  # the gateway on one core, the load generator on the others
-            os.sched_setaffinity(proc.pid, {cores[-1]})
-            os.sched_setaffinity(0, set(cores[:-1]))
-        models = httpx.get(
-            f"{base}/v1/models", headers={"authorization": f"Bearer {BENCH_KEY}"}
-        ).json()
-        model = models["data"][0]["id"]
-        gateway = asyncio.run(_latency(base, model, latency_n))
-        ceilings = [asyncio.run(_ceiling(base, model, proc.pid, c, ceiling_s)) for c in (8, 32)]
+        gateway, ceilings = _measure(proc, base, latency_n, ceiling_s)
     finally:
-        os.sched_setaffinity(0, set(range(os.cpu_count() or 1)))
-        proc.terminate()
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        _stop(proc)
+    proc, base = _start([sys.executable, "-m", "bench.sse_floor"], out_dir / "sse-floor.log", env)
+    try:
+        floor, floor_ceilings = _measure(proc, base, latency_n, ceiling_s)
+    finally:
+        _stop(proc)
     direct = json.loads(direct_path.read_text())
     base_s = statistics.median(direct)
     added = [g - base_s for g in gateway]
     best = max(ceilings, key=lambda c: c["requests_per_cpu_s"] or 0)
     result = {
         "request": f"chat, streamed, {OVERHEAD_MAX_TOKENS} tokens",
-        "direct_p50_ms": 1000 * (percentile(direct, 50) or 0),
-        "direct_p99_ms": 1000 * (percentile(direct, 99) or 0),
-        "gateway_p50_ms": 1000 * (percentile(gateway, 50) or 0),
-        "gateway_p99_ms": 1000 * (percentile(gateway, 99) or 0),
-        "added_p50_ms": 1000 * (percentile(added, 50) or 0),
-        "added_p99_ms": 1000 * (percentile(added, 99) or 0),
+        "direct_p50_ms": _ms(direct, 50),
+        "direct_p99_ms": _ms(direct, 99),
+        "gateway_p50_ms": _ms(gateway, 50),
+        "gateway_p99_ms": _ms(gateway, 99),
+        "added_p50_ms": _ms(added, 50),
+        "added_p99_ms": _ms(added, 99),
+        "floor_p50_ms": _ms(floor, 50),
+        "floor_p99_ms": _ms(floor, 99),
         "latency_requests": len(gateway),
         "ceiling": ceilings,
+        "floor_ceiling": floor_ceilings,
         "requests_per_s_per_core": best["requests_per_cpu_s"],
     }
     (out_dir / "overhead.json").write_text(json.dumps(result, indent=1))

@@ -40,6 +40,7 @@ def build_summary(
         "oracle": {a: _oracle_for(runs, a) for a in arrivals},
         "settle": {a: _settle_for(runs, a) for a in arrivals},
         "overhead": overhead,
+        "k_by_phase": {a: _k_by_phase(runs, a) for a in arrivals},
     }
     summary["checks"] = checks(summary)
     return summary
@@ -78,6 +79,18 @@ def _settle_for(runs: list[RunResult], arrival: str) -> dict[str, float | None]:
         vals = [v for p in per_repeat if (v := p.get(key)) is not None]
         out[key] = statistics.median(vals) if vals else None
     return out
+
+
+def _k_by_phase(runs: list[RunResult], arrival: str) -> dict[str, dict[str, list[int]]]:
+    """Adaptive: per phase and class, the k of each request in start order (every repeat)."""
+    out: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
+    for run in runs:
+        if run.key.mode != ADAPTIVE or run.key.arrival != arrival:
+            continue
+        for r in sorted(run.records, key=lambda r: r.start):
+            if r.k is not None:
+                out[f"r{run.key.repeat}/phase{r.phase}"][r.family].append(r.k)
+    return {phase: dict(sorted(by_class.items())) for phase, by_class in sorted(out.items())}
 
 
 def _tps(summary: dict[str, Any], mode: str, arrival: str) -> float | None:
@@ -230,6 +243,7 @@ def render_markdown(summary: dict[str, Any]) -> str:
             )
     lines += _overhead_lines(summary.get("overhead"))
     lines += _class_tables(summary)
+    lines += _k_lines(summary)
     lines += _oracle_lines(summary)
     notes = [
         n for arrivals in summary["cells"].values() for c in arrivals.values() for n in c["notes"]
@@ -252,16 +266,20 @@ def _overhead_lines(ovh: dict[str, Any] | None) -> list[str]:
         f"| in-process engine client | {ovh['direct_p50_ms']:.3f} | {ovh['direct_p99_ms']:.3f} |",
         f"| through the gateway | {ovh['gateway_p50_ms']:.2f} | {ovh['gateway_p99_ms']:.2f} |",
         f"| added by the gateway | {ovh['added_p50_ms']:.2f} | {ovh['added_p99_ms']:.2f} |",
+        f"| HTTP floor: bare uvicorn SSE, same client | {ovh.get('floor_p50_ms', 0):.2f} "
+        f"| {ovh.get('floor_p99_ms', 0):.2f} |",
         "",
-        "| concurrency | requests/s | gateway CPU s | requests per gateway CPU second "
+        "| server | concurrency | requests/s | server CPU s | requests per server CPU second "
         "| client CPU s |",
-        "|---|---|---|---|---|",
+        "|---|---|---|---|---|---|",
     ]
-    for c in ovh["ceiling"]:
-        lines.append(
-            f"| {c['concurrency']} | {c['requests_per_s']:.0f} | {c['gateway_cpu_s']:.2f} "
-            f"| {_fmt(c['requests_per_cpu_s'], 1, 0)} | {c['client_cpu_s']:.2f} |"
-        )
+    for server, rows in (("gateway", ovh["ceiling"]), ("HTTP floor", ovh.get("floor_ceiling", []))):
+        for c in rows:
+            lines.append(
+                f"| {server} | {c['concurrency']} | {c['requests_per_s']:.0f} "
+                f"| {c['gateway_cpu_s']:.2f} | {_fmt(c['requests_per_cpu_s'], 1, 0)} "
+                f"| {c['client_cpu_s']:.2f} |"
+            )
     return lines
 
 
@@ -288,6 +306,25 @@ def _class_tables(summary: dict[str, Any]) -> list[str]:
                 for c in classes
             ]
             lines.append(f"| {mode} | " + " | ".join(row) + " |")
+        lines.append("")
+    return lines
+
+
+def _digits(ks: list[int]) -> str:
+    sep = "" if max(ks, default=0) < 10 else ","
+    return sep.join(str(k) for k in ks)
+
+
+def _k_lines(summary: dict[str, Any]) -> list[str]:
+    """k chosen by class over time: the adaptive k sequence per repeat, phase and class."""
+    lines = ["## k chosen by class over time (adaptive; each request's k in start order)", ""]
+    for arrival, phases in sorted(summary.get("k_by_phase", {}).items()):
+        if not phases:
+            continue
+        lines += [f"### {arrival}", "", "| repeat/phase | class: k sequence |", "|---|---|"]
+        for phase, by_class in phases.items():
+            seqs = "; ".join(f"{c}: {_digits(ks)}" for c, ks in by_class.items())
+            lines.append(f"| {phase} | {seqs} |")
         lines.append("")
     return lines
 
