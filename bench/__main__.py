@@ -44,11 +44,12 @@ class Size:
     ceiling_s: float
 
 
-# Full: 7 modes x 4 arrivals x 3 repeats x 72 requests (about 6,000 requests of up to
-# 48 tokens); roughly half an hour on 2 CPU cores with the embedded model.
+# Full: 7 modes x 4 arrivals x 3 repeats x 36 requests (about 3,000 requests of up to
+# 32 tokens); a harness run on the tiny model moved about 3 requests/s of 16 tokens on
+# these 2 shared cores, so expect 30-45 minutes with the embedded model.
 FULL = Size(
-    per_phase=24,
-    max_tokens=48,
+    per_phase=12,
+    max_tokens=32,
     repeats=3,
     arrivals=[ClosedLoop(1), ClosedLoop(4), ClosedLoop(16), Poisson(3.0, seed=7)],
     modes=None,
@@ -189,6 +190,8 @@ def _render(out_dir: Path, publish: bool) -> None:
     overhead = json.loads(overhead_path.read_text()) if overhead_path.exists() else None
     summary = build_summary(runs, meta, overhead)
     paths = [*write_report(summary, out_dir), *write_plots(summary, runs, out_dir)]
+    if overhead is not None:
+        paths.append(overhead_path)
     typer.echo(f"report: {out_dir / 'report.md'}")
     if publish:
         dest = REPO / "bench" / "results"

@@ -217,6 +217,7 @@ def render_markdown(summary: dict[str, Any]) -> str:
         "",
         "Figures are the median over repeats with (min–max) when repeated.",
         "",
+        *_model_warning(meta),
         "## Checks",
         "",
         "| claim | measured | target | pass |",
@@ -281,6 +282,18 @@ def _overhead_lines(ovh: dict[str, Any] | None) -> list[str]:
                 f"| {c['client_cpu_s']:.2f} |"
             )
     return lines
+
+
+def _model_warning(meta: dict[str, Any]) -> list[str]:
+    source = str(meta.get("model_source", ""))
+    if source.startswith("embedded"):
+        return []
+    return [
+        f"> **This run used the {source or 'unknown model'}.** It validates the harness; its "
+        "speed and acceptance figures say nothing about spec-gateway on the embedded model. "
+        "The gateway-overhead figures use a no-op engine and do not depend on the model.",
+        "",
+    ]
 
 
 def _class_tables(summary: dict[str, Any]) -> list[str]:

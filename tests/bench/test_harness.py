@@ -152,6 +152,9 @@ def test_summary_checks_and_markdown_from_runs(tmp_path: Path) -> None:
     md = render_markdown(summary)
     assert "| adaptive | c4 | 30.0 |" in md
     assert "a note" in md
+    assert "validates the harness" in md  # no embedded model named in meta
+    embedded = render_markdown(build_summary(_runs(), {"model_source": "embedded default model"}))
+    assert "validates the harness" not in embedded
     json_path, md_path = write_report(summary, tmp_path)
     assert json.loads(json_path.read_text())["checks"] == json.loads(json.dumps(summary["checks"]))
     assert md_path.read_text() == md
