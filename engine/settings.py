@@ -53,7 +53,7 @@ class EngineSettings(BaseSettings):
         2, ge=0, le=64, description="Requests run at start, before the engine reports ready."
     )
     stall_bound_s: float = Field(
-        30.0,
+        8.0,
         gt=0,
         le=3600,
         description="Work admitted but no output for this long = stalled (not ready).",
@@ -65,6 +65,17 @@ class EngineSettings(BaseSettings):
         True,
         description="Skip the drafter's forward pass in steps where every request has k = 0 "
         "(k = 0 then costs what no speculation costs).",
+    )
+    tensor_parallel_size: int = Field(
+        1, ge=1, le=64, description="GPUs per replica for tensor parallelism (vLLM TP)."
+    )
+    gpu_memory_utilization: float = Field(
+        0.9, gt=0, le=1, description="Share of GPU memory vLLM may use (GPU only)."
+    )
+    extra_args: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Further vLLM engine arguments as JSON (e.g. "
+        '`{"enable_prefix_caching": true}`); they override the ones derived above.',
     )
     scheduler: Literal["auto", "sync", "async"] = Field(
         "auto",

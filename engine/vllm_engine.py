@@ -59,7 +59,7 @@ def engine_args(settings: EngineSettings) -> AsyncEngineArgs:
         }
     async_scheduling = settings.scheduler == "async"
     scheduler = "AsyncSpecDepthScheduler" if async_scheduling else "SpecDepthScheduler"
-    return AsyncEngineArgs(
+    kwargs: dict[str, Any] = dict(
         model=str(target),
         served_model_name=[settings.served_model_name],
         speculative_config=speculative,
@@ -74,6 +74,12 @@ def engine_args(settings: EngineSettings) -> AsyncEngineArgs:
         disable_log_stats=False,
         worker_extension_cls="engine.draft_skip.DraftSkipExtension",
     )
+    if settings.tensor_parallel_size > 1:
+        kwargs["tensor_parallel_size"] = settings.tensor_parallel_size
+    if settings.gpu_memory_utilization != 0.9:
+        kwargs["gpu_memory_utilization"] = settings.gpu_memory_utilization
+    kwargs.update(settings.extra_args)
+    return AsyncEngineArgs(**kwargs)
 
 
 class VLLMEngine:
