@@ -8,7 +8,8 @@ Definitions (all from the records, nothing assumed):
   oracle be assembled from static runs of the same traffic.
 - acceptance length of a class = 1 + accepted / verify steps over its requests
   (vLLM's definition, bonus token included); 1.0 when it never speculated.
-- oracle (hindsight, per arrival): for every (class, phase), the static k whose
+- oracle (hindsight, per arrival): for every (class, phase), the static k (0..K;
+  k = 0 is the `k0` mode on the speculative engine) whose
   runs gave the best median class speed; its speed is estimated by taking each
   request's end-to-end time from that k's run (same request, same position in
   the same workload) and dividing all output tokens by the summed times. The

@@ -139,7 +139,7 @@ def test_summary_checks_and_markdown_from_runs(tmp_path: Path) -> None:
     assert summary["cells"]["static-k1"]["c4"]["tokens_per_s"]["n"] == 2
     checks = {c["claim"]: c for c in summary["checks"]}
     best_static = (60 / 3.0 + 60 / 3.2) / 2  # median of the two repeats of static-k1
-    ratio = checks["adaptive tokens/s / best static k (c4)"]
+    ratio = checks["adaptive tokens/s / best static k, k0 included (c4)"]
     assert ratio["value"] == pytest.approx((60 / 2.0) / best_static)
     assert ratio["pass"] is True
     assert checks["adaptive / hindsight per-class oracle (c4, estimated)"][
@@ -198,3 +198,14 @@ def test_modes_cover_no_spec_static_depths_and_adaptive() -> None:
     ]
     with pytest.raises(ValueError, match="unknown modes"):
         select_modes(modes, ["static-k9"])
+
+
+def test_static_depths_include_k0_and_nothing_else() -> None:
+    from bench.report import static_depth
+
+    assert [static_depth(m) for m in ("k0", "static-k3", "no-spec", "adaptive")] == [
+        0,
+        3,
+        None,
+        None,
+    ]
