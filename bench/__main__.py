@@ -84,6 +84,7 @@ def _meta(
         "repeats": size.repeats,
         "arrivals": [a.label for a in size.arrivals],
         "notes": [],
+        "loadavg_start": round(os.getloadavg()[0], 2),
     }
 
 
@@ -147,6 +148,7 @@ def run(
         except RuntimeError as exc:
             notes.append(f"overhead not measured: {str(exc)[-600:]}")
     meta["duration_s"] = time.monotonic() - t0
+    meta["loadavg_end"] = round(os.getloadavg()[0], 2)
     meta["notes"] = [*meta["notes"], *notes]
     (out_dir / "meta.json").write_text(json.dumps(meta, indent=1))
     _render(out_dir, publish if publish is not None else not quick)

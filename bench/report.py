@@ -223,7 +223,9 @@ def render_markdown(summary: dict[str, Any]) -> str:
         f"families: {meta.get('families_source')}; {meta.get('requests_per_run')} requests "
         f"per run ({meta.get('phases')}), max_tokens {meta.get('max_tokens')}, "
         f"{meta.get('repeats')} repeat(s) per mode; seed {meta.get('seed')}; "
-        f"took {_fmt(meta.get('duration_s'), 1 / 60)} min.",
+        f"took {_fmt(meta.get('duration_s'), 1 / 60)} min; 1-minute load average "
+        f"{meta.get('loadavg_start', '-')} at the start, {meta.get('loadavg_end', '-')} at the end "
+        "(above the core count = other work shared the cores).",
         "",
         "Figures are the median over repeats with (min–max) when repeated.",
         "",
