@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import httpx
 import pytest
@@ -54,7 +55,7 @@ def _concrete(path: str) -> str:
 
 
 def _call(gw: GatewayProcess, method: str, path: str, headers: dict[str, str]) -> httpx.Response:
-    body = {"value": True} if method in ("PUT", "POST") else None
+    body: dict[str, Any] | None = {"value": True} if method in ("PUT", "POST") else None
     if path.startswith("/v1") and method == "POST":
         body = {"model": "specgw-default", "messages": [{"role": "user", "content": "hi"}]}
         body |= {"prompt": "hi", "max_tokens": 1}

@@ -22,9 +22,9 @@ from tests.gateway.conftest import ADMIN_KEY, USER_KEY, GatewayProcess
 
 pytestmark = pytest.mark.engine
 
-CHAT = {"model": "specgw-default", "messages": [{"role": "user", "content": "hi"}]}
-COMPLETION = {"model": "specgw-default", "prompt": "hi"}
-VALID = {"/v1/chat/completions": CHAT, "/v1/completions": COMPLETION}
+CHAT: dict[str, Any] = {"model": "specgw-default", "messages": [{"role": "user", "content": "hi"}]}
+COMPLETION: dict[str, Any] = {"model": "specgw-default", "prompt": "hi"}
+VALID: dict[str, dict[str, Any]] = {"/v1/chat/completions": CHAT, "/v1/completions": COMPLETION}
 ENDPOINTS = sorted(VALID)
 EXAMPLES = settings(
     max_examples=120,
