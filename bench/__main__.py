@@ -108,8 +108,10 @@ def run(
     ] = True,
 ) -> None:
     """Replay the mixed workload through every mode; write runs, summary, report and plots."""
+    from bench.families import fit_pool
     from bench.gateway_proc import model_paths
     from bench.runner import JsonlSink, RunPlan, run_all
+    from engine.settings import EngineSettings
 
     size = QUICK if quick else FULL
     size = replace(
@@ -121,21 +123,28 @@ def run(
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     out_dir = out or REPO / "results" / "bench" / stamp
     out_dir.mkdir(parents=True, exist_ok=True)
+    models = model_paths(Path(os.environ.get("SPECGW_TEST_MODELS", "/tmp/specgw-tiny")))
     pool, families_source = load_pool(per_family=16, seed=seed)
+    max_len = EngineSettings().max_model_len
+    pool, dropped = fit_pool(pool, models.target, max_len, size.max_tokens)
     phases = default_phases(size.per_phase)
     items = build_workload(phases, pool, seed, size.max_tokens)
-    models = model_paths(Path(os.environ.get("SPECGW_TEST_MODELS", "/tmp/specgw-tiny")))
     schedule = size.batch_schedule and batch_schedule_supported()
     chosen = select_modes(default_modes(max_depth, batch_schedule=schedule), modes or size.modes)
     plan = RunPlan(chosen, size.arrivals, size.repeats, items)
     meta = _meta(size, phases, seed, models.source, families_source)
     meta["repeats"] = plan.repeats
     meta["modes"] = [m.name for m in chosen]
+    if dropped:
+        meta["notes"].append(
+            f"{dropped} pool prompts did not fit max_model_len {max_len} with "
+            f"max_tokens {size.max_tokens} in this model's tokenizer and were left out"
+        )
     if size.batch_schedule and not schedule:
-        meta["notes"] = [
+        meta["notes"].append(
             "batch-schedule mode not run: EngineSettings has no "
             f"`{BATCH_SCHEDULE_FIELD}` field to pass vLLM's num_speculative_tokens_per_batch_size"
-        ]
+        )
     (out_dir / "meta.json").write_text(json.dumps(meta, indent=1))
     t0 = time.monotonic()
     sink = JsonlSink(out_dir / "runs.jsonl")

@@ -13,6 +13,7 @@ import json
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 FAMILIES: tuple[str, ...] = (
@@ -206,3 +207,35 @@ def local_pool(per_family: int, seed: int) -> PromptPool:
     """Deterministic prompts per family from one seed (no I/O, no model needed)."""
     rng = random.Random(seed)
     return {name: [_MAKERS[name](rng) for _ in range(per_family)] for name in FAMILIES}
+
+
+def fit_pool(
+    pool: PromptPool, target: Path, max_model_len: int, max_tokens: int
+) -> tuple[PromptPool, int]:
+    """(the prompts whose rendered length + max_tokens fits the context, how many were dropped).
+
+    Counted with the served target's own tokenizer and chat template, as the engine
+    will; a prompt that cannot fit would only measure a 400.
+    """
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(target))
+    budget = max_model_len - max_tokens
+    kept: PromptPool = {}
+    dropped = 0
+    for family, prompts in pool.items():
+        fits = [p for p in prompts if _length(tokenizer, p) <= budget]
+        dropped += len(prompts) - len(fits)
+        kept[family] = fits
+    return kept, dropped
+
+
+def _length(tokenizer: Any, p: Prompt) -> int:
+    if p.messages is None:
+        return len(tokenizer.encode(p.prompt or ""))
+    ids = tokenizer.apply_chat_template(
+        p.messages, tools=p.tools, tokenize=True, add_generation_prompt=True
+    )
+    if isinstance(ids, dict) or hasattr(ids, "keys"):
+        ids = ids["input_ids"]
+    return len(ids)
