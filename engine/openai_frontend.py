@@ -106,9 +106,9 @@ class OpenAIFrontend:
         self, request: CompletionRequest, *, k: int, gateway_id: str
     ) -> CompletionResult:
         self._stamp(request, k, gateway_id)
-        result: CompletionResult = await self._state.openai_serving_completion.create_completion(
-            request, None
-        )
+        with _client_errors():
+            serving = self._state.openai_serving_completion
+            result: CompletionResult = await serving.create_completion(request, None)
         return result
 
     async def models(self) -> ModelList:

@@ -14,10 +14,12 @@ from vllm.entrypoints.openai.completion.protocol import (
     CompletionResponse,
 )
 from vllm.entrypoints.serve.engine.protocol import ErrorResponse, ModelList
+from vllm.exceptions import VLLMClientError as ClientError
 
 __all__ = [
     "ChatCompletionRequest",
     "ChatCompletionResponse",
+    "ClientError",
     "CompletionRequest",
     "CompletionResponse",
     "ErrorResponse",

@@ -21,6 +21,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from engine.protocol import ClientError
 from gateway.api import admin_routes, openai_routes, ops_routes
 from gateway.api.deps import require_admin
 from gateway.api.responses import error_response
@@ -42,8 +43,9 @@ class RequestEdge:
     """Pure ASGI middleware: `x-request-id` on every response, and the body-size limit.
 
     A client's own `x-request-id` is propagated when it is short and plain;
-    otherwise a fresh one is minted. Bodies over `max_body_bytes` get 413 before
-    they are read into memory.
+    otherwise a fresh one is minted. The body is read here, up to
+    `max_body_bytes`, and replayed to the app: a larger one (declared or chunked)
+    gets 413 before the rest is read, and before any JSON parsing.
     """
 
     def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
@@ -54,40 +56,86 @@ class RequestEdge:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        rid = ""
+        rid, declared = "", -1
         for name, value in scope["headers"]:
             if name == b"x-request-id":
                 rid = value.decode("latin-1")
-            elif name == b"content-length" and value.isdigit() and int(value) > self.max_body_bytes:
-                await self._too_large(scope, receive, send)
-                return
+            elif name == b"content-length" and value.isdigit():
+                declared = int(value)
         if not rid or len(rid) > 128 or not set(rid) <= _SAFE_ID:
             rid = uuid.uuid4().hex
         scope.setdefault("state", {})["request_id"] = rid
         header = (b"x-request-id", rid.encode("latin-1"))
-        seen = 0
-
-        async def limited_receive() -> Message:
-            nonlocal seen
-            message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.max_body_bytes:
-                    raise GatewayError(ErrorKind.PAYLOAD_TOO_LARGE, "request body too large")
-            return message
 
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
                 message["headers"] = [*message.get("headers", []), header]
             await send(message)
 
-        await self.app(scope, limited_receive, send_with_id)
+        if declared > self.max_body_bytes:
+            await self._too_large(scope, receive, send_with_id)
+            return
+        body = await self._read_body(receive) if scope["method"] in ("POST", "PUT") else b""
+        if body is None:
+            await self._too_large(scope, receive, send_with_id)
+            return
+        replayed = False
+        started = False
+
+        async def send_tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send_with_id(message)
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()  # later calls: http.disconnect when the client leaves
+
+        try:
+            await self.app(scope, replay, send_tracked)
+        except Exception as exc:
+            if started:
+                raise
+            error = unexpected_error(exc, scope.get("state", {}))
+            await error_response(error)(scope, replay, send_with_id)
+
+    async def _read_body(self, receive: Receive) -> bytes | None:
+        """The whole body, or None as soon as it exceeds the limit."""
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return b"".join(chunks)
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
 
     async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
         error = GatewayError(
             ErrorKind.PAYLOAD_TOO_LARGE, f"request body over {self.max_body_bytes} bytes"
         )
         await error_response(error)(scope, receive, send)
+
+
+def unexpected_error(exc: Exception, state: dict[str, Any]) -> GatewayError:
+    """The closed-set error for an exception no handler took (always with x-request-id).
+
+    vLLM's protocol models raise TypeError / VLLMValidationError straight out of
+    their before-validators while the body is parsed: that is the request's
+    fault (400). Anything after the route was entered is the gateway's (500).
+    """
+    if not state.get("route_entered") and isinstance(exc, TypeError | ValueError | ClientError):
+        return GatewayError(ErrorKind.INVALID_REQUEST, str(exc))
+    log.error("unhandled error", exc_info=exc, extra={"request_id": state.get("request_id")})
+    return GatewayError(ErrorKind.ENGINE_ERROR, "internal error")
 
 
 def _install_error_handlers(app: FastAPI) -> None:
@@ -114,11 +162,6 @@ def _install_error_handlers(app: FastAPI) -> None:
         response = error_response(error)
         response.status_code = exc.status_code
         return response
-
-    @app.exception_handler(Exception)
-    async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unhandled error", extra={"request_id": request.state.request_id})
-        return error_response(GatewayError(ErrorKind.ENGINE_ERROR, "internal error"))
 
 
 def _flag_admin(app: FastAPI) -> FlagAdmin:

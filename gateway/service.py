@@ -150,6 +150,8 @@ class InferenceService:
         limits.check_chat({"messages": request.messages, "stop": request.stop}, self._settings)
         view = _chat_view(request)
         if view["tools"]:
+            if len(view["tools"]) > self._settings.max_tools:
+                raise invalid(f"at most {self._settings.max_tools} tools", param="tools")
             limits.check_schema(view["tools"], "tools", self._settings)
         if request.response_format is not None:
             limits.check_schema(

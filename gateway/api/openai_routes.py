@@ -51,6 +51,7 @@ Service = Annotated[InferenceService, Depends(service)]
 async def chat_completions(
     body: ChatCompletionRequest, request: Request, svc: Service
 ) -> JSONResponse | SSEResponse:
+    request.state.route_entered = True  # parsing is over: later errors are the gateway's
     timeout = request.app.state.settings.request_timeout_s
     reply = await unless_disconnected(request, svc.chat(body), timeout)
     return reply_response(reply)
@@ -60,6 +61,7 @@ async def chat_completions(
 async def completions(
     body: CompletionRequest, request: Request, svc: Service
 ) -> JSONResponse | SSEResponse:
+    request.state.route_entered = True
     timeout = request.app.state.settings.request_timeout_s
     reply = await unless_disconnected(request, svc.completion(body), timeout)
     return reply_response(reply)

@@ -141,12 +141,7 @@ CASES: dict[str, tuple[str, dict[str, Any], str | None, str]] = {
 
 
 #: Gateway bugs found by this suite and reported to the lead; strict, so a fix flips them.
-KNOWN_BROKEN = {
-    "too_many_tools": "service.chat passes only messages/stop to limits.check_chat: max_tools "
-    "is never checked",
-    "prompt_longer_than_context": "vLLM raises VLLMValidationError from create_completion; "
-    "the frontend does not map it, so the gateway answers 500",
-}
+KNOWN_BROKEN: dict[str, str] = {}
 
 
 def _cases() -> list[object]:

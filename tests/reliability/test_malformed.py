@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.gateway.conftest import ADMIN_KEY, USER_KEY, GatewayProcess
@@ -57,13 +57,6 @@ def assert_openai_4xx(response: httpx.Response) -> None:
     assert isinstance(error["type"], str)
     assert error["type"]
     assert "code" in error
-
-
-def known_500(path: str, body: dict[str, Any]) -> bool:
-    """Bodies that hit the gateway bugs pinned by the strict xfails below (reported)."""
-    if path == "/v1/completions":
-        return "prompt" not in body
-    return not isinstance(body.get("messages"), list)
 
 
 def _dumps(body: Any) -> bytes:
@@ -116,7 +109,6 @@ def test_missing_or_wrongly_typed_field(shared_gateway: GatewayProcess, data: An
             )
         )
         body[field] = data.draw(wrong)
-    assume(not known_500(path, body))
     assert_openai_4xx(_post(shared_gateway, path, _dumps(body)))
 
 
@@ -212,13 +204,11 @@ def test_oversized_chunked_body_is_refused(shared_gateway: GatewayProcess, path:
 # Known gateway bugs (reported to the lead); strict, so each flips to a failure once fixed.
 
 
-@pytest.mark.xfail(strict=True, reason="RequestEdge._too_large answers before x-request-id is set")
 def test_oversized_body_413_has_request_id(shared_gateway: GatewayProcess) -> None:
     big = _dumps({**CHAT, "padding": "x" * (5 * 1024 * 1024)})
     assert_openai_4xx(_post(shared_gateway, "/v1/chat/completions", big))
 
 
-@pytest.mark.xfail(strict=True, reason="GatewayError raised in receive() becomes FastAPI's 400")
 def test_oversized_chunked_body_is_413(shared_gateway: GatewayProcess) -> None:
     headers = {"authorization": f"Bearer {USER_KEY}", "content-type": "application/json"}
     url = shared_gateway.base_url + "/v1/chat/completions"
@@ -226,12 +216,10 @@ def test_oversized_chunked_body_is_413(shared_gateway: GatewayProcess) -> None:
     assert response.status_code == 413, response.text[:300]
 
 
-@pytest.mark.xfail(strict=True, reason="vLLM's VLLMValidationError in a model validator -> 500")
 def test_completion_without_prompt_is_400(shared_gateway: GatewayProcess) -> None:
     assert_openai_4xx(_post(shared_gateway, "/v1/completions", _dumps({"model": "specgw-default"})))
 
 
-@pytest.mark.xfail(strict=True, reason="vLLM's before-validator raises TypeError -> 500")
 def test_chat_messages_not_a_list_is_400(shared_gateway: GatewayProcess) -> None:
     body = {"model": "specgw-default", "messages": 5}
     assert_openai_4xx(_post(shared_gateway, "/v1/chat/completions", _dumps(body)))
