@@ -140,7 +140,7 @@ CASES: dict[str, tuple[str, dict[str, Any], str | None, str]] = {
 }
 
 
-#: Gateway bugs found by this suite and reported to the lead; strict, so a fix flips them.
+#: Cases pinned on a known gateway bug (strict xfail, so a fix flips them); none open now.
 KNOWN_BROKEN: dict[str, str] = {}
 
 

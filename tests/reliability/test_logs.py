@@ -39,7 +39,7 @@ def _completion_texts(body: dict[str, object]) -> list[str]:
 
 def _distinctive(text: str) -> bool:
     """Long enough that its appearance in a log cannot be a coincidence."""
-    return len(re.sub(r"\W", "", text)) >= 12
+    return len(text.strip()) >= 16 and len(re.sub(r"\W", "", text)) >= 4
 
 
 def _drive(gw: GatewayProcess) -> tuple[list[str], list[str]]:
@@ -59,7 +59,7 @@ def _drive(gw: GatewayProcess) -> tuple[list[str], list[str]]:
         },
     }
     with gw.http() as http:
-        chat = {"model": "specgw-default", "max_tokens": 24, "ignore_eos": True}
+        chat = {"model": "specgw-default", "max_tokens": 48, "ignore_eos": True}
         for body in (
             {
                 **chat,
@@ -72,7 +72,7 @@ def _drive(gw: GatewayProcess) -> tuple[list[str], list[str]]:
             assert response.status_code == 200, response.text
             generated += _completion_texts(response.json())
         response = http.post(
-            "/v1/completions", json={"model": "specgw-default", "prompt": m(), "max_tokens": 24}
+            "/v1/completions", json={"model": "specgw-default", "prompt": m(), "max_tokens": 48}
         )
         assert response.status_code == 200
         generated += _completion_texts(response.json())

@@ -201,7 +201,7 @@ def test_oversized_chunked_body_is_refused(shared_gateway: GatewayProcess, path:
     assert_openai_4xx(response)
 
 
-# Known gateway bugs (reported to the lead); strict, so each flips to a failure once fixed.
+# Regressions for the gateway bugs this suite found (fixed in 4ee9d43).
 
 
 def test_oversized_body_413_has_request_id(shared_gateway: GatewayProcess) -> None:
