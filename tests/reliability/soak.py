@@ -64,6 +64,7 @@ class Replica:
     name: str
     gw: GatewayProcess
     accepting: bool = True
+    ready: bool = True  # as a load balancer's readiness probe last saw it
 
 
 @dataclass
@@ -85,8 +86,9 @@ class Soak:
     # -- traffic -------------------------------------------------------------
 
     def _pick(self, rng: random.Random) -> Replica:
-        live = [r for r in self.replicas if r.accepting]
-        return rng.choice(live or self.replicas)
+        accepting = [r for r in self.replicas if r.accepting]
+        ready = [r for r in accepting if r.ready]
+        return rng.choice(ready or accepting or self.replicas)
 
     async def _send(self, planned: Any, rng: random.Random) -> None:
         replica = self._pick(rng)
@@ -116,6 +118,13 @@ class Soak:
             await self.gate.wait()
             await self._send(slow_request(i), rng)
             i += 1
+
+    async def probe_readiness(self, stop: asyncio.Event) -> None:
+        """Route like a load balancer: only to replicas whose /ready said yes."""
+        while not stop.is_set():
+            for replica in list(self.replicas):
+                replica.ready = await self.ready(replica) is not None
+            await asyncio.sleep(0.5)
 
     # -- checks --------------------------------------------------------------
 
@@ -250,6 +259,7 @@ async def run_soak(config: SoakConfig) -> dict[str, Any]:
         soak.gate.set()
         stop_slow = asyncio.Event()
         slow = asyncio.ensure_future(soak.slow_reader(stop_slow))
+        prober = asyncio.ensure_future(soak.probe_readiness(stop_slow))
         schedule = asyncio.ensure_future(_schedule(soak))
         await asyncio.gather(
             *(soak.worker(config.seed * 1000 + i) for i in range(config.concurrency))
@@ -257,6 +267,7 @@ async def run_soak(config: SoakConfig) -> dict[str, Any]:
         await schedule
         stop_slow.set()
         await slow
+        await prober
         await soak.checkpoint("end")
         elapsed = time.monotonic() - started
     finally:
