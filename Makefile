@@ -9,7 +9,7 @@ STAMP := $(VENV)/.specgw-installed-$(EXTRA)
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install system-deps serve test lint typecheck unit model measure bench bench-quick clean
+.PHONY: install system-deps serve test test-long lint typecheck unit model measure bench bench-quick clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -42,6 +42,11 @@ typecheck: install
 
 test: install system-deps lint typecheck
 	$(BIN)/python -m pytest -q
+
+# The long runs: schemathesis at 5,000 cases and the chaos soak (not part of `make test`).
+test-long: install system-deps
+	SPECGW_LONG_TESTS=1 $(BIN)/python -m pytest -q tests/reliability/test_schemathesis_long.py
+	$(BIN)/python -m tests.reliability.soak
 
 model: install
 	$(BIN)/spec-gateway model build

@@ -87,8 +87,21 @@ def check_out(out: Path) -> None:
         raise BuildError(f"cannot write into {parent}: {exc}") from exc
 
 
-def build(out: Path, budget: BudgetName = "full", stdlib: Path | None = None) -> dict[str, Any]:
-    """Build everything into `out` (replaced atomically); returns the manifest."""
+def build(
+    out: Path,
+    budget: BudgetName = "full",
+    stdlib: Path | None = None,
+    reuse_target: Path | None = None,
+) -> dict[str, Any]:
+    """Build everything into `out` (replaced atomically); returns the manifest.
+
+    `reuse_target` skips the tokenizer and target stages (the longest part of a
+    build) and trains fresh drafters on an already built target: the way to
+    retrain drafters alone, or to finish a build that was stopped after its
+    target was written.
+    """
+    if reuse_target is not None and not (reuse_target / "config.json").is_file():
+        raise BuildError(f"{reuse_target} holds no built target (no config.json)")
     check_out(out)
     plan = plan_for(budget)
     torch.set_num_threads(plan.threads)
@@ -98,7 +111,7 @@ def build(out: Path, budget: BudgetName = "full", stdlib: Path | None = None) ->
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.building-", dir=out.resolve().parent))
     tmp.chmod(0o755)
     try:
-        manifest = _build_into(ModelPaths(tmp), plan, docs, budget)
+        manifest = _build_into(ModelPaths(tmp), plan, docs, budget, reuse_target)
         _swap_in(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -115,20 +128,29 @@ def _swap_in(tmp: Path, out: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def _build_into(paths: ModelPaths, plan: BuildPlan, docs: list[Any], budget: str) -> dict[str, Any]:
+def _build_into(
+    paths: ModelPaths, plan: BuildPlan, docs: list[Any], budget: str, reuse: Path | None
+) -> dict[str, Any]:
     started = time.time()
     texts = training_texts(docs, TARGET_FAMILIES, plan.data_seed)
-    tok = train_tokenizer([t.text for t in texts], plan.vocab)
-    save_tokenizer(tok, paths.target)
+    if reuse is None:
+        tok = train_tokenizer([t.text for t in texts], plan.vocab)
+        save_tokenizer(tok, paths.target)
+    else:
+        tok = _copy_target(reuse, paths.target)
     vocab, eos, pad = padded_vocab(tok), tok.convert_tokens_to_ids(tok.eos_token), tok.pad_token_id
     target_docs = [tok(t.text)["input_ids"] for t in texts]
     target_data = pack(target_docs, plan.target.seq_len)
-    model = make_target(plan.shape, vocab, eos, pad, plan.model_seed)
-    with tqdm(total=plan.target.steps, desc="target", unit="step") as bar:
-        target_result = train_target(
-            model, target_data, plan.target, lambda s, loss: _tick(bar, s, loss=f"{loss:.3f}")
-        )
-    _save_target(model, paths.target, eos)
+    if reuse is None:
+        model = make_target(plan.shape, vocab, eos, pad, plan.model_seed)
+        with tqdm(total=plan.target.steps, desc="target", unit="step") as bar:
+            target_result = train_target(
+                model, target_data, plan.target, lambda s, loss: _tick(bar, s, loss=f"{loss:.3f}")
+            )
+        _save_target(model, paths.target, eos)
+    else:
+        model = _load_target(paths.target)
+        target_result = {"reused_from": str(reuse.resolve())}
     drafter_texts = [t for t in texts if t.family in DRAFTER_FAMILIES]
     drafter_data = pack([tok(t.text)["input_ids"] for t in drafter_texts], plan.drafter.seq_len)
     drafters = _make_drafters(plan, vocab, model)
@@ -180,6 +202,22 @@ def _save_target(model: Any, out: Path, eos: int) -> None:
     model.to(torch.bfloat16).save_pretrained(str(out))
     model.to(torch.float32)
     GenerationConfig(eos_token_id=eos).save_pretrained(str(out))  # type: ignore[no-untyped-call]
+
+
+def _copy_target(src: Path, dst: Path) -> Any:
+    from transformers import AutoTokenizer
+
+    shutil.copytree(src, dst, dirs_exist_ok=True)
+    return AutoTokenizer.from_pretrained(str(dst))
+
+
+def _load_target(path: Path) -> Any:
+    """The saved (bf16) target in fp32 for drafter training; it stays frozen."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
+    model.eval()
+    return model
 
 
 def _size(path: Path) -> int:

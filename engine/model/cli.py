@@ -18,8 +18,19 @@ StdlibOpt = Annotated[
 ]
 
 
+ReuseOpt = Annotated[
+    Path | None,
+    typer.Option(help="Train only the drafters, on the target already built in this directory."),
+]
+
+
 @app.command()
-def build(out: OutOpt = None, budget: BudgetOpt = "full", stdlib: StdlibOpt = None) -> None:
+def build(
+    out: OutOpt = None,
+    budget: BudgetOpt = "full",
+    stdlib: StdlibOpt = None,
+    reuse_target: ReuseOpt = None,
+) -> None:
     """Build tokenizer, target and both drafters from the standard library, with a manifest."""
     from engine.model.build import BuildError
     from engine.model.build import build as run_build
@@ -30,7 +41,7 @@ def build(out: OutOpt = None, budget: BudgetOpt = "full", stdlib: StdlibOpt = No
         raise typer.BadParameter("budget must be 'full' or 'tiny'")
     target = out or default_model_root()
     try:
-        manifest = run_build(target, budget, stdlib)  # type: ignore[arg-type]
+        manifest = run_build(target, budget, stdlib, reuse_target)  # type: ignore[arg-type]
     except (BuildError, CorpusError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc

@@ -36,7 +36,9 @@ class Sample:
         return 1.0 + self.accepted / self.steps if self.steps else 1.0
 
 
-def open_llm(target: Path, drafter: Path | None, k: int, max_model_len: int = 2048) -> Any:
+def open_llm(
+    target: Path, drafter: Path | None, k: int, max_model_len: int = 2048, dtype: str = "bfloat16"
+) -> Any:
     """A vLLM `LLM` on the CPU backend; speculation only when a drafter is given."""
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     from vllm import LLM
@@ -49,7 +51,7 @@ def open_llm(target: Path, drafter: Path | None, k: int, max_model_len: int = 20
         speculative_config=spec,
         per_request_spec_decode_metrics="summary" if spec else "none",
         enforce_eager=True,
-        dtype="bfloat16",
+        dtype=dtype,
         max_model_len=max_model_len,
         seed=0,
     )
@@ -72,10 +74,13 @@ def run_prompts(llm: Any, prompts: list[FamilyPrompt], max_tokens: int) -> list[
     raw = [p for p in prompts if p.prompt is not None]
     if raw:
         outputs += llm.generate([p.prompt for p in raw], params, use_tqdm=False)
-    for p in prompts:
-        if p.messages is not None:
-            outputs += llm.chat(p.messages, params, tools=p.tools, use_tqdm=False)
-    ordered = raw + [p for p in prompts if p.messages is not None]
+    plain = [p for p in prompts if p.messages is not None and not p.tools]
+    if plain:  # one batched call: same greedy tokens, much less wall time
+        outputs += llm.chat([p.messages for p in plain], params, use_tqdm=False)
+    tooled = [p for p in prompts if p.messages is not None and p.tools]
+    for p in tooled:  # `tools` is per call in `LLM.chat`
+        outputs += llm.chat(p.messages, params, tools=p.tools, use_tqdm=False)
+    ordered = raw + plain + tooled
     return [_sample(p.family, o.outputs[0]) for p, o in zip(ordered, outputs, strict=True)]
 
 
@@ -109,16 +114,23 @@ def summarise(samples: list[Sample]) -> dict[str, Any]:
     }
 
 
-def all_prompts(n: int) -> list[FamilyPrompt]:
+def all_prompts(n: int, families: tuple[str, ...] = FAMILIES) -> list[FamilyPrompt]:
     docs = load_corpus()
-    return [p for fam in FAMILIES for p in family_prompts(docs, fam, "heldout", n)]
+    return [p for fam in families for p in family_prompts(docs, fam, "heldout", n)]
 
 
-def run_measure(root: Path, n: int, max_tokens: int, ks: list[int], out: Path) -> dict[str, Any]:
+def run_measure(
+    root: Path,
+    n: int,
+    max_tokens: int,
+    ks: list[int],
+    out: Path,
+    families: tuple[str, ...] = FAMILIES,
+) -> dict[str, Any]:
     """The full table: families x k x drafter, written as acceptance.{json,md} under `out`."""
     paths = ModelPaths(root)
-    prompts = all_prompts(n)
-    table: dict[str, Any] = {"prompts_per_family": n, "max_tokens": max_tokens, "results": {}}
+    prompts = all_prompts(n, families)
+    table = _previous(out / "acceptance.json", n, max_tokens)
     started = time.time()
     for name, drafter in (("eagle3.1", paths.eagle31), ("eagle3", paths.eagle3)):
         for k in ks:
@@ -126,14 +138,24 @@ def run_measure(root: Path, n: int, max_tokens: int, ks: list[int], out: Path) -
             samples = run_prompts(llm, prompts, max_tokens)
             del llm
             table["results"].setdefault(name, {})[str(k)] = {
-                fam: summarise([s for s in samples if s.family == fam]) for fam in FAMILIES
+                fam: summarise([s for s in samples if s.family == fam]) for fam in families
             }
             print(name, k, json.dumps(table["results"][name][str(k)]), flush=True)
-    table["seconds"] = round(time.time() - started, 1)
+    table["seconds"] = round(time.time() - started + table.get("seconds", 0.0), 1)
     out.mkdir(parents=True, exist_ok=True)
     (out / "acceptance.json").write_text(json.dumps(table, indent=2) + "\n")
     (out / "acceptance.md").write_text(markdown(table))
     return table
+
+
+def _previous(path: Path, n: int, max_tokens: int) -> dict[str, Any]:
+    """An earlier table with the same settings is extended (other k), not overwritten."""
+    fresh: dict[str, Any] = {"prompts_per_family": n, "max_tokens": max_tokens, "results": {}}
+    if not path.is_file():
+        return fresh
+    old: dict[str, Any] = json.loads(path.read_text())
+    same = (old.get("prompts_per_family"), old.get("max_tokens")) == (n, max_tokens)
+    return old if same else fresh
 
 
 def markdown(table: dict[str, Any]) -> str:
@@ -151,7 +173,7 @@ def markdown(table: dict[str, Any]) -> str:
         ks = sorted(by_k, key=int)
         lines += [f"## {name}", "", "| family | " + " | ".join(f"k={k}" for k in ks) + " |"]
         lines.append("|---" * (len(ks) + 1) + "|")
-        for fam in FAMILIES:
+        for fam in by_k[ks[0]]:
             cells = []
             for k in ks:
                 r = by_k[k][fam]
