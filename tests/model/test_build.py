@@ -75,3 +75,23 @@ def test_missing_corpus_is_a_clear_error_and_leaves_nothing(tmp_path: Path) -> N
     with pytest.raises(CorpusError, match="standard-library"):
         build(tmp_path / "out", "tiny", stdlib=tmp_path / "empty")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_reuse_target_trains_only_the_drafters(
+    built: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    out, _ = built
+    again = build(tmp_path / "again", "tiny", reuse_target=out / "target")
+    assert again["target"]["result"]["reused_from"] == str((out / "target").resolve())
+    for name in ("model.safetensors", "tokenizer.json", "config.json"):
+        assert (tmp_path / "again" / "target" / name).read_bytes() == (
+            out / "target" / name
+        ).read_bytes(), name
+    assert again["drafters"]["eagle3.1"]["result"]["steps"] >= 1
+    assert (tmp_path / "again" / "eagle3.1" / "model.safetensors").is_file()
+
+
+def test_reuse_target_without_a_target_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(BuildError, match="no built target"):
+        build(tmp_path / "out", "tiny", reuse_target=tmp_path)
+    assert list(tmp_path.iterdir()) == []
