@@ -18,13 +18,14 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from engine.protocol import ClientError
 from gateway.api import admin_routes, openai_routes, ops_routes
 from gateway.api.deps import require_admin
-from gateway.api.responses import error_response
+from gateway.api.responses import error_docs, error_response
 from gateway.auth import KeyRing
 from gateway.errors import ErrorKind, GatewayError
 from gateway.flags import FlagAdmin, FlagView
@@ -158,10 +159,24 @@ def _install_error_handlers(app: FastAPI) -> None:
             404: ErrorKind.NOT_FOUND,
             413: ErrorKind.PAYLOAD_TOO_LARGE,
         }.get(exc.status_code, ErrorKind.INVALID_REQUEST)
-        error = GatewayError(kind, str(exc.detail))
+        headers = dict(exc.headers or {})
+        methods = _methods_of(request) if exc.status_code == 405 else []
+        if methods:
+            # RFC 9110 section 15.5.6: `allow` lists every method of the resource; Starlette's
+            # names only the first route it tried (PUT of PUT and DELETE /admin/flags/{flag}).
+            headers = {"allow": ", ".join(methods)}
+        error = GatewayError(kind, str(exc.detail), headers=headers)
         response = error_response(error)
         response.status_code = exc.status_code
         return response
+
+
+def _methods_of(request: Request) -> list[str]:
+    """Methods of every route with the path template of the route that answered 405."""
+    endpoint = request.scope.get("endpoint")
+    routes = [r for r in request.app.routes if isinstance(r, APIRoute)]
+    paths = {r.path for r in routes if r.endpoint is endpoint}
+    return sorted({m for r in routes if r.path in paths for m in r.methods if m != "HEAD"})
 
 
 def _flag_admin(app: FastAPI) -> FlagAdmin:
@@ -208,9 +223,10 @@ def create_app(settings: GatewaySettings, runtime_factory: RuntimeFactory) -> Fa
     _install_error_handlers(app)
     app.include_router(ops_routes.router)
     app.include_router(openai_routes.router)
-    app.include_router(admin_routes.router)
+    app.include_router(admin_routes.router, responses=error_docs(401, 403))
     app.include_router(
-        build_flags_router(lambda: _flag_admin(app), require_admin, lambda: _flag_view(app))
+        build_flags_router(lambda: _flag_admin(app), require_admin, lambda: _flag_view(app)),
+        responses=error_docs(400, 401, 403, 503),
     )
     tracer = setup_tracing(settings, app)
     if settings.cors_origins:

@@ -12,26 +12,14 @@ from engine.protocol import (
     ChatCompletionResponse,
     CompletionRequest,
     CompletionResponse,
-    ErrorResponse,
     ModelList,
 )
 from gateway.api.deps import require_user, service
-from gateway.api.responses import SSEResponse, reply_response, unless_disconnected
+from gateway.api.responses import SSEResponse, error_docs, reply_response, unless_disconnected
 from gateway.errors import GatewayError
 from gateway.service import InferenceService, StreamReply
 
-ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"description": name, "model": ErrorResponse}
-    for code, name in [
-        (400, "Invalid request"),
-        (401, "Missing or invalid API key"),
-        (403, "Key without this scope"),
-        (404, "Unknown model"),
-        (413, "Body too large"),
-        (429, "Overloaded; see retry-after"),
-        (503, "Not ready or draining; see retry-after"),
-    ]
-}
+ERRORS = error_docs(400, 401, 403, 404, 413, 429, 503)
 
 
 def _ok(model: type) -> dict[int | str, dict[str, Any]]:

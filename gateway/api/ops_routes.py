@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 router = APIRouter()
 
 
-@router.get("/health")
+@router.get("/health", responses={503: {"description": "The engine core is dead"}})
 async def health(request: Request) -> JSONResponse:
     """Liveness: the process serves HTTP and the engine core is alive (even if busy)."""
     runtime = getattr(request.app.state, "runtime", None)
@@ -20,7 +20,7 @@ async def health(request: Request) -> JSONResponse:
     return JSONResponse({"status": "ok"})
 
 
-@router.get("/ready")
+@router.get("/ready", responses={503: {"description": "Not ready; `detail` says why"}})
 async def ready(request: Request) -> JSONResponse:
     """Readiness: warmed up, not draining, and the engine makes progress on admitted work."""
     runtime = getattr(request.app.state, "runtime", None)
@@ -30,7 +30,7 @@ async def ready(request: Request) -> JSONResponse:
     return JSONResponse(report, status_code=200 if report["ready"] else 503)
 
 
-@router.get("/metrics")
+@router.get("/metrics", response_class=PlainTextResponse)
 async def metrics(request: Request) -> Response:
     body, content_type = request.app.state.render_metrics()
     return Response(body, media_type=content_type)

@@ -8,12 +8,49 @@ from typing import Any, TypeVar
 
 from fastapi import Request
 from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel
 from starlette.types import Receive, Scope, Send
 
 from gateway.errors import ErrorKind, GatewayError
 from gateway.service import JsonReply, StreamReply
 
 T = TypeVar("T")
+
+_DESCRIPTIONS = {
+    400: "Invalid request",
+    401: "Missing or invalid API key",
+    403: "Key without this scope",
+    404: "Unknown model",
+    413: "Body too large",
+    429: "Overloaded; see retry-after",
+    503: "Not ready or draining; see retry-after",
+}
+
+
+class ErrorInfo(BaseModel):
+    """OpenAI's error object as `GatewayError.body()` writes it.
+
+    `code` is the gateway's stable label (`invalid_request`, `overloaded`, ...), a
+    string as in OpenAI's API; vLLM's own `ErrorResponse` has an integer `code`.
+    """
+
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+
+
+class ErrorBody(BaseModel):
+    error: ErrorInfo
+
+
+def error_docs(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI entries for the errors a route can return, all in OpenAI's error shape.
+
+    Every status a route really returns is documented, so schemathesis's
+    status-code and schema conformance checks hold (issue 4).
+    """
+    return {code: {"description": _DESCRIPTIONS[code], "model": ErrorBody} for code in codes}
 
 
 def error_response(error: GatewayError) -> JSONResponse:

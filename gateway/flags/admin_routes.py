@@ -52,6 +52,12 @@ def build_flags_router(
             out["effective"] = asdict(current.overrides_for(class_id or "", label or ""))
         return out
 
+    # Before `/{flag}`: the first route whose path matches answers a wrong method (405).
+    @router.get("/audit")
+    async def audit(count: Annotated[int, Query(ge=1, le=1000)] = 50) -> dict[str, Any]:
+        entries = await _call(admin().audit(count))
+        return {"object": "list", "data": [e.as_dict() for e in entries]}
+
     @router.put("/{flag}")
     async def set_flag(
         flag: str,
@@ -74,11 +80,6 @@ def build_flags_router(
         target = _target(class_id, label)
         entry: AuditEntry = await _call(admin().unset(flag, who=actor(request), target=target))
         return entry.as_dict()
-
-    @router.get("/audit")
-    async def audit(count: Annotated[int, Query(ge=1, le=1000)] = 50) -> dict[str, Any]:
-        entries = await _call(admin().audit(count))
-        return {"object": "list", "data": [e.as_dict() for e in entries]}
 
     return router
 
