@@ -19,7 +19,9 @@ from tests.gateway.conftest import USER_KEY, model_paths
 
 pytestmark = pytest.mark.engine
 
-CASES = {"POST /v1/chat/completions": 300, "POST /v1/completions": 150}
+# Issue 4 asks for at least 500 generated cases: the two completion routes alone make them.
+CASES = {"POST /v1/chat/completions": 350, "POST /v1/completions": 150}
+OTHER = 25
 
 
 def _app() -> Any:
@@ -53,19 +55,24 @@ def _clamp(body: Any) -> None:
 
 @schema.parametrize()
 @settings(
-    max_examples=300,
+    max_examples=max(CASES.values()),
     deadline=None,
     suppress_health_check=list(HealthCheck),
     derandomize=True,
 )
 def test_api_conforms_to_its_schema(case: Any) -> None:
-    limit = CASES.get(f"{case.method.upper()} {case.path}", 25)
-    counter = _seen.setdefault(case.path, [0])
-    counter[0] += 1
-    if counter[0] > limit:
+    key = f"{case.method.upper()} {case.path}"
+    _seen[key] = _seen.get(key, 0) + 1
+    if _seen[key] > CASES.get(key, OTHER):
         return
     _clamp(case.body)
     case.call_and_validate(headers={"authorization": f"Bearer {USER_KEY}"})
 
 
-_seen: dict[str, list[int]] = {}
+_seen: dict[str, int] = {}
+
+
+def test_the_run_made_at_least_500_cases() -> None:
+    """Runs after the schema test in file order: the cases were really generated and sent."""
+    made = sum(min(n, CASES.get(k, OTHER)) for k, n in _seen.items())
+    assert made >= 500, _seen
