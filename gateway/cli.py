@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape as rich_escape
 
 from gateway.auth import digest
 
@@ -25,7 +26,36 @@ keys_app = typer.Typer(help="API key helpers.", no_args_is_help=True)
 app.add_typer(keys_app, name="keys")
 
 
-@app.command()
+def _settings_epilog() -> str:
+    """Every setting, with its default and description, for `serve --help`.
+
+    The flags above cover the common ones; the rest come from the environment or
+    the YAML file. Read from the settings models' fields, not from the environment.
+    """
+    from engine.settings import EngineSettings
+    from gateway.control.settings import ControllerSettings
+    from gateway.flags.settings import FlagSettings
+    from gateway.settings import GatewaySettings
+    from gateway.state.settings import ClassStateSettings
+
+    lines = [
+        "All settings, by environment variable. The gateway's (SPECGW_*) and the engine's "
+        "(SPECGW_ENGINE_*, under `engine:`) are also read from --config, keyed by field name."
+    ]
+    seen: set[str] = set()
+    models = (GatewaySettings, EngineSettings, ControllerSettings, ClassStateSettings, FlagSettings)
+    for model in models:
+        prefix = str(model.model_config.get("env_prefix", ""))
+        for name, info in model.model_fields.items():
+            env = f"{prefix}{name}".upper()
+            if env not in seen:
+                seen.add(env)
+                default = info.get_default(call_default_factory=True)
+                lines.append(f"{env} (default {default!r}): {info.description}")
+    return rich_escape("\n\n".join(lines))
+
+
+@app.command(epilog=_settings_epilog())
 def serve(
     host: Annotated[str | None, typer.Option(help="Address to bind.")] = None,
     port: Annotated[int | None, typer.Option(help="Port to bind.")] = None,
