@@ -15,6 +15,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
@@ -65,3 +66,18 @@ def test_errors_conform_to_the_schema(case: Any) -> None:
     case.call_and_validate(
         headers={"authorization": f"Bearer {USER_KEY}"}, excluded_checks=excluded
     )
+
+
+async def test_v1_is_503_with_retry_after_until_the_engine_is_ready() -> None:
+    """Issue 4, item 4: before the runtime is up (no lifespan yet), 503 in OpenAI's shape."""
+    body = {"model": "specgw-default", "messages": [{"role": "user", "content": "hi"}]}
+    transport = httpx.ASGITransport(app=_app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
+        response = await client.post(
+            "/v1/chat/completions", json=body, headers={"authorization": f"Bearer {USER_KEY}"}
+        )
+    assert response.status_code == 503
+    assert response.headers["retry-after"]
+    assert response.headers["x-request-id"]
+    error = response.json()["error"]
+    assert (error["type"], error["code"]) == ("service_unavailable", "not_ready")
