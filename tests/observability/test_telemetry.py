@@ -1,0 +1,61 @@
+"""`GatewayTelemetry`, what the real service calls at each request's end: it counts the
+request, folds the outcome into the metrics and annotates the current request span with
+the GenAI attributes (issue 7, item 3), never with prompt or completion text."""
+
+from __future__ import annotations
+
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from prometheus_client import CollectorRegistry
+
+from gateway.errors import ErrorKind, GatewayError
+from gateway.observability.metrics import GatewayMetrics
+from gateway.planner import Plan
+from gateway.service import Finished
+from gateway.telemetry import GatewayTelemetry
+from tests.observability.conftest import sample_outcome
+
+LABEL = "chat/len:512"
+
+
+def finish(telemetry: GatewayTelemetry, **fields: object) -> dict[str, object]:
+    """End one request inside a recording span; return the span's attributes."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    plan = Plan("0123456789abcdef", LABEL, 3, "goodput")
+    defaults: dict[str, object] = {"status": "complete", "error": None, "outcome": None}
+    with provider.get_tracer("test").start_as_current_span("POST /v1/chat/completions"):
+        telemetry.request_finished(
+            Finished("chat", plan, e2e_s=0.5, ttft_s=0.08, stream=True, **(defaults | fields))  # type: ignore[arg-type]
+        )
+    (span,) = exporter.get_finished_spans()
+    return dict(span.attributes or {})
+
+
+def test_a_finished_request_reaches_metrics_and_its_span() -> None:
+    metrics = GatewayMetrics(CollectorRegistry(), max_depth=4)
+    outcome = sample_outcome(3, 10, (8, 5, 2))
+    attrs = finish(GatewayTelemetry(metrics, "specgw-default"), outcome=outcome)
+    assert attrs["gen_ai.request.model"] == "specgw-default"
+    assert attrs["gen_ai.operation.name"] == "chat"
+    assert attrs["gen_ai.usage.input_tokens"] == outcome.prompt_tokens
+    assert attrs["gen_ai.usage.output_tokens"] == outcome.output_tokens
+    assert attrs["specgw.class"] == LABEL
+    assert attrs["specgw.k"] == 3
+    assert attrs["specgw.acceptance_length"] == 1 + 15 / 10
+    value = metrics.registry.get_sample_value
+    assert value("specgw_requests_total", {"class": LABEL, "status": "200", "error_type": "none"})
+    assert value("specgw_verify_steps_total", {"class": LABEL}) == 10
+    assert value("specgw_speculation_depth", {"class": LABEL}) == 3
+
+
+def test_an_error_is_counted_with_its_status_and_type() -> None:
+    metrics = GatewayMetrics(CollectorRegistry(), max_depth=4)
+    error = GatewayError(ErrorKind.STREAM_STALLED, "no progress")
+    attrs = finish(GatewayTelemetry(metrics, "m"), status="error", error=error)
+    assert attrs["specgw.k"] == 3
+    assert "gen_ai.usage.output_tokens" not in attrs
+    labels = {"class": LABEL, "status": str(error.status), "error_type": error.kind.openai_type}
+    assert metrics.registry.get_sample_value("specgw_requests_total", labels) == 1
