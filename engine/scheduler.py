@@ -133,8 +133,24 @@ def scheduler_class(async_scheduling: bool) -> type[Any]:
     return AsyncSpecDepthScheduler if async_scheduling else SpecDepthScheduler
 
 
+class AutoSpecDepthScheduler:
+    """`scheduler_cls` when vLLM picks the scheduling mode: the flavour the config resolved to.
+
+    With `async_scheduling=None` vLLM decides only while building its config (CUDA:
+    on for EAGLE; CPU: forced off), after the engine arguments name the class. A
+    sync scheduler under async execution would not book placeholder drafts, so the
+    class is chosen here, from the resolved `scheduler_config.async_scheduling`.
+    """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        vllm_config = kwargs["vllm_config"] if "vllm_config" in kwargs else args[0]
+        chosen = scheduler_class(bool(vllm_config.scheduler_config.async_scheduling))
+        return chosen(*args, **kwargs)
+
+
 __all__ = [
     "AsyncSpecDepthScheduler",
+    "AutoSpecDepthScheduler",
     "SpecDepthScheduler",
     "requested_depth",
     "scheduler_class",

@@ -79,8 +79,8 @@ class EngineSettings(BaseSettings):
     )
     scheduler: Literal["auto", "sync", "async"] = Field(
         "auto",
-        description="Scheduler flavour: `auto` lets vLLM choose (CPU forces sync), "
-        "`async` requests async scheduling where the platform allows it.",
+        description="Scheduler flavour: `auto` lets vLLM choose (CPU forces sync, CUDA "
+        "defaults to async) and the depth cap follows; `sync` / `async` force one.",
     )
 
     @classmethod

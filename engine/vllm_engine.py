@@ -57,14 +57,18 @@ def engine_args(settings: EngineSettings) -> AsyncEngineArgs:
             "model": str(drafter),
             "num_speculative_tokens": settings.max_depth,
         }
-    async_scheduling = settings.scheduler == "async"
-    scheduler = "AsyncSpecDepthScheduler" if async_scheduling else "SpecDepthScheduler"
+    # (class, async_scheduling): `auto` leaves the mode to vLLM and the class follows it.
+    scheduler, async_scheduling = {
+        "sync": ("SpecDepthScheduler", False),
+        "async": ("AsyncSpecDepthScheduler", True),
+        "auto": ("AutoSpecDepthScheduler", None),
+    }[settings.scheduler]
     kwargs: dict[str, Any] = dict(
         model=str(target),
         served_model_name=[settings.served_model_name],
         speculative_config=speculative,
         scheduler_cls=f"engine.scheduler.{scheduler}",
-        async_scheduling=True if async_scheduling else None,
+        async_scheduling=async_scheduling,
         per_request_spec_decode_metrics=settings.per_request_metrics if speculative else "none",
         dtype=settings.dtype,
         max_model_len=settings.max_model_len,

@@ -20,14 +20,21 @@ from vllm.v1.request import Request
 from vllm.v1.structured_output import StructuredOutputManager
 
 from engine.interface import SPEC_DEPTH_ARG
-from engine.scheduler import AsyncSpecDepthScheduler, SpecDepthScheduler, requested_depth
+from engine.scheduler import (
+    AsyncSpecDepthScheduler,
+    AutoSpecDepthScheduler,
+    SpecDepthScheduler,
+    requested_depth,
+)
+from engine.settings import EngineSettings
 from engine.testing_models import TinyModels
+from engine.vllm_engine import engine_args
 
 K = 4
 BLOCK = 16
 
 
-def _scheduler(cls: type[Any], tiny: TinyModels) -> Any:
+def _scheduler(cls: type[Any], tiny: TinyModels, async_scheduling: bool = False) -> Any:
     config = EngineArgs(
         model=str(tiny.target),
         speculative_config={
@@ -42,6 +49,7 @@ def _scheduler(cls: type[Any], tiny: TinyModels) -> Any:
         enable_prefix_caching=False,  # requests built here carry no block hasher
     ).create_engine_config()
     config.cache_config.num_gpu_blocks = 1000  # what the engine sets after profiling
+    config.scheduler_config.async_scheduling = async_scheduling  # as vLLM resolves it
     kv = KVCacheConfig(
         num_blocks=1000,
         kv_cache_tensors=[],
@@ -150,3 +158,37 @@ def test_resumed_request_is_not_padded_to_k(tiny: TinyModels) -> None:
     sched = _scheduler(SpecDepthScheduler, tiny)
     assert sched.dynamic_sd_lookup is not None
     assert set(sched.dynamic_sd_lookup) == {K}
+
+
+@pytest.mark.parametrize(
+    ("flavour", "cls", "async_scheduling"),
+    [
+        ("auto", "AutoSpecDepthScheduler", None),
+        ("sync", "SpecDepthScheduler", False),
+        ("async", "AsyncSpecDepthScheduler", True),
+    ],
+)
+def test_engine_args_pair_the_scheduler_class_with_its_mode(
+    flavour: str, cls: str, async_scheduling: bool | None, tiny: TinyModels
+) -> None:
+    settings = EngineSettings(model=tiny.target, drafter=tiny.drafter, scheduler=flavour)
+    args = engine_args(settings)
+    assert (args.scheduler_cls, args.async_scheduling) == (
+        f"engine.scheduler.{cls}",
+        async_scheduling,
+    )
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_auto_scheduler_is_the_flavour_vllm_resolved(
+    async_scheduling: bool, tiny: TinyModels
+) -> None:
+    """CUDA turns async scheduling on by default after the engine arguments are built."""
+    sched = _scheduler(AutoSpecDepthScheduler, tiny, async_scheduling)
+    want = AsyncSpecDepthScheduler if async_scheduling else SpecDepthScheduler
+    assert type(sched) is want
+    sched.add_request(_request("k1", 1))
+    for _ in range(3):
+        out = sched.schedule()
+        assert len(out.scheduled_spec_decode_tokens.get("k1", [])) <= 1
+        _run_step(sched, out)
