@@ -1,0 +1,76 @@
+"""vLLM's per-request metrics -> `RequestOutcome`, on vLLM's own value objects (no engine).
+
+Issue 3, item 4: k, verify steps, drafted and accepted tokens, accepted count per
+draft position, acceptance length (1 + accepted / steps), TTFT and TPOT.
+"""
+
+from __future__ import annotations
+
+import pytest
+from vllm.outputs import CompletionOutput, RequestOutput
+from vllm.v1.metrics.stats import RequestSpecDecodeMetrics, RequestStateStats
+
+from engine.outcome import request_outcome, speculation_outcome
+
+
+@pytest.mark.parametrize(
+    ("k", "histogram", "drafted", "accepted", "per_position", "drafted_per_position"),
+    [
+        # 6 steps at k = 3: accepted 0,0,1,2,2,2 drafts -> 7; position d accepted when j > d.
+        (3, [2, 1, 3, 0], [3] * 6, 7, (4, 3, 0), (6, 6, 6)),
+        # k = 1 on a K = 3 engine: positions past k are cut, not reported as zeros.
+        (1, [5, 3, 0, 0], [1] * 8, 3, (3,), (8,)),
+        # `summary` metrics: no per-step lists, so no drafted-per-position.
+        (2, [1, 1, 2], [], 5, (3, 2), ()),
+    ],
+)
+def test_speculation_outcome_table(
+    k: int,
+    histogram: list[int],
+    drafted: list[int],
+    accepted: int,
+    per_position: tuple[int, ...],
+    drafted_per_position: tuple[int, ...],
+) -> None:
+    metrics = RequestSpecDecodeMetrics(
+        num_spec_tokens=len(histogram) - 1,
+        histogram=histogram,
+        num_draft_tokens=k * sum(histogram),
+        per_step_drafted=drafted,
+    )
+    spec = speculation_outcome(k, metrics)
+    assert spec.verify_steps == sum(histogram)
+    assert spec.draft_tokens == k * sum(histogram)
+    assert spec.accepted_tokens == accepted == sum(spec.accepted_per_position)
+    assert spec.accepted_per_position == per_position
+    assert spec.drafted_per_position == drafted_per_position
+    assert spec.acceptance_length == pytest.approx(1 + accepted / sum(histogram))
+
+
+def test_no_verify_step_is_acceptance_length_one() -> None:
+    spec = speculation_outcome(0, None)
+    assert (spec.k, spec.verify_steps, spec.draft_tokens, spec.acceptance_length) == (0, 0, 0, 1.0)
+
+
+def test_request_outcome_timings_and_decode_steps() -> None:
+    stats = RequestStateStats(first_token_ts=10.0, last_token_ts=10.9, first_token_latency=0.2)
+    metrics = RequestSpecDecodeMetrics(num_spec_tokens=2, histogram=[1, 2, 3], num_draft_tokens=12)
+    completion = CompletionOutput(
+        index=0,
+        text="",
+        token_ids=[1],
+        cumulative_logprob=None,
+        logprobs=None,
+        finish_reason="length",
+        spec_decode_metrics=metrics,
+    )
+    output = RequestOutput("r", None, [1, 2, 3], None, [completion], True, metrics=stats)
+    outcome = request_outcome("gw-1", output, k=2, output_tokens=19)
+    assert (outcome.request_id, outcome.prompt_tokens, outcome.output_tokens) == ("gw-1", 3, 19)
+    assert outcome.finish_reason == "length"
+    assert outcome.ttft_s == pytest.approx(0.2)
+    assert outcome.tpot_s == pytest.approx(0.9 / 18)
+    assert outcome.e2e_s == pytest.approx(1.1)
+    # 6 verify steps gave 6 + 8 accepted tokens; the other 5 came one per plain step.
+    assert outcome.speculation.accepted_tokens == 8
+    assert outcome.decode_steps == 6 + 5
