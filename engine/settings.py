@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 
@@ -77,11 +77,27 @@ class EngineSettings(BaseSettings):
         description="Further vLLM engine arguments as JSON (e.g. "
         '`{"enable_prefix_caching": true}`); they override the ones derived above.',
     )
+    spec_tokens_per_batch_size: list[tuple[int, int, int]] | None = Field(
+        None,
+        description="vLLM's batch-size schedule (`num_speculative_tokens_per_batch_size`): "
+        "`[[lo, hi, k], ...]`, batch sizes inclusive, k <= max_depth. The engine then drafts "
+        "the schedule's k for the batch, and each request's own k still caps it.",
+    )
     scheduler: Literal["auto", "sync", "async"] = Field(
         "auto",
         description="Scheduler flavour: `auto` lets vLLM choose (CPU forces sync, CUDA "
         "defaults to async) and the depth cap follows; `sync` / `async` force one.",
     )
+
+    @model_validator(mode="after")
+    def _schedule_fits(self) -> EngineSettings:
+        for lo, hi, k in self.spec_tokens_per_batch_size or []:
+            if not 1 <= lo <= hi or not 0 <= k <= self.max_depth:
+                raise ValueError(
+                    f"spec_tokens_per_batch_size row {[lo, hi, k]}: need 1 <= lo <= hi "
+                    f"and 0 <= k <= max_depth ({self.max_depth})"
+                )
+        return self
 
     @classmethod
     def settings_customise_sources(

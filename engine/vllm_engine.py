@@ -57,6 +57,10 @@ def engine_args(settings: EngineSettings) -> AsyncEngineArgs:
             "model": str(drafter),
             "num_speculative_tokens": settings.max_depth,
         }
+        if settings.spec_tokens_per_batch_size:
+            speculative["num_speculative_tokens_per_batch_size"] = [
+                list(row) for row in settings.spec_tokens_per_batch_size
+            ]
     # (class, async_scheduling): `auto` leaves the mode to vLLM and the class follows it.
     scheduler, async_scheduling = {
         "sync": ("SpecDepthScheduler", False),

@@ -192,3 +192,27 @@ def test_auto_scheduler_is_the_flavour_vllm_resolved(
         out = sched.schedule()
         assert len(out.scheduled_spec_decode_tokens.get("k1", [])) <= 1
         _run_step(sched, out)
+
+
+def test_batch_size_schedule_reaches_vllms_speculative_config(tiny: TinyModels) -> None:
+    schedule = [(1, 1, 2), (2, 1024, 1)]
+    settings = EngineSettings(
+        model=tiny.target, drafter=tiny.drafter, max_depth=2, spec_tokens_per_batch_size=schedule
+    )
+    spec = engine_args(settings).speculative_config
+    assert spec is not None
+    assert spec["num_speculative_tokens_per_batch_size"] == [[1, 1, 2], [2, 1024, 1]]
+    assert spec["num_speculative_tokens"] == 2
+
+
+@pytest.mark.parametrize("row", [(0, 4, 1), (5, 4, 1), (1, 4, 3)])
+def test_a_batch_size_schedule_row_out_of_range_is_refused(row: tuple[int, int, int]) -> None:
+    with pytest.raises(ValueError, match="spec_tokens_per_batch_size row"):
+        EngineSettings(max_depth=2, spec_tokens_per_batch_size=[row])
+
+
+def test_the_batch_size_schedule_reads_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SPECGW_ENGINE_SPEC_TOKENS_PER_BATCH_SIZE", "[[1, 1, 4], [2, 64, 1]]")
+    assert EngineSettings().spec_tokens_per_batch_size == [(1, 1, 4), (2, 64, 1)]
