@@ -141,6 +141,7 @@ def _build_into(
     vocab, eos, pad = padded_vocab(tok), tok.convert_tokens_to_ids(tok.eos_token), tok.pad_token_id
     target_docs = [tok(t.text)["input_ids"] for t in texts]
     target_data = pack(target_docs, plan.target.seq_len)
+    target_result: dict[str, Any]
     if reuse is None:
         model = make_target(plan.shape, vocab, eos, pad, plan.model_seed)
         with tqdm(total=plan.target.steps, desc="target", unit="step") as bar:
@@ -212,12 +213,10 @@ def _copy_target(src: Path, dst: Path) -> Any:
 
 
 def _load_target(path: Path) -> Any:
-    """The saved (bf16) target in fp32 for drafter training; it stays frozen."""
+    """The saved (bf16) target in fp32 for drafter training (loaded in eval mode, frozen)."""
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
-    model.eval()
-    return model
+    return AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
 
 
 def _size(path: Path) -> int:

@@ -16,11 +16,13 @@ import statistics
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from engine.model.corpus import load_corpus
 from engine.model.families import FAMILIES, FamilyPrompt, family_prompts
 from engine.model.paths import ModelPaths
+
+Dtype = Literal["auto", "half", "float16", "bfloat16", "float", "float32"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +39,7 @@ class Sample:
 
 
 def open_llm(
-    target: Path, drafter: Path | None, k: int, max_model_len: int = 2048, dtype: str = "bfloat16"
+    target: Path, drafter: Path | None, k: int, max_model_len: int = 2048, dtype: Dtype = "bfloat16"
 ) -> Any:
     """A vLLM `LLM` on the CPU backend; speculation only when a drafter is given."""
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
