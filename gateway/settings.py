@@ -81,9 +81,6 @@ class GatewaySettings(BaseSettings):
     otel_endpoint: str | None = Field(
         None, description="OTLP/HTTP traces endpoint; unset = tracing off."
     )
-    log_content: bool = Field(
-        False, description="Log prompt and completion text (debugging only; off by default)."
-    )
     cors_origins: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="Origins allowed by CORS; empty = CORS off."
     )
