@@ -77,8 +77,21 @@ def check_schema(schema: Any, param: str, settings: GatewaySettings) -> None:
         raise invalid(f"{param} nests deeper than {settings.max_schema_depth} levels", param)
 
 
+def check_single(body: dict[str, Any]) -> None:
+    """One choice per request: speculation is measured, decided and reported per request,
+    and vLLM's fan-out into n child requests would leave the choices unmeasured."""
+    n = body.get("n")
+    if isinstance(n, int) and not isinstance(n, bool) and n != 1:
+        raise invalid(
+            "n must be 1: spec-gateway measures and reports speculation per request; "
+            "send n requests instead",
+            param="n",
+        )
+
+
 def check_chat(body: dict[str, Any], settings: GatewaySettings) -> None:
     """Checks on the raw JSON body of a chat request (before vLLM parses it)."""
+    check_single(body)
     messages = body.get("messages")
     if isinstance(messages, list):
         if not messages:
@@ -101,7 +114,14 @@ def check_chat(body: dict[str, Any], settings: GatewaySettings) -> None:
 
 
 def check_completion(body: dict[str, Any], settings: GatewaySettings) -> None:
+    check_single(body)
     prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) > 1 and not all(isinstance(t, int) for t in prompt):
+        raise invalid(
+            "one prompt per request: spec-gateway measures and reports speculation per "
+            "request; send a batch as separate requests",
+            param="prompt",
+        )
     if isinstance(prompt, str):
         check_text(prompt, "prompt")
     elif isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):

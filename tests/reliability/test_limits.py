@@ -113,6 +113,19 @@ CASES: dict[str, tuple[str, dict[str, Any], str | None, str]] = {
         "messages[0].content[0].text",
         "U+D83D",
     ),
+    "chat_n_above_1": ("/v1/chat/completions", {**CHAT, "n": 2}, "n", "n must be 1"),
+    "completion_n_above_1": (
+        "/v1/completions",
+        {"model": "specgw-default", "prompt": "hi", "n": 3},
+        "n",
+        "n must be 1",
+    ),
+    "batched_prompts": (
+        "/v1/completions",
+        {"model": "specgw-default", "prompt": ["a", "b"]},
+        "prompt",
+        "one prompt per request",
+    ),
     "reserved_xargs": (
         "/v1/chat/completions",
         {**CHAT, "vllm_xargs": {"specgw_k": 0}},
