@@ -137,6 +137,33 @@ def test_named_tool_call_round_trip(gateway: GatewayProcess) -> None:
     assert second.choices[0].finish_reason in {"stop", "length", "tool_calls"}
 
 
+@pytest.mark.skipif(not trained_model(), reason="a random-weight model emits no tool calls")
+def test_tool_choice_auto_is_parsed_by_the_hermes_parser(gateway: GatewayProcess) -> None:
+    """The model's own `<tool_call>` text comes back as `tool_calls` (not as content)."""
+    from engine.model.corpus import load_corpus
+    from engine.model.families import family_prompts
+
+    parsed = []
+    for prompt in family_prompts(load_corpus(), "tool_call", n=4):
+        completion = gateway.client().chat.completions.create(
+            model=MODEL,
+            messages=prompt.messages,  # type: ignore[arg-type]
+            tools=prompt.tools,  # type: ignore[arg-type]
+            tool_choice="auto",
+            max_tokens=64,
+            temperature=0,
+        )
+        choice = completion.choices[0]
+        if choice.message.tool_calls:
+            assert choice.finish_reason == "tool_calls"
+            offered = {t["function"]["name"] for t in prompt.tools or []}
+            for call in choice.message.tool_calls:
+                assert call.function.name in offered
+                json.loads(call.function.arguments)
+            parsed.append(completion.model_extra["speculation"]["class"])
+    assert parsed, "no tool call parsed from any of the four tool-call prompts"
+
+
 def test_json_object_response_format(gateway: GatewayProcess) -> None:
     completion = gateway.client().chat.completions.create(
         model=MODEL,
