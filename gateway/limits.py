@@ -113,25 +113,6 @@ def check_chat(body: dict[str, Any], settings: GatewaySettings) -> None:
         check_stop(stop, settings)
 
 
-def check_completion(body: dict[str, Any], settings: GatewaySettings) -> None:
-    check_single(body)
-    prompt = body.get("prompt")
-    if isinstance(prompt, list) and len(prompt) > 1 and not all(isinstance(t, int) for t in prompt):
-        raise invalid(
-            "one prompt per request: spec-gateway measures and reports speculation per "
-            "request; send a batch as separate requests",
-            param="prompt",
-        )
-    if isinstance(prompt, str):
-        check_text(prompt, "prompt")
-    elif isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
-        for i, p in enumerate(prompt):
-            check_text(p, f"prompt[{i}]")
-    stop = body.get("stop")
-    if isinstance(stop, str | list):
-        check_stop(stop, settings)
-
-
 def reject_reserved_xargs(xargs: dict[str, Any] | None, reserved: Iterable[str]) -> None:
     """Clients cannot steer speculation: the controller and ops flags own k (issue 4, item 5)."""
     if not xargs:

@@ -147,7 +147,9 @@ class InferenceService:
 
     async def chat(self, request: ChatCompletionRequest) -> JsonReply | StreamReply:
         limits.reject_reserved_xargs(request.vllm_xargs, RESERVED_XARGS)
-        limits.check_chat({"messages": request.messages, "stop": request.stop}, self._settings)
+        limits.check_chat(
+            {"messages": request.messages, "stop": request.stop, "n": request.n}, self._settings
+        )
         view = _chat_view(request)
         if view["tools"]:
             if len(view["tools"]) > self._settings.max_tools:
@@ -171,9 +173,14 @@ class InferenceService:
 
     async def completion(self, request: CompletionRequest) -> JsonReply | StreamReply:
         limits.reject_reserved_xargs(request.vllm_xargs, RESERVED_XARGS)
+        limits.check_single({"n": request.n})
         prompt = request.prompt
         if isinstance(prompt, list) and len(prompt) != 1:
-            raise invalid("exactly one prompt per request", param="prompt")
+            raise invalid(
+                "exactly one prompt per request: spec-gateway measures and reports "
+                "speculation per request; send a batch as separate requests",
+                param="prompt",
+            )
         text = prompt if isinstance(prompt, str) else prompt[0] if prompt else ""
         if not isinstance(text, str):
             raise invalid("prompt must be a string", param="prompt")
