@@ -1,8 +1,10 @@
 """On the embedded model, two classes of different acceptance end with different k.
 
-The main chat template (what the drafter was trained on) and a family the drafter
-never saw are driven through the real gateway; the controller must tell them
-apart from live acceptance alone: visible in `x-specgw-k` and `/admin/classes`.
+The main chat template (what the drafter was trained on; acceptance about 2.5 at
+k = 3) and tool-call conversations (never in the drafter's data; about 1.2, flat
+beyond k = 2: `engine/default_model/acceptance.md`) are driven through the real
+gateway; the controller must tell them apart from live acceptance alone: visible
+in `x-specgw-k` and `/admin/classes`.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ def _bodies(family: str) -> list[dict[str, object]]:
 
 
 def test_two_classes_end_with_different_k(adaptive_gateway: GatewayProcess, tmp_path: Path) -> None:
-    main, other = _bodies("chat_main"), _bodies("chat_alt_template")
+    main, other = _bodies("chat_main"), _bodies("tool_call")
     last: dict[str, tuple[str, int]] = {}
     with adaptive_gateway.http() as http:
         for a, b in zip(main, other, strict=False):
