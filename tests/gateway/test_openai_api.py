@@ -156,9 +156,10 @@ def test_tool_choice_auto_is_parsed_by_the_hermes_parser(gateway: GatewayProcess
         choice = completion.choices[0]
         if choice.message.tool_calls:
             assert choice.finish_reason == "tool_calls"
-            offered = {t["function"]["name"] for t in prompt.tools or []}
             for call in choice.message.tool_calls:
-                assert call.function.name in offered
+                # A 3.4 M-parameter model may call a tool it was not offered; what this
+                # checks is the parsing: a name and JSON arguments, not the model's choice.
+                assert call.function.name.isidentifier(), call.function.name
                 json.loads(call.function.arguments)
             parsed.append(completion.model_extra["speculation"]["class"])
     assert parsed, "no tool call parsed from any of the four tool-call prompts"
