@@ -118,7 +118,10 @@ class Controller:
         if k == 0 and share > 0:
             share = max(share, self._s.zero_probe_share)
         if share > 0 and self._rng.random() < share:
-            probes = [p for p in (k - 1, k + 1) if k_min <= p <= k_max]
+            # Measure the step cost where it is unknown first (k = 0 included), then k +- 1.
+            thin = self._cost.thin_depths(load.batch, self._s.cost_min_samples)
+            probes = [p for p in thin if k_min <= p <= k_max and p != k]
+            probes = probes or [p for p in (k - 1, k + 1) if k_min <= p <= k_max]
             if probes:
                 probe = probes[0] if len(probes) == 1 else self._rng.choice(probes)
                 return SpeculationDecision(probe, f"explore k={probe}", True, cid, label, bucket)

@@ -7,12 +7,25 @@ measured steps of finished requests with exponential forgetting:
     step_s(k, b) = a_b + s_b * k.
 
 One request contributes (k, (e2e - ttft) / (decode_steps - 1)) once it has two
-or more decode steps. The prior fixes only the *shape*, never the scale: two
-pseudo-points of weight `prior_weight / 2` each at k = kbar -+ K/2 on the line
-through the bucket's observed mean (kbar, level) with relative slope
+or more decode steps. The line's prior fixes only its *shape*, never the scale:
+two pseudo-points of weight `prior_weight / 2` each at k = kbar -+ K/2 on the
+line through the bucket's observed mean (kbar, level) with relative slope
 rel(b) = prior_k_cost * (1 + b / prior_batch_saturation), since verification of
-batch x (k + 1) tokens turns compute bound as the batch grows. The policy only
-needs cost(k, b) / cost(0, b), so units cancel.
+batch x (k + 1) tokens turns compute bound as the batch grows.
+
+The line is in turn only the prior of the cost at each depth. Real step costs
+are not linear in k: on CPU the first draft adds the drafter's fixed cost (its
+KV-sync pass, a larger verify batch), later drafts much less, and some k cross
+a kernel or cache threshold. A line fitted where a class runs (k = 3..4, say)
+and extrapolated to k = 0 makes speculation look cheap. So each depth also keeps
+its own forgetting mean, and the cost used is that mean shrunk towards the line
+by `prior_weight` pseudo-observations:
+
+    cost(k, b) = (sum_t(k, b) + w * line(k, b)) / (n(k, b) + w).
+
+`thin_depths` names the depths with little evidence of their own, so that
+exploration measures them (k = 0 included) before it probes k +- 1. The policy
+only needs cost(k, b) / cost(0, b), so units cancel.
 """
 
 from __future__ import annotations
@@ -83,6 +96,9 @@ class CostModel:
     _lines: dict[int, tuple[float, float]] = field(default_factory=dict)
     _relative: dict[int, tuple[float, ...]] = field(default_factory=dict)
     _since_fit: dict[int, int] = field(default_factory=dict)
+    #: Per bucket, per depth k: [forgetting count, forgetting sum of step seconds].
+    _per_k: dict[int, list[list[float]]] = field(default_factory=dict)
+    _pending_k: dict[int, list[list[float]]] = field(default_factory=dict)
     #: Bumped when a line is refitted; cached decisions compare it.
     version: int = 0
 
@@ -92,6 +108,16 @@ class CostModel:
         sums.scale(1.0 - self.forgetting)
         sums.add(k, seconds)
         self._pending.setdefault(bucket, _Sums()).add(k, seconds)
+        if 0 <= k <= self.max_k:
+            table = self._depth_table(self._per_k, bucket)
+            for row in table:
+                row[0] *= 1.0 - self.forgetting
+                row[1] *= 1.0 - self.forgetting
+            table[k][0] += 1.0
+            table[k][1] += seconds
+            pending = self._depth_table(self._pending_k, bucket)
+            pending[k][0] += 1.0
+            pending[k][1] += seconds
         # Refit after every sample while a bucket is young, then every REFIT_EVERY:
         # the costs move slowly, and each refit makes every class re-decide.
         since = self._since_fit.get(bucket, 0) + 1
@@ -99,6 +125,12 @@ class CostModel:
             since = 0
             self._invalidate(bucket)
         self._since_fit[bucket] = since
+
+    def _depth_table(self, tables: dict[int, list[list[float]]], bucket: int) -> list[list[float]]:
+        table = tables.get(bucket)
+        if table is None:
+            table = tables[bucket] = [[0.0, 0.0] for _ in range(self.max_k + 1)]
+        return table
 
     def _invalidate(self, bucket: int) -> None:
         self._lines.pop(bucket, None)
@@ -142,9 +174,24 @@ class CostModel:
         cached = self._relative.get(bucket)
         if cached is None:
             intercept, slope = self.line(bucket)
-            cached = tuple(1.0 + slope * k / intercept for k in range(self.max_k + 1))
+            table = self._per_k.get(bucket)
+            w = self.prior_weight
+            costs = [
+                (table[k][1] + w * (intercept + slope * k)) / (table[k][0] + w)
+                if table is not None
+                else intercept + slope * k
+                for k in range(self.max_k + 1)
+            ]
+            cached = tuple(c / costs[0] for c in costs)
             self._relative[bucket] = cached
         return cached
+
+    def thin_depths(self, batch: int, min_samples: float) -> list[int]:
+        """Depths k whose own step-cost evidence at this load is under `min_samples`."""
+        table = self._per_k.get(batch_bucket(batch))
+        if table is None:
+            return list(range(self.max_k + 1))
+        return [k for k, (n, _) in enumerate(table) if n < min_samples]
 
     def export_counters(self) -> dict[str, float]:
         """Raw (unforgotten) sums since the last export, as flat counters; resets them."""
@@ -152,16 +199,31 @@ class CostModel:
         for bucket, sums in self._pending.items():
             for name in _FIELDS:
                 out[f"{name}:b{bucket}"] = getattr(sums, name)
+        for bucket, table in self._pending_k.items():
+            for k, (n, t) in enumerate(table):
+                if n:
+                    out[f"kn{k}:b{bucket}"] = n
+                    out[f"kt{k}:b{bucket}"] = t
         self._pending.clear()
+        self._pending_k.clear()
         return out
 
     def merge_counters(self, increments: Mapping[str, float]) -> None:
         """Add other replicas' sums (increments since the last merge)."""
         for name, value in increments.items():
             field_name, _, bucket_text = name.partition(":b")
-            if field_name not in _FIELDS or not bucket_text.isdigit():
+            if not bucket_text.isdigit():
                 continue
             bucket = batch_bucket(int(bucket_text))
-            sums = self._sums.setdefault(bucket, _Sums())
-            setattr(sums, field_name, getattr(sums, field_name) + float(value))
+            if field_name in _FIELDS:
+                sums = self._sums.setdefault(bucket, _Sums())
+                setattr(sums, field_name, getattr(sums, field_name) + float(value))
+            elif field_name[:2] in ("kn", "kt") and field_name[2:].isdigit():
+                k = int(field_name[2:])
+                if k > self.max_k:
+                    continue
+                column = 0 if field_name[:2] == "kn" else 1
+                self._depth_table(self._per_k, bucket)[k][column] += float(value)
+            else:
+                continue
             self._invalidate(bucket)

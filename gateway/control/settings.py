@@ -109,6 +109,12 @@ class ControllerSettings(BaseSettings):
     cost_prior_weight: float = Field(
         2.0, gt=0, description="Pseudo-observations of the cost prior per batch bucket."
     )
+    cost_min_samples: float = Field(
+        3.0,
+        ge=0,
+        description="Step-time samples a depth needs at a load bucket before exploration "
+        "stops preferring it (depths without them are probed first, k = 0 included).",
+    )
     cost_forgetting: float = Field(
         0.01, ge=0, lt=1, description="Per-sample forgetting of cost-model statistics."
     )

@@ -68,8 +68,18 @@ def test_exploration_share_is_bounded_and_can_be_switched_off() -> None:
     assert 0.03 < sum(probes) / len(probes) < 0.07  # configured 0.05
     off = ControlOverrides(exploration_share=0.0)
     assert not any(controller.decide(cls, IDLE, off).explored for _ in range(500))
+    # Depths without step-cost evidence here are probed first, k = 0 included.
+    thin = set(controller.cost_model.thin_depths(IDLE.batch, 3))
+    assert 0 in thin
+    explored = [controller.decide(cls, IDLE) for _ in range(800)]
+    assert {d.k for d in explored if d.explored} == thin - {5}
+    for k in range(6):  # every depth measured at this load: back to k +- 1
+        for _ in range(5):
+            controller.cost_model.observe(k, IDLE.batch, 0.01 * (1 + 0.05 * k))
+    assert controller.cost_model.thin_depths(IDLE.batch, 3) == []
+    k = controller.decide(cls, IDLE, off).k
     explored = [controller.decide(cls, IDLE) for _ in range(400)]
-    assert {d.k for d in explored if d.explored} == {4}  # k=5 is K: only k-1 is a probe
+    assert {d.k for d in explored if d.explored} == {k - 1, k + 1} & set(range(6))
 
 
 def test_snapshot_explains_each_class() -> None:

@@ -1,0 +1,55 @@
+"""The cost model learns step costs that are not linear in k (as measured on CPU)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.control.cost_model import CostModel
+
+#: Seconds per decode step at k = 0..4, read off the embedded model's benchmark at
+#: concurrency 1 (bench/results/report.md, static modes): a large first-draft cost,
+#: small increments, then a jump at k = 4.
+MEASURED = (0.0073, 0.0110, 0.0116, 0.0130, 0.0176)
+
+
+def _model() -> CostModel:
+    return CostModel(
+        max_k=4,
+        prior_step_s=0.02,
+        prior_k_cost=0.08,
+        prior_batch_saturation=16.0,
+        prior_weight=2.0,
+        forgetting=0.01,
+    )
+
+
+def test_each_depth_converges_to_its_own_measured_cost() -> None:
+    model = _model()
+    for _ in range(30):
+        for k, seconds in enumerate(MEASURED):
+            model.observe(k, 1, seconds)
+    want = [s / MEASURED[0] for s in MEASURED]
+    assert model.relative_costs(1) == pytest.approx(want, rel=0.06)
+
+
+def test_a_line_through_deep_data_alone_is_not_trusted_for_k0() -> None:
+    """Data only at k = 3..4: k = 0 is a thin depth, to be measured, not extrapolated."""
+    model = _model()
+    for _ in range(40):
+        model.observe(3, 1, MEASURED[3])
+        model.observe(4, 1, MEASURED[4])
+    assert model.thin_depths(1, 3) == [0, 1, 2]
+    for _ in range(10):
+        model.observe(0, 1, MEASURED[0])
+    assert 0 not in model.thin_depths(1, 3)
+    assert model.relative_costs(1)[3] == pytest.approx(MEASURED[3] / MEASURED[0], rel=0.1)
+
+
+def test_per_depth_costs_travel_between_replicas() -> None:
+    a, b = _model(), _model()
+    for _ in range(20):
+        for k, seconds in enumerate(MEASURED):
+            a.observe(k, 1, seconds)
+    b.merge_counters(a.export_counters())
+    assert b.thin_depths(1, 3) == []
+    assert b.relative_costs(1) == pytest.approx(a.relative_costs(1), rel=0.05)
