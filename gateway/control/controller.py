@@ -117,11 +117,14 @@ class Controller:
         share = self._s.exploration_share if o.exploration_share is None else o.exploration_share
         if k == 0 and share > 0:
             share = max(share, self._s.zero_probe_share)
+        # Depths with no step-cost evidence at this load are measured first (k = 0
+        # included), at a higher share while they last, then k +- 1.
+        thin = self._cost.thin_depths(load.batch, self._s.cost_min_samples) if share > 0 else []
+        thin = [p for p in thin if k_min <= p <= k_max and p != k]
+        if thin:
+            share = max(share, self._s.cost_probe_share)
         if share > 0 and self._rng.random() < share:
-            # Measure the step cost where it is unknown first (k = 0 included), then k +- 1.
-            thin = self._cost.thin_depths(load.batch, self._s.cost_min_samples)
-            probes = [p for p in thin if k_min <= p <= k_max and p != k]
-            probes = probes or [p for p in (k - 1, k + 1) if k_min <= p <= k_max]
+            probes = thin or [p for p in (k - 1, k + 1) if k_min <= p <= k_max]
             if probes:
                 probe = probes[0] if len(probes) == 1 else self._rng.choice(probes)
                 return SpeculationDecision(probe, f"explore k={probe}", True, cid, label, bucket)

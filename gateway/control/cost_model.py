@@ -99,6 +99,8 @@ class CostModel:
     #: Per bucket, per depth k: [forgetting count, forgetting sum of step seconds].
     _per_k: dict[int, list[list[float]]] = field(default_factory=dict)
     _pending_k: dict[int, list[list[float]]] = field(default_factory=dict)
+    #: Per bucket, per depth: samples ever seen (never forgotten), for `thin_depths`.
+    _seen: dict[int, list[float]] = field(default_factory=dict)
     #: Bumped when a line is refitted; cached decisions compare it.
     version: int = 0
 
@@ -118,6 +120,7 @@ class CostModel:
             pending = self._depth_table(self._pending_k, bucket)
             pending[k][0] += 1.0
             pending[k][1] += seconds
+            self._seen_row(bucket)[k] += 1.0
         # Refit after every sample while a bucket is young, then every REFIT_EVERY:
         # the costs move slowly, and each refit makes every class re-decide.
         since = self._since_fit.get(bucket, 0) + 1
@@ -131,6 +134,12 @@ class CostModel:
         if table is None:
             table = tables[bucket] = [[0.0, 0.0] for _ in range(self.max_k + 1)]
         return table
+
+    def _seen_row(self, bucket: int) -> list[float]:
+        row = self._seen.get(bucket)
+        if row is None:
+            row = self._seen[bucket] = [0.0] * (self.max_k + 1)
+        return row
 
     def _invalidate(self, bucket: int) -> None:
         self._lines.pop(bucket, None)
@@ -187,11 +196,16 @@ class CostModel:
         return cached
 
     def thin_depths(self, batch: int, min_samples: float) -> list[int]:
-        """Depths k whose own step-cost evidence at this load is under `min_samples`."""
-        table = self._per_k.get(batch_bucket(batch))
-        if table is None:
+        """Depths k measured fewer than `min_samples` times ever at this load.
+
+        Lifetime counts, not the forgetting ones: a depth is calibrated once per
+        bucket; afterwards k +- 1 exploration keeps the neighbourhood fresh, and a
+        depth not seen for long drifts back towards the line, not into re-probing.
+        """
+        row = self._seen.get(batch_bucket(batch))
+        if row is None:
             return list(range(self.max_k + 1))
-        return [k for k, (n, _) in enumerate(table) if n < min_samples]
+        return [k for k, n in enumerate(row) if n < min_samples]
 
     def export_counters(self) -> dict[str, float]:
         """Raw (unforgotten) sums since the last export, as flat counters; resets them."""
@@ -224,6 +238,8 @@ class CostModel:
                     continue
                 column = 0 if field_name[:2] == "kn" else 1
                 self._depth_table(self._per_k, bucket)[k][column] += float(value)
+                if column == 0:
+                    self._seen_row(bucket)[k] += float(value)
             else:
                 continue
             self._invalidate(bucket)

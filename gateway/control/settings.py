@@ -115,6 +115,13 @@ class ControllerSettings(BaseSettings):
         description="Step-time samples a depth needs at a load bucket before exploration "
         "stops preferring it (depths without them are probed first, k = 0 included).",
     )
+    cost_probe_share: float = Field(
+        0.2,
+        ge=0,
+        le=1,
+        description="Exploration share while some depth lacks `cost_min_samples` at the "
+        "current load (a short calibration per load bucket; 0 exploration turns it off).",
+    )
     cost_forgetting: float = Field(
         0.01, ge=0, lt=1, description="Per-sample forgetting of cost-model statistics."
     )

@@ -64,22 +64,22 @@ def test_shadow_records_what_adaptive_would_do() -> None:
 def test_exploration_share_is_bounded_and_can_be_switched_off() -> None:
     controller = trained(HIGH)
     cls = controller.classify(RequestFeatures("chat"))
-    probes = [controller.decide(cls, IDLE).explored for _ in range(4000)]
-    assert 0.03 < sum(probes) / len(probes) < 0.07  # configured 0.05
     off = ControlOverrides(exploration_share=0.0)
     assert not any(controller.decide(cls, IDLE, off).explored for _ in range(500))
-    # Depths without step-cost evidence here are probed first, k = 0 included.
-    thin = set(controller.cost_model.thin_depths(IDLE.batch, 3))
-    assert 0 in thin
-    explored = [controller.decide(cls, IDLE) for _ in range(800)]
-    assert {d.k for d in explored if d.explored} == thin - {5}
-    for k in range(6):  # every depth measured at this load: back to k +- 1
-        for _ in range(5):
-            controller.cost_model.observe(k, IDLE.batch, 0.01 * (1 + 0.05 * k))
+    # At the trained load every depth has step-cost evidence: the configured share, k +- 1.
     assert controller.cost_model.thin_depths(IDLE.batch, 3) == []
     k = controller.decide(cls, IDLE, off).k
-    explored = [controller.decide(cls, IDLE) for _ in range(400)]
-    assert {d.k for d in explored if d.explored} == {k - 1, k + 1} & set(range(6))
+    probes = [controller.decide(cls, IDLE) for _ in range(4000)]
+    assert 0.03 < sum(d.explored for d in probes) / 4000 < 0.07  # configured 0.05
+    assert {d.k for d in probes if d.explored} == {k - 1, k + 1} & set(range(6))
+    # A load never seen: a calibration share (0.2) measures every other depth, k = 0
+    # included, until each has its samples.
+    busy = LoadSnapshot(running=40)
+    calibrating = [controller.decide(cls, busy) for _ in range(4000)]
+    assert 0.17 < sum(d.explored for d in calibrating) / 4000 < 0.23
+    k_busy = controller.decide(cls, busy, off).k
+    assert {d.k for d in calibrating if d.explored} == set(range(6)) - {k_busy}
+    assert not any(controller.decide(cls, busy, off).explored for _ in range(200))
 
 
 def test_snapshot_explains_each_class() -> None:
