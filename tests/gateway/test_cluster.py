@@ -7,8 +7,10 @@ the real CLI (`spec-gateway flags set`), as an operator would.
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +25,7 @@ from tests.gateway.conftest import (
     start_gateway,
     stop_gateway,
 )
-from tests.redis_fixtures import RedisServer
+from tests.redis_fixtures import DelayProxy, RedisServer
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
@@ -180,3 +182,50 @@ def test_redis_outage_fails_no_request(
 def _redis_state(gw: GatewayProcess) -> str:
     with gw.http(None) as http:
         return str(http.get("/ready").json()["detail"].get("redis"))
+
+
+@pytest.fixture
+def slow_redis_replica(
+    redis_srv: RedisServer, tmp_path: Path
+) -> Iterator[tuple[GatewayProcess, DelayProxy]]:
+    """A third replica that reaches Redis through a loopback proxy that can delay."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    proxy = DelayProxy(redis_srv.port)
+    asyncio.run_coroutine_threadsafe(proxy.start(), loop).result(5)
+    env = {"SPECGW_REDIS_URL": proxy.url, "SPECGW_NAMESPACE": "cluster-test"}
+    try:
+        gw = start_gateway(tmp_path, env)
+        try:
+            yield gw, proxy
+        finally:
+            stop_gateway(gw)
+    finally:
+        asyncio.run_coroutine_threadsafe(proxy.close(), loop).result(5)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
+
+
+def test_slow_redis_fails_no_request_and_state_converges(
+    replicas: list[GatewayProcess], slow_redis_replica: tuple[GatewayProcess, DelayProxy]
+) -> None:
+    """Redis answering 0.5 s late: requests neither fail nor wait for it; once it is fast
+    again, the slow replica's evidence reaches the cluster totals another replica sees."""
+    first = replicas[0]
+    slow, proxy = slow_redis_replica
+    label = chat(first).headers["x-specgw-class"]
+    time.sleep(1.0)  # that request's delta is in Redis
+    before = int(classes(first).get(label, {}).get("samples", 0))
+    proxy.delay_s = 0.5
+    took = []
+    for _ in range(6):
+        started = time.monotonic()
+        assert chat(slow).headers["x-specgw-class"] == label  # asserts 200
+        took.append(time.monotonic() - started)
+    # An 8-token answer; a request that waited on Redis would take >= 0.5 s per round trip.
+    assert max(took) < 2.0, took
+    with slow.http(None) as http:
+        assert http.get("/ready").json()["ready"] is True
+    proxy.delay_s = 0.0
+    wait_for(lambda: int(classes(first).get(label, {}).get("samples", 0)) >= before + 6, 20)
