@@ -70,7 +70,10 @@ async def relay(
     try:
         while True:
             try:
-                chunk = await asyncio.wait_for(anext(iterator), idle_timeout_s)
+                # A timeout scope, not `wait_for`: wait_for wraps every chunk in a new
+                # task, which cost more than the rest of the relay on a no-op engine.
+                async with asyncio.timeout(idle_timeout_s):
+                    chunk = await anext(iterator)
             except StopAsyncIteration:
                 break
             except TimeoutError:
