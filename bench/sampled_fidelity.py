@@ -1,0 +1,133 @@
+"""Is sampled (temperature > 0) speculation lossless on this vLLM build? Both engines, one run.
+
+Speculative decoding with rejection sampling must leave the target's output
+distribution unchanged. Greedy outputs are checked token for token elsewhere
+(`tests/model/`); sampling can only be checked statistically. This draws the
+same seeded samples from the default model without speculation and with EAGLE
+3.1 at k = --k, then scores every sampled continuation under the target itself
+(no speculation, `prompt_logprobs`, raw logits) and prints, per engine and
+temperature:
+
+* the mean target log-probability per sampled token (lossless speculation gives
+  the same figure within noise: the samples come from the same distribution);
+* the share of outputs containing control or U+FFFD characters (bytes a
+  well-sampled continuation of this model does not produce at low temperature).
+
+    .venv/bin/python -m bench.sampled_fidelity [--prompts 8] [--seeds 4] [--max-tokens 48]
+
+A benchmark, not a test: it prints figures and asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+from engine.model.corpus import load_corpus
+from engine.model.families import family_prompts
+from engine.model.measure import open_llm
+from engine.model.paths import ModelPaths, default_model_root
+
+
+def _odd(text: str) -> bool:
+    return any((ord(c) < 32 and c not in "\n\t") or c == "\ufffd" for c in text)
+
+
+def sample(
+    llm: Any, prompts: list[list[int]], temperature: float, seeds: int, max_tokens: int
+) -> list[tuple[list[int], list[int], str]]:
+    """(prompt ids, sampled ids, text) for every prompt x seed."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    jobs = [(p, s) for s in range(seeds) for p in prompts]
+    params = [
+        SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=s) for _, s in jobs
+    ]
+    outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p, _ in jobs], params, use_tqdm=False)
+    return [
+        (p, list(o.outputs[0].token_ids), o.outputs[0].text)
+        for (p, _), o in zip(jobs, outs, strict=True)
+    ]
+
+
+def score(llm: Any, samples: list[tuple[list[int], list[int], str]]) -> list[float]:
+    """Mean target log-probability per sampled token, one figure per sample."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    params = SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=0.0)
+    outs = llm.generate(
+        [TokensPrompt(prompt_token_ids=p + s) for p, s, _ in samples], params, use_tqdm=False
+    )
+    figures = []
+    for (p, s, _), out in zip(samples, outs, strict=True):
+        rows = out.prompt_logprobs[len(p) : len(p) + len(s)]
+        values = [row[tok].logprob for row, tok in zip(rows, s, strict=False) if row and tok in row]
+        if values:
+            figures.append(statistics.mean(values))
+    return figures
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--root", type=Path, default=default_model_root())
+    ap.add_argument("--prompts", type=int, default=8)
+    ap.add_argument("--seeds", type=int, default=4)
+    ap.add_argument("--max-tokens", type=int, default=48)
+    ap.add_argument("--k", type=int, default=3)
+    ap.add_argument("--temperatures", type=float, nargs="+", default=[0.3, 0.7])
+    ap.add_argument("--json", type=Path, default=None, help="Also write the figures here.")
+    args = ap.parse_args()
+    paths = ModelPaths(args.root)
+    chats = family_prompts(load_corpus(), "chat_main", "heldout", args.prompts)
+
+    drawn: dict[str, dict[float, list[tuple[list[int], list[int], str]]]] = {}
+    for name, k in (("no speculation", 0), (f"EAGLE 3.1 k={args.k}", args.k)):
+        llm: Any = open_llm(paths.target, paths.eagle31 if k else None, k)
+        tok = llm.get_tokenizer()
+        prompts = [
+            tok.encode(
+                tok.apply_chat_template(c.messages, tokenize=False, add_generation_prompt=True),
+                add_special_tokens=False,
+            )
+            for c in chats
+        ]
+        drawn[name] = {
+            t: sample(llm, prompts, t, args.seeds, args.max_tokens) for t in args.temperatures
+        }
+        if k:
+            del llm
+            gc.collect()
+            llm = open_llm(paths.target, None, 0)
+        result: dict[str, Any] = {}
+        for t, samples in drawn[name].items():
+            lp = score(llm, samples)
+            odd = sum(_odd(text) for _, _, text in samples)
+            result[str(t)] = {
+                "samples": len(samples),
+                "mean_target_logprob": round(statistics.mean(lp), 3),
+                "stdev_of_sample_means": round(statistics.stdev(lp), 3),
+                "odd_outputs": odd,
+            }
+            print(
+                f"{name}, temperature {t}: mean target log-prob per token "
+                f"{statistics.mean(lp):.3f} (sd {statistics.stdev(lp):.3f}, {len(lp)} samples), "
+                f"{odd}/{len(samples)} outputs with control/U+FFFD characters",
+                flush=True,
+            )
+        drawn[name] = {}
+        del llm
+        gc.collect()
+        if args.json:
+            existing = json.loads(args.json.read_text()) if args.json.exists() else {}
+            existing[name] = result
+            args.json.write_text(json.dumps(existing, indent=2))
+
+
+if __name__ == "__main__":
+    main()
