@@ -24,7 +24,7 @@ _NEVER = -(10**9)
 class BucketState:
     k: int
     changed_at: int = _NEVER
-    #: (class version, cost version, k_min, k_max) of the last evaluation.
+    #: (class version, cost version of the bucket, k_min, k_max) of the last evaluation.
     evaluated: tuple[int, int, int, int] = (-1, -1, -1, -1)
 
 
@@ -42,6 +42,8 @@ class ClassState:
     #: Bumped whenever the evidence changes, so cached evaluations go stale.
     version: int = 0
     last_bucket: int = 1
+    #: (k_min, k_max) of the last decision, so `observe` can pre-evaluate the next one.
+    last_bounds: tuple[int, int] | None = None
     drift_direction: int = 0
     explored: int = 0
     #: Estimate when the drift detector was last quiet (the "before" of a drift).
@@ -63,10 +65,11 @@ class ClassState:
     ) -> int:
         """The policy's k at this bucket, re-evaluated only when evidence or bounds changed."""
         self.last_bucket = bucket
+        self.last_bounds = (k_min, k_max)
         state = self.buckets.get(bucket)
         if state is None:
             state = self.buckets[bucket] = BucketState(self._nearest_k(bucket))
-        key = (self.version, cost.version, k_min, k_max)
+        key = (self.version, cost.bucket_version(bucket), k_min, k_max)
         if state.evaluated == key:
             return state.k
         state.evaluated = key

@@ -119,8 +119,9 @@ class Controller:
             share = max(share, self._s.zero_probe_share)
         # Depths with no step-cost evidence at this load are measured first (k = 0
         # included), at a higher share while they last, then k +- 1.
-        thin = self._cost.thin_depths(load.batch, self._s.cost_min_samples) if share > 0 else []
-        thin = [p for p in thin if k_min <= p <= k_max and p != k]
+        thin = self._cost.thin_depths_in(bucket, self._s.cost_min_samples) if share > 0 else []
+        if thin:
+            thin = [p for p in thin if k_min <= p <= k_max and p != k]
         if thin:
             share = max(share, self._s.cost_probe_share)
         if share > 0 and self._rng.random() < share:
@@ -161,6 +162,14 @@ class Controller:
         direction = state.drift.update(residuals.length, residuals.first)
         if direction:
             self._drifted(state, direction)
+        if state.last_bounds is not None:
+            # The new evidence changes the policy's answer for this class: evaluate it
+            # now, after the response, so the next `decide` finds it cached instead of
+            # running the policy on the request path (issue 5: decision <= 20 us).
+            k_min, k_max = state.last_bounds
+            state.adaptive_k(
+                state.last_bucket, k_min, k_max, self._policy, self._cost, self._events
+            )
 
     # ---- classes ---------------------------------------------------------------------
     def _new_state(self, cls: RequestClass) -> ClassState:

@@ -101,7 +101,11 @@ class CostModel:
     _pending_k: dict[int, list[list[float]]] = field(default_factory=dict)
     #: Per bucket, per depth: samples ever seen (never forgotten), for `thin_depths`.
     _seen: dict[int, list[float]] = field(default_factory=dict)
-    #: Bumped when a line is refitted; cached decisions compare it.
+    #: Per bucket: the largest `min_samples` every depth has reached. Lifetime counts
+    #: only grow, so a calibrated bucket stays calibrated: `thin_depths` answers from here.
+    _calibrated: dict[int, float] = field(default_factory=dict)
+    _bucket_versions: dict[int, int] = field(default_factory=dict)
+    #: Bumped when any line is refitted.
     version: int = 0
 
     def observe(self, k: int, batch: int, seconds: float) -> None:
@@ -145,6 +149,16 @@ class CostModel:
         self._lines.pop(bucket, None)
         self._relative.pop(bucket, None)
         self.version += 1
+        self._bucket_versions[bucket] = self._bucket_versions.get(bucket, 0) + 1
+
+    def bucket_version(self, bucket: int) -> int:
+        """Bumped when this bucket's costs are refitted.
+
+        A decision cached at one load stays valid while other buckets refit: an
+        empty bucket's relative costs come from the prior alone (the borrowed level
+        divides out), so no bucket's relative costs read another's data.
+        """
+        return self._bucket_versions.get(bucket, 0)
 
     def observe_outcome(self, outcome: RequestOutcome, batch: int) -> None:
         seconds = step_seconds(outcome)
@@ -202,10 +216,19 @@ class CostModel:
         bucket; afterwards k +- 1 exploration keeps the neighbourhood fresh, and a
         depth not seen for long drifts back towards the line, not into re-probing.
         """
-        row = self._seen.get(batch_bucket(batch))
+        return self.thin_depths_in(batch_bucket(batch), min_samples)
+
+    def thin_depths_in(self, bucket: int, min_samples: float) -> list[int]:
+        """`thin_depths` for a bucket the caller already has (the decision path)."""
+        if min_samples <= self._calibrated.get(bucket, -1.0):
+            return []
+        row = self._seen.get(bucket)
         if row is None:
             return list(range(self.max_k + 1))
-        return [k for k, n in enumerate(row) if n < min_samples]
+        thin = [k for k, n in enumerate(row) if n < min_samples]
+        if not thin:
+            self._calibrated[bucket] = min_samples
+        return thin
 
     def export_counters(self) -> dict[str, float]:
         """Raw (unforgotten) sums since the last export, as flat counters; resets them."""

@@ -186,3 +186,25 @@ def test_settings_come_from_the_environment_only_when_built(
     monkeypatch.setenv("SPECGW_CONTROL_DEFAULT_K", "9")
     with pytest.raises(ValueError, match="default_k"):
         ControllerSettings()
+
+
+def test_observe_pre_evaluates_the_next_decision_off_the_request_path() -> None:
+    """After `observe`, a decide at the same load and bounds runs no policy evaluation."""
+    controller = trained((0.8, 0.7, 0.6, 0.5, 0.4, 0.3), n=30)
+    policy = controller._policy
+    calls = 0
+    choose = policy.choose
+
+    def counting(*args: object, **kwargs: object) -> object:
+        nonlocal calls
+        calls += 1
+        return choose(*args, **kwargs)  # type: ignore[arg-type]
+
+    policy.choose = counting  # type: ignore[method-assign]
+    cls = controller.classify(RequestFeatures("chat"))
+    decision = controller.decide(cls, IDLE)
+    controller.observe(cls, decision, simulate(random.Random(5), (0.8,) * 6, decision.k), IDLE)
+    calls_after_observe = calls
+    controller.decide(cls, IDLE)
+    assert calls_after_observe >= 1
+    assert calls == calls_after_observe

@@ -53,3 +53,27 @@ def test_per_depth_costs_travel_between_replicas() -> None:
     b.merge_counters(a.export_counters())
     assert b.thin_depths(1, 3) == []
     assert b.relative_costs(1) == pytest.approx(a.relative_costs(1), rel=0.05)
+
+
+def test_a_refit_at_one_load_leaves_other_loads_decisions_cached() -> None:
+    """Decisions cache on their own bucket's version: busy loads do not re-run idle ones."""
+    model = _model()
+    idle, busy = 1, 16
+    before = model.bucket_version(idle)
+    for _ in range(40):
+        model.observe(2, busy, 0.02)
+    assert model.bucket_version(busy) > 0
+    assert model.bucket_version(idle) == before
+    model.observe(2, idle, 0.01)
+    assert model.bucket_version(idle) > before
+
+
+def test_a_calibrated_bucket_stays_calibrated_and_a_stricter_ask_rechecks() -> None:
+    model = _model()
+    for _ in range(3):
+        for k, seconds in enumerate(MEASURED):
+            model.observe(k, 1, seconds)
+    assert model.thin_depths(1, 3) == []
+    assert model.thin_depths(1, 3) == []  # answered from the calibration record
+    assert model.thin_depths(1, 4) == [0, 1, 2, 3, 4]  # a stricter bound is checked again
+    assert model.thin_depths(2, 3) == [0, 1, 2, 3, 4]  # another load is its own bucket
