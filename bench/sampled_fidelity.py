@@ -86,9 +86,12 @@ def main() -> None:
     paths = ModelPaths(args.root)
     chats = family_prompts(load_corpus(), "chat_main", "heldout", args.prompts)
 
+    spec_name = f"EAGLE 3.1 k={args.k}"
+    # The speculative engine samples first; the plain engine then samples and, being
+    # the target without speculation, scores both sets: two engine starts, not three.
     drawn: dict[str, dict[float, list[tuple[list[int], list[int], str]]]] = {}
-    for name, k in (("no speculation", 0), (f"EAGLE 3.1 k={args.k}", args.k)):
-        llm: Any = open_llm(paths.target, paths.eagle31 if k else None, k)
+    for name, drafter, k in ((spec_name, paths.eagle31, args.k), ("no speculation", None, 0)):
+        llm: Any = open_llm(paths.target, drafter, k)
         tok = llm.get_tokenizer()
         prompts = [
             tok.encode(
@@ -103,12 +106,13 @@ def main() -> None:
         if k:
             del llm
             gc.collect()
-            llm = open_llm(paths.target, None, 0)
-        result: dict[str, Any] = {}
+
+    results: dict[str, dict[str, Any]] = {}
+    for name in ("no speculation", spec_name):
         for t, samples in drawn[name].items():
             lp = score(llm, samples)
             odd = sum(_odd(text) for _, _, text in samples)
-            result[str(t)] = {
+            results.setdefault(name, {})[str(t)] = {
                 "samples": len(samples),
                 "mean_target_logprob": round(statistics.mean(lp), 3),
                 "stdev_of_sample_means": round(statistics.stdev(lp), 3),
@@ -120,13 +124,8 @@ def main() -> None:
                 f"{odd}/{len(samples)} outputs with control/U+FFFD characters",
                 flush=True,
             )
-        drawn[name] = {}
-        del llm
-        gc.collect()
-        if args.json:
-            existing = json.loads(args.json.read_text()) if args.json.exists() else {}
-            existing[name] = result
-            args.json.write_text(json.dumps(existing, indent=2))
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
 
 
 if __name__ == "__main__":

@@ -120,8 +120,7 @@ class Controller:
         # Depths with no step-cost evidence at this load are measured first (k = 0
         # included), at a higher share while they last, then k +- 1.
         thin = self._cost.thin_depths_in(bucket, self._s.cost_min_samples) if share > 0 else []
-        if thin:
-            thin = [p for p in thin if k_min <= p <= k_max and p != k]
+        thin = [p for p in thin if k_min <= p <= k_max and p != k]
         if thin:
             share = max(share, self._s.cost_probe_share)
         if share > 0 and self._rng.random() < share:

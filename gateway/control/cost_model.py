@@ -101,12 +101,8 @@ class CostModel:
     _pending_k: dict[int, list[list[float]]] = field(default_factory=dict)
     #: Per bucket, per depth: samples ever seen (never forgotten), for `thin_depths`.
     _seen: dict[int, list[float]] = field(default_factory=dict)
-    #: Per bucket: the largest `min_samples` every depth has reached. Lifetime counts
-    #: only grow, so a calibrated bucket stays calibrated: `thin_depths` answers from here.
-    _calibrated: dict[int, float] = field(default_factory=dict)
+    #: Per bucket: bumped when its line is refitted; cached decisions compare it.
     _bucket_versions: dict[int, int] = field(default_factory=dict)
-    #: Bumped when any line is refitted.
-    version: int = 0
 
     def observe(self, k: int, batch: int, seconds: float) -> None:
         bucket = batch_bucket(batch)
@@ -148,7 +144,6 @@ class CostModel:
     def _invalidate(self, bucket: int) -> None:
         self._lines.pop(bucket, None)
         self._relative.pop(bucket, None)
-        self.version += 1
         self._bucket_versions[bucket] = self._bucket_versions.get(bucket, 0) + 1
 
     def bucket_version(self, bucket: int) -> int:
@@ -220,15 +215,10 @@ class CostModel:
 
     def thin_depths_in(self, bucket: int, min_samples: float) -> list[int]:
         """`thin_depths` for a bucket the caller already has (the decision path)."""
-        if min_samples <= self._calibrated.get(bucket, -1.0):
-            return []
         row = self._seen.get(bucket)
         if row is None:
             return list(range(self.max_k + 1))
-        thin = [k for k, n in enumerate(row) if n < min_samples]
-        if not thin:
-            self._calibrated[bucket] = min_samples
-        return thin
+        return [k for k, n in enumerate(row) if n < min_samples]
 
     def export_counters(self) -> dict[str, float]:
         """Raw (unforgotten) sums since the last export, as flat counters; resets them."""

@@ -74,6 +74,6 @@ def test_a_calibrated_bucket_stays_calibrated_and_a_stricter_ask_rechecks() -> N
         for k, seconds in enumerate(MEASURED):
             model.observe(k, 1, seconds)
     assert model.thin_depths(1, 3) == []
-    assert model.thin_depths(1, 3) == []  # answered from the calibration record
+    assert model.thin_depths(1, 3) == []  # asking again changes nothing
     assert model.thin_depths(1, 4) == [0, 1, 2, 3, 4]  # a stricter bound is checked again
     assert model.thin_depths(2, 3) == [0, 1, 2, 3, 4]  # another load is its own bucket
