@@ -20,14 +20,13 @@ from engine.openai_frontend import FrontendConfig, OpenAIFrontend
 from gateway.admission import Admission
 from gateway.cluster import ClusterSync
 from gateway.control.controller import Controller
-from gateway.control.decision import ControlOverrides
 from gateway.control.events import FanOutEvents, LoggingEvents
 from gateway.control.settings import ControllerSettings
 from gateway.flags import SPECS, FlagAdmin, FlagSettings, FlagValues, FlagView
 from gateway.observability.events import MetricsEvents, SpanEvents, export_class_reports
 from gateway.observability.metrics import GatewayMetrics, render_metrics
 from gateway.outcomes import OutcomeBoard
-from gateway.planner import ControllerPlanner, Planner, overrides_from_flags
+from gateway.planner import ControllerPlanner, FlagOverrides, Planner
 from gateway.service import InferenceService, Telemetry
 from gateway.settings import GatewaySettings
 from gateway.state import ClassStateSettings, RedisClassStore
@@ -165,11 +164,7 @@ async def _control_plane(
     stack.push_async_callback(view.close)
     events = FanOutEvents(LoggingEvents(), MetricsEvents(metrics), SpanEvents())
     controller = Controller(controller_settings, max_depth=engine.max_depth, events=events)
-
-    def overrides(class_id: str, label: str) -> ControlOverrides:
-        return overrides_from_flags(view.overrides_for(class_id, label))
-
-    planner = ControllerPlanner(controller, overrides)
+    planner = ControllerPlanner(controller, FlagOverrides(view.overrides_for))
     store: RedisClassStore | None = None
     admin: FlagAdmin | None = None
     if settings.redis_url:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from gateway.control.classify import RequestClass
 from gateway.control.cost_model import CostModel
+from gateway.control.decision import SpeculationDecision
 from gateway.control.drift import DriftMonitor
 from gateway.control.estimator import AcceptanceEstimator
 from gateway.control.events import ControlEvents, DecisionChange
@@ -26,6 +27,9 @@ class BucketState:
     changed_at: int = _NEVER
     #: (class version, cost version of the bucket, k_min, k_max) of the last evaluation.
     evaluated: tuple[int, int, int, int] = (-1, -1, -1, -1)
+    #: The last unexplored decision made here, handed out again while k and the
+    #: reason hold: a frozen dataclass costs more to build than the rest of `decide`.
+    decision: SpeculationDecision | None = None
 
 
 @dataclass(slots=True)
@@ -99,6 +103,18 @@ class ClassState:
                 )
             )
         return state.k
+
+    def decision_at(self, bucket: int) -> SpeculationDecision:
+        """The unexplored decision at a bucket `adaptive_k` has evaluated."""
+        state = self.buckets[bucket]
+        decision = state.decision
+        if decision is None or decision.k != state.k or decision.reason != self.reason:
+            cls = self.cls
+            decision = SpeculationDecision(
+                state.k, self.reason, False, cls.class_id, cls.label, bucket
+            )
+            state.decision = decision
+        return decision
 
     def _nearest_k(self, bucket: int) -> int:
         """A new bucket starts from the k of the nearest known bucket (else the seed)."""

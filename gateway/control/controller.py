@@ -120,7 +120,8 @@ class Controller:
         # Depths with no step-cost evidence at this load are measured first (k = 0
         # included), at a higher share while they last, then k +- 1.
         thin = self._cost.thin_depths_in(bucket, self._s.cost_min_samples) if share > 0 else []
-        thin = [p for p in thin if k_min <= p <= k_max and p != k]
+        if thin:
+            thin = [p for p in thin if k_min <= p <= k_max and p != k]
         if thin:
             share = max(share, self._s.cost_probe_share)
         if share > 0 and self._rng.random() < share:
@@ -128,7 +129,7 @@ class Controller:
             if probes:
                 probe = probes[0] if len(probes) == 1 else self._rng.choice(probes)
                 return SpeculationDecision(probe, f"explore k={probe}", True, cid, label, bucket)
-        return SpeculationDecision(k, state.reason, False, cid, label, bucket)
+        return state.decision_at(bucket)
 
     def observe(
         self,

@@ -39,14 +39,17 @@ BUCKETS: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 _FIELDS = ("n", "sk", "skk", "st", "skt")
 #: Samples of a bucket between two refits of its line, once it has this many.
 REFIT_EVERY = 16
+#: A sample that moves no relative cost by more than this share leaves the bucket's
+#: version alone: the policy's hysteresis dwarfs it, and every version bump makes
+#: each class re-run the policy on its next request (issue 5's 20 us budget).
+COST_TOLERANCE = 0.01
 
 
 def batch_bucket(batch: int) -> int:
     """Smallest power-of-two bucket >= batch, capped at the last one."""
-    for bucket in BUCKETS:
-        if batch <= bucket:
-            return bucket
-    return BUCKETS[-1]
+    if batch <= 1:
+        return 1
+    return min(1 << (batch - 1).bit_length(), BUCKETS[-1])
 
 
 def step_seconds(outcome: RequestOutcome) -> float | None:
@@ -101,8 +104,13 @@ class CostModel:
     _pending_k: dict[int, list[list[float]]] = field(default_factory=dict)
     #: Per bucket, per depth: samples ever seen (never forgotten), for `thin_depths`.
     _seen: dict[int, list[float]] = field(default_factory=dict)
-    #: Per bucket: bumped when its line is refitted; cached decisions compare it.
+    #: Per bucket: the largest `min_samples` every depth is known to meet. Lifetime
+    #: counts only grow, so once met it stays met and the decision path skips the scan.
+    _calibrated: dict[int, float] = field(default_factory=dict)
+    #: Per bucket: bumped when its relative costs move; cached decisions compare it.
     _bucket_versions: dict[int, int] = field(default_factory=dict)
+    #: Per bucket: the relative costs as of the last version bump.
+    _versioned: dict[int, tuple[float, ...]] = field(default_factory=dict)
 
     def observe(self, k: int, batch: int, seconds: float) -> None:
         bucket = batch_bucket(batch)
@@ -122,12 +130,13 @@ class CostModel:
             pending[k][1] += seconds
             self._seen_row(bucket)[k] += 1.0
         # Refit after every sample while a bucket is young, then every REFIT_EVERY:
-        # the costs move slowly, and each refit makes every class re-decide.
+        # the line moves slowly (the per-depth means, recomputed every sample, carry news).
         since = self._since_fit.get(bucket, 0) + 1
         if sums.n < REFIT_EVERY or since >= REFIT_EVERY:
             since = 0
-            self._invalidate(bucket)
+            self._lines.pop(bucket, None)
         self._since_fit[bucket] = since
+        self._refresh(bucket)
 
     def _depth_table(self, tables: dict[int, list[list[float]]], bucket: int) -> list[list[float]]:
         table = tables.get(bucket)
@@ -141,13 +150,22 @@ class CostModel:
             row = self._seen[bucket] = [0.0] * (self.max_k + 1)
         return row
 
-    def _invalidate(self, bucket: int) -> None:
-        self._lines.pop(bucket, None)
+    def _refresh(self, bucket: int) -> None:
+        """Recompute a bucket's costs now (off the request path); bump its version if they moved."""
         self._relative.pop(bucket, None)
-        self._bucket_versions[bucket] = self._bucket_versions.get(bucket, 0) + 1
+        costs = self.relative_costs(bucket)
+        before = self._versioned.get(bucket)
+        if before is None or any(
+            abs(c - b) > COST_TOLERANCE * b for c, b in zip(costs, before, strict=True)
+        ):
+            self._versioned[bucket] = costs
+            self._bucket_versions[bucket] = self._bucket_versions.get(bucket, 0) + 1
 
     def bucket_version(self, bucket: int) -> int:
-        """Bumped when this bucket's costs are refitted.
+        """Bumped when new samples move this bucket's relative costs by more than COST_TOLERANCE.
+
+        Compared with the costs at the last bump, not the last sample, so that small
+        moves cannot add up unseen.
 
         A decision cached at one load stays valid while other buckets refit: an
         empty bucket's relative costs come from the prior alone (the borrowed level
@@ -215,10 +233,15 @@ class CostModel:
 
     def thin_depths_in(self, bucket: int, min_samples: float) -> list[int]:
         """`thin_depths` for a bucket the caller already has (the decision path)."""
+        if self._calibrated.get(bucket, -1.0) >= min_samples:
+            return []
         row = self._seen.get(bucket)
         if row is None:
             return list(range(self.max_k + 1))
-        return [k for k, n in enumerate(row) if n < min_samples]
+        thin = [k for k, n in enumerate(row) if n < min_samples]
+        if not thin:
+            self._calibrated[bucket] = max(min_samples, self._calibrated.get(bucket, -1.0))
+        return thin
 
     def export_counters(self) -> dict[str, float]:
         """Raw (unforgotten) sums since the last export, as flat counters; resets them."""
@@ -237,6 +260,7 @@ class CostModel:
 
     def merge_counters(self, increments: Mapping[str, float]) -> None:
         """Add other replicas' sums (increments since the last merge)."""
+        touched: set[int] = set()
         for name, value in increments.items():
             field_name, _, bucket_text = name.partition(":b")
             if not bucket_text.isdigit():
@@ -255,4 +279,7 @@ class CostModel:
                     self._seen_row(bucket)[k] += float(value)
             else:
                 continue
-            self._invalidate(bucket)
+            touched.add(bucket)
+        for bucket in touched:
+            self._lines.pop(bucket, None)
+            self._refresh(bucket)

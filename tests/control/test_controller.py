@@ -10,6 +10,7 @@ from gateway.control.controller import COST_ID, Controller
 from gateway.control.cost_model import CostModel
 from gateway.control.decision import ControlOverrides, LoadSnapshot
 from gateway.control.features import RequestFeatures
+from gateway.control.policies.base import Choice, PolicyInput
 from gateway.control.settings import ControllerSettings
 from gateway.control.stats import ClassStats
 from tests.control.simulator import StepCost, simulate
@@ -195,10 +196,10 @@ def test_observe_pre_evaluates_the_next_decision_off_the_request_path() -> None:
     calls = 0
     choose = policy.choose
 
-    def counting(*args: object, **kwargs: object) -> object:
+    def counting(inp: PolicyInput) -> Choice:
         nonlocal calls
         calls += 1
-        return choose(*args, **kwargs)  # type: ignore[arg-type]
+        return choose(inp)
 
     policy.choose = counting  # type: ignore[method-assign]
     cls = controller.classify(RequestFeatures("chat"))
@@ -208,3 +209,18 @@ def test_observe_pre_evaluates_the_next_decision_off_the_request_path() -> None:
     controller.decide(cls, IDLE)
     assert calls_after_observe >= 1
     assert calls == calls_after_observe
+
+
+def test_a_held_decision_is_the_same_object_until_k_or_reason_changes() -> None:
+    """The request path hands out the cached decision instead of building one per request."""
+    controller = trained((0.8, 0.7, 0.6, 0.5, 0.4, 0.3), n=30)
+    cls = controller.classify(RequestFeatures("chat"))
+    quiet = ControlOverrides(exploration_share=0.0)
+    first = controller.decide(cls, IDLE, quiet)
+    assert controller.decide(cls, IDLE, quiet) is first
+    pinned = controller.decide(cls, IDLE, ControlOverrides(pin_k=first.k + 1))
+    assert pinned.k == first.k + 1
+    assert pinned.reason == "pinned"
+    narrowed = controller.decide(cls, IDLE, ControlOverrides(exploration_share=0.0, k_max=0))
+    assert narrowed.k == 0
+    assert narrowed is not first

@@ -77,3 +77,21 @@ def test_a_calibrated_bucket_stays_calibrated_and_a_stricter_ask_rechecks() -> N
     assert model.thin_depths(1, 3) == []  # asking again changes nothing
     assert model.thin_depths(1, 4) == [0, 1, 2, 3, 4]  # a stricter bound is checked again
     assert model.thin_depths(2, 3) == [0, 1, 2, 3, 4]  # another load is its own bucket
+
+
+def test_small_cost_moves_keep_decisions_cached_but_cannot_add_up_unseen() -> None:
+    """A sample that moves no relative cost by over 1 % leaves the version; drift does not."""
+    model = _model()
+    for _ in range(40):
+        for k, seconds in enumerate(MEASURED):
+            model.observe(k, 1, seconds)
+    settled = model.bucket_version(1)
+    model.observe(2, 1, MEASURED[2])  # the same cost again: nothing moved
+    assert model.bucket_version(1) == settled
+    # k = 4 slowly gets dearer, each sample a small step; the version must follow.
+    start = model.relative_costs(1)[4]
+    seconds = MEASURED[4]
+    while model.relative_costs(1)[4] < start * 1.05:
+        seconds *= 1.002
+        model.observe(4, 1, seconds)
+    assert model.bucket_version(1) > settled

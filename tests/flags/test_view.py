@@ -14,6 +14,7 @@ import redis.asyncio as aioredis
 
 from gateway.flags import FlagAdmin, FlagSettings, FlagValues, FlagView, Target
 from gateway.flags.document import flags_document
+from gateway.planner import FlagOverrides
 from tests.flags.configmap import flagd_document, static_flag, write_configmap
 from tests.redis_fixtures import RedisServer
 
@@ -209,3 +210,20 @@ async def test_generated_document_states_the_defaults(tmp_path: Path) -> None:
     async with running_view(flag_settings(flags_dir=flags_dir)) as view:
         # Read from the file (the view's own code defaults differ), not from the fallback.
         assert view.overrides_for("any", "") == defaults
+
+
+async def test_controller_overrides_are_built_once_per_flag_state(tmp_path: Path) -> None:
+    """`FlagOverrides` reuses one `ControlOverrides` per class until a flag changes."""
+    flags_dir = tmp_path / "flags"
+    write_configmap(flags_dir, {"flags.json": flagd_document({"pin-k": PIN_BY_CLASS_AND_LABEL})})
+    async with running_view(flag_settings(flags_dir=flags_dir)) as view:
+        overrides = FlagOverrides(view.overrides_for)
+        first = overrides("c2", "code")
+        assert first.pin_k == 3
+        assert overrides("c2", "code") is first
+        assert overrides("c1", "chat").pin_k == 0
+        write_configmap(flags_dir, {"flags.json": flagd_document({"k-max": static_flag(2)})})
+        await until(lambda: overrides("c2", "code").k_max == 2, 3.0)
+        changed = overrides("c2", "code")
+        assert changed is not first
+        assert changed.pin_k is None

@@ -34,8 +34,12 @@ class GoodputPolicy:
             clamped = min(max(current, k_min), k_max)
             return Choice(clamped, f"cold start ({inp.samples:.0f}/{self.min_samples} samples)")
         expected = inp.profile.expected_tokens()
-        goodput = tuple(expected[k] / inp.relative_cost[k] for k in range(k_max + 1))
-        best = max(range(k_min, k_max + 1), key=goodput.__getitem__)
+        cost = inp.relative_cost
+        goodput = tuple([expected[k] / cost[k] for k in range(k_max + 1)])
+        best = k_min
+        for k in range(k_min + 1, k_max + 1):
+            if goodput[k] > goodput[best]:
+                best = k
         if not k_min <= current <= k_max:
             return Choice(best, f"bounds [{k_min},{k_max}]: best k={best}", goodput)
         if best == current:
