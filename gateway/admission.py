@@ -1,7 +1,13 @@
 """Admission control: bounded running set, bounded queue, per-class fairness.
 
-A request is admitted at once while fewer than `max_running` run and nobody
-waits; otherwise it queues behind its own class. Freed slots go to the classes
+Two stages. At the edge, before its body is even parsed, a request takes a
+ticket (`enter`): at most `max_running + max_queued` requests are inside the
+gateway at once, and one more is shed at once with 429 + retry-after. Parsing,
+validation and chat rendering cost milliseconds per request on one event loop,
+so a burst that were only shed after parsing would wait for every request ahead
+of it to be parsed (issue 10: shed within 50 ms). Then, classified, a request
+is admitted at once while fewer than `max_running` run and nobody waits;
+otherwise it queues behind its own class. Freed slots go to the classes
 in round-robin order, so a flood of one class (say, long tool-call prompts)
 cannot starve the others. A full queue sheds at once with 429 + retry-after
 (never by timing out), and a queued request that waits past `queue_timeout_s`
@@ -24,6 +30,8 @@ class Admission:
         self.max_queued = max_queued
         self.queue_timeout_s = queue_timeout_s
         self.running = 0
+        #: Tickets taken at the edge and not yet returned (parsing, queued or running).
+        self.inside = 0
         self.draining = False
         self._queues: OrderedDict[str, deque[asyncio.Future[None]]] = OrderedDict()
         self._queued = 0
@@ -36,6 +44,17 @@ class Admission:
 
     def _shed(self, kind: ErrorKind, message: str) -> GatewayError:
         return GatewayError(kind, message, retry_after_s=1)
+
+    def enter(self) -> None:
+        """Take an edge ticket, or raise the 429 / 503 that sheds the request now."""
+        if self.draining:
+            raise self._shed(ErrorKind.DRAINING, "The gateway is shutting down; retry elsewhere.")
+        if self.inside >= self.max_running + self.max_queued:
+            raise self._shed(ErrorKind.OVERLOADED, "Too many requests in flight; retry shortly.")
+        self.inside += 1
+
+    def leave(self) -> None:
+        self.inside -= 1
 
     @asynccontextmanager
     async def slot(self, class_id: str) -> AsyncIterator[None]:

@@ -25,6 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from engine.protocol import ClientError
 from gateway.api import admin_routes, openai_routes, ops_routes
 from gateway.api.deps import require_admin
+from gateway.api.gate import AdmissionGate
 from gateway.api.responses import error_docs, error_response
 from gateway.auth import KeyRing
 from gateway.errors import ErrorKind, GatewayError
@@ -237,5 +238,6 @@ def create_app(settings: GatewaySettings, runtime_factory: RuntimeFactory) -> Fa
             allow_headers=["authorization", "content-type", "x-request-id"],
             expose_headers=["x-request-id", "x-specgw-class", "x-specgw-k"],
         )
+    app.add_middleware(AdmissionGate)  # inside RequestEdge: its 429s carry x-request-id
     app.add_middleware(RequestEdge, max_body_bytes=settings.max_body_bytes)
     return app

@@ -45,6 +45,14 @@ class KeyRing:
             found |= hmac.compare_digest(presented, candidate)
         return found
 
+    def allows(self, authorization: str | None, scope: Scope) -> bool:
+        """`check` as a yes/no, for callers that leave the refusal to the route."""
+        try:
+            self.check(authorization, scope)
+        except GatewayError:
+            return False
+        return True
+
     def check(self, authorization: str | None, scope: Scope) -> None:
         """Raise 401 for a missing/unknown key, 403 for a key of the wrong scope."""
         if scope is Scope.USER and self.open_access:

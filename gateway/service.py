@@ -43,6 +43,8 @@ class Finished:
 class Telemetry(Protocol):
     def request_finished(self, finished: Finished) -> None: ...
 
+    def request_shed(self, endpoint: str, error: GatewayError) -> None: ...
+
 
 @dataclass(slots=True)
 class JsonReply:
@@ -141,6 +143,21 @@ class InferenceService:
     @property
     def served_model_name(self) -> str:
         return self._frontend.served_model_name
+
+    def enter(self, endpoint: str) -> None:
+        """At arrival, before the body is parsed: take an edge ticket or shed now.
+
+        The caller returns the ticket with `leave` when the response has ended.
+        """
+        try:
+            self._admission.enter()
+        except GatewayError as exc:
+            if self._telemetry is not None:
+                self._telemetry.request_shed(endpoint, exc)
+            raise
+
+    def leave(self) -> None:
+        self._admission.leave()
 
     def load(self) -> Load:
         return Load(running=self._admission.running, queued=self._admission.queued)

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import logging
 
+from gateway.errors import GatewayError
 from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.tracing import GenAIAttributes, annotate_span
 from gateway.service import Finished
 
 log = logging.getLogger("specgw.requests")
+#: The class label of requests refused before they were parsed.
+UNCLASSIFIED = "unclassified"
 
 
 class GatewayTelemetry:
@@ -59,4 +62,12 @@ class GatewayTelemetry:
                 "e2e_s": round(finished.e2e_s, 4),
                 "acceptance_length": round(spec.acceptance_length, 3) if spec else None,
             },
+        )
+
+    def request_shed(self, endpoint: str, error: GatewayError) -> None:
+        """A request refused at the edge, before it was parsed: it has no class yet."""
+        self._metrics.record_request(UNCLASSIFIED, error.status, error.kind.openai_type)
+        log.info(
+            "request shed",
+            extra={"endpoint": endpoint, "class": UNCLASSIFIED, "error": error.kind.label},
         )

@@ -3,9 +3,15 @@
 A real gateway with room for 2 running and 2 queued requests gets a burst of
 concurrent streams (and, while saturated, a series of single requests). Each
 shed answer must be a 429 `rate_limit_error` with a `retry-after` header and
-arrive within 50 ms of the request being sent (measured client-side, over
-kept-alive connections, so the figure includes the gateway's whole path);
+arrive within 50 ms of the request being sent, over kept-alive connections;
 every admitted or queued request must end in a real finish with `[DONE]`.
+
+The burst is written by a minimal HTTP/1.1 client on raw sockets: all 24
+requests go out in one loop pass, and each is timed from its own write to its
+status line. With httpx the client itself needs milliseconds of CPU per request
+on this 2-core machine (shared with the engine), which staggered the burst's
+sends over most of 100 ms and put the client's cost into the gateway's figure.
+The probes, one at a time, use httpx.
 """
 
 from __future__ import annotations
@@ -19,7 +25,13 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
-from tests.gateway.conftest import USER_KEY, GatewayProcess, start_gateway, stop_gateway
+from tests.gateway.conftest import (
+    ADMIN_KEY,
+    USER_KEY,
+    GatewayProcess,
+    start_gateway,
+    stop_gateway,
+)
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
@@ -75,6 +87,80 @@ async def _one(client: httpx.AsyncClient, body: dict[str, object]) -> Result:
     return result
 
 
+class RawConnection:
+    """One kept-alive HTTP/1.1 connection: write a prepared request, read one response."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+
+    @classmethod
+    async def open(cls, gw: GatewayProcess) -> RawConnection:
+        url = httpx.URL(gw.base_url)
+        reader, writer = await asyncio.open_connection(url.host, url.port)
+        conn = cls(reader, writer)
+        conn.writer.write(b"GET /health HTTP/1.1\r\nhost: gw\r\n\r\n")
+        status, headers = await conn.head()  # open and served once before the burst
+        await conn.body(headers)
+        assert status == 200
+        return conn
+
+    async def head(self) -> tuple[int, dict[str, str]]:
+        status = int((await self.reader.readline()).split()[1])
+        headers: dict[str, str] = {}
+        while (line := await self.reader.readline()) not in (b"\r\n", b""):
+            name, _, value = line.decode("latin-1").partition(":")
+            headers[name.strip().lower()] = value.strip()
+        return status, headers
+
+    async def body(self, headers: dict[str, str]) -> bytes:
+        if headers.get("transfer-encoding") != "chunked":
+            return await self.reader.readexactly(int(headers["content-length"]))
+        body = bytearray()
+        while size := int((await self.reader.readline()).strip(), 16):
+            body += await self.reader.readexactly(size)
+            await self.reader.readexactly(2)
+        await self.reader.readexactly(2)
+        return bytes(body)
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def _raw_request(body: dict[str, object]) -> bytes:
+    payload = json.dumps(body).encode()
+    head = (
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\ncontent-type: application/json\r\n"
+        f"authorization: Bearer {USER_KEY}\r\ncontent-length: {len(payload)}\r\n\r\n"
+    )
+    return head.encode() + payload
+
+
+async def _raw_burst(conns: list[RawConnection], request: bytes) -> list[Result]:
+    """Write the request on every connection in one pass, then read every answer."""
+    sent: list[float] = []
+    for conn in conns:
+        conn.writer.write(request)
+        sent.append(time.perf_counter())
+
+    async def read(conn: RawConnection, started: float) -> Result:
+        status, headers = await conn.head()
+        result = Result(status, time.perf_counter() - started, headers.get("retry-after"))
+        body = await conn.body(headers)
+        if status != 200:
+            error = json.loads(body)["error"]
+            assert error["type"] == "rate_limit_error", error
+            return result
+        for line in body.decode().splitlines():
+            if line == "data: [DONE]":
+                result.done = True
+            elif line.startswith("data: {"):
+                for choice in json.loads(line[6:]).get("choices", []):
+                    result.finish_reason = choice.get("finish_reason") or result.finish_reason
+        return result
+
+    return list(await asyncio.gather(*(read(c, t) for c, t in zip(conns, sent, strict=True))))
+
+
 def _client(gw: GatewayProcess) -> httpx.AsyncClient:
     return httpx.AsyncClient(
         base_url=gw.base_url,
@@ -90,15 +176,30 @@ async def _warm(client: httpx.AsyncClient, n: int) -> None:
 
 
 async def _burst_then_probe(gw: GatewayProcess) -> tuple[list[Result], list[Result]]:
-    async with _client(gw) as client:
-        await _warm(client, BURST + 4)
-        # One full request first: the first chat render of a fresh process is slow.
-        warm = await _one(client, {**STREAM, "max_tokens": 4})
-        assert warm.done
-        burst = [asyncio.ensure_future(_one(client, STREAM)) for _ in range(BURST)]
-        await asyncio.sleep(1.0)  # the burst has filled the running set and the queue
-        probes = [await _one(client, STREAM) for _ in range(20)]
-        return list(await asyncio.gather(*burst)), probes
+    conns = [await RawConnection.open(gw) for _ in range(BURST)]
+    try:
+        async with _client(gw) as client:
+            await _warm(client, 4)
+            # One full request first: the first chat render of a fresh process is slow.
+            warm = await _one(client, {**STREAM, "max_tokens": 4})
+            assert warm.done
+            burst = asyncio.ensure_future(_raw_burst(conns, _raw_request(STREAM)))
+            await asyncio.sleep(1.0)  # the burst has filled the running set and the queue
+            probes = [await _one(client, STREAM) for _ in range(20)]
+            return await burst, probes + await _refusals_while_full(client)
+    finally:
+        for conn in conns:
+            conn.close()
+
+
+async def _refusals_while_full(client: httpx.AsyncClient) -> list[Result]:
+    """A missing or admin-scoped key is refused as such (401/403), not shed as overload."""
+    out = []
+    for key in (None, ADMIN_KEY):
+        headers = {"authorization": f"Bearer {key}"} if key else {"authorization": ""}
+        r = await client.post("/v1/chat/completions", json=STREAM, headers=headers)
+        out.append(Result(r.status_code, 0.0, r.headers.get("retry-after")))
+    return out
 
 
 def _report(name: str, shed: list[Result]) -> str:
@@ -121,6 +222,8 @@ def test_overload_is_shed_with_429_and_nothing_times_out(
     shed = [r for r in burst if r.status != 200]
     assert len(admitted) == MAX_RUNNING + MAX_QUEUED, [r.status for r in burst]
     assert all(r.done and r.finish_reason == "length" for r in admitted), admitted
+    probes, refusals = probes[:-2], probes[-2:]
+    assert [r.status for r in refusals] == [401, 403]
     for r in shed + probes:
         assert r.status == 429, r
         assert r.retry_after is not None
@@ -136,14 +239,39 @@ def test_requests_arriving_at_a_full_gateway_are_shed_within_50ms(
     assert max(r.headers_s for r in probes) < SHED_BOUND_S, _report("probes", probes)
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="a simultaneous burst of 24 is parsed on one event loop: measured median ~290 ms "
-    "per shed answer on 2 shared cores (reported to the lead)",
-)
 def test_a_simultaneous_burst_is_shed_within_50ms(
     overload_run: tuple[list[Result], list[Result]],
 ) -> None:
     burst, _ = overload_run
     shed = [r for r in burst if r.status != 200]
     assert max(r.headers_s for r in shed) < SHED_BOUND_S, _report("burst", shed)
+
+
+def test_after_the_overload_every_ticket_is_back_and_sheds_are_counted(
+    overload_run: tuple[list[Result], list[Result]], small_gateway: GatewayProcess
+) -> None:
+    """Edge tickets return when streams end (a full set of requests runs again), and the
+    requests shed before parsing are counted under the `unclassified` class."""
+    burst, probes = overload_run
+    shed = sum(1 for r in burst + probes if r.status == 429)
+
+    async def full_set() -> list[Result]:
+        async with _client(small_gateway) as client:
+            short = {**STREAM, "max_tokens": 8}
+            runs = (_one(client, short) for _ in range(MAX_RUNNING + MAX_QUEUED))
+            return list(await asyncio.gather(*runs))
+
+    again = asyncio.run(full_set())
+    assert [r.status for r in again] == [200] * (MAX_RUNNING + MAX_QUEUED)
+    assert all(r.done for r in again)
+    with small_gateway.http() as http:
+        metrics = http.get("/metrics").text
+    counted = [
+        line
+        for line in metrics.splitlines()
+        if line.startswith("specgw_requests_total{")
+        and 'class="unclassified"' in line
+        and 'status="429"' in line
+    ]
+    assert counted, metrics[-2000:]
+    assert float(counted[0].rsplit(" ", 1)[1]) == shed

@@ -1,0 +1,65 @@
+"""The edge gate: an overloaded gateway sheds an inference request before parsing it.
+
+Pure ASGI, inside `RequestEdge` (so a shed answer carries `x-request-id`). For a
+POST to an inference route with a valid user key, it takes the service's edge
+ticket (`InferenceService.enter`) before FastAPI parses and validates the body,
+and returns it when the response has ended, streams included. When the gateway
+is full the request is answered 429 (503 while draining) at once.
+
+Right after taking a ticket the request yields to the event loop once: the other
+requests of a burst that arrived in the same loop iteration then reach the gate
+(and are shed) before this one spends milliseconds in parsing and chat
+rendering. Requests without a valid key, and all requests while no engine is
+ready, pass through untouched: the app answers them 401/403/503 as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from gateway.api.responses import error_response
+from gateway.auth import Scope as KeyScope
+from gateway.errors import GatewayError
+
+#: Inference routes and the endpoint names telemetry uses for them.
+GATED = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}
+
+
+class AdmissionGate:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        endpoint = GATED.get(scope.get("path", "")) if scope["type"] == "http" else None
+        state = scope["app"].state if endpoint is not None and "app" in scope else None
+        runtime = getattr(state, "runtime", None)
+        if (
+            endpoint is None
+            or scope["method"] != "POST"
+            or runtime is None
+            or not runtime.ready
+            or not _authorized(state, scope)
+        ):
+            await self.app(scope, receive, send)
+            return
+        service = runtime.service
+        try:
+            service.enter(endpoint)
+        except GatewayError as exc:
+            await error_response(exc)(scope, receive, send)
+            return
+        try:
+            await asyncio.sleep(0)
+            await self.app(scope, receive, send)
+        finally:
+            service.leave()
+
+
+def _authorized(state: Any, scope: Scope) -> bool:
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            return bool(state.keyring.allows(value.decode("latin-1"), KeyScope.USER))
+    return bool(state.keyring.allows(None, KeyScope.USER))
