@@ -3,7 +3,8 @@
 Pure ASGI, inside `RequestEdge` (so a shed answer carries `x-request-id`). For a
 POST to an inference route with a valid user key, it takes the service's edge
 ticket (`InferenceService.enter`) before FastAPI parses and validates the body,
-and returns it when the response has ended, streams included. When the gateway
+and returns it just before the response's last frame, streams included (the
+stream's admission slot is already free by then: the relay's end frees it). When the gateway
 is full the request is answered 429 (503 while draining) at once.
 
 Right after taking a ticket the request yields to the event loop once: the other
@@ -18,7 +19,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.api.responses import error_response
 from gateway.auth import Scope as KeyScope
@@ -51,11 +52,26 @@ class AdmissionGate:
         except GatewayError as exc:
             await error_response(exc)(scope, receive, send)
             return
+        inside = True
+
+        def leave() -> None:
+            nonlocal inside
+            if inside:
+                inside = False
+                service.leave()
+
+        async def send_then_leave(message: Message) -> None:
+            # The ticket goes back before the last frame, not after the app returns: a
+            # client that saw its response end may send the next request at once.
+            if message["type"] == "http.response.body" and not message.get("more_body"):
+                leave()
+            await send(message)
+
         try:
             await asyncio.sleep(0)
-            await self.app(scope, receive, send)
+            await self.app(scope, receive, send_then_leave)
         finally:
-            service.leave()
+            leave()
 
 
 def _authorized(state: Any, scope: Scope) -> bool:
