@@ -113,6 +113,10 @@ class FakeEngine:
     def max_depth(self) -> int:
         return self.config.max_depth
 
+    @property
+    def lossless_sampling(self) -> bool:
+        return True
+
     def acceptance_for(self, prompt: str) -> tuple[float, ...]:
         for script in self.config.scripts:
             if script.marker in prompt:

@@ -133,6 +133,12 @@ class Engine(Protocol):
         """K: the largest speculation depth a request can get (0 = no drafter)."""
         ...
 
+    @property
+    def lossless_sampling(self) -> bool:
+        """Whether speculation keeps sampled (temperature > 0) outputs distributed as the
+        target's own; where it does not, the gateway runs sampled requests at k = 0."""
+        ...
+
     def generate(self, request: GenerateRequest) -> AsyncIterator[GenerationChunk]:
         """Stream one request's output; the final chunk has `finished` and `outcome`."""
         ...

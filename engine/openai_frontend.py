@@ -31,6 +31,9 @@ from engine.protocol import (
 #: Keys of `vllm_xargs` reserved for the gateway; a client may never set them.
 RESERVED_XARGS = frozenset({SPEC_DEPTH_ARG, GATEWAY_ID_ARG})
 
+#: vLLM's own bound (`SamplingParams`): a temperature below it is greedy decoding.
+GREEDY_EPS = 1e-5
+
 ChatResult = ChatCompletionResponse | ErrorResponse | AsyncIterator[str]
 CompletionResult = CompletionResponse | ErrorResponse | AsyncIterator[str]
 
@@ -64,13 +67,21 @@ def _client_errors() -> Iterator[None]:
 class OpenAIFrontend:
     """Runs one OpenAI request through vLLM's serving classes at a given depth."""
 
-    def __init__(self, state: State, served_model_name: str) -> None:
+    def __init__(
+        self, state: State, served_model_name: str, *, lossless_sampling: bool = True
+    ) -> None:
         self._state = state
         self.served_model_name = served_model_name
+        self._lossless_sampling = lossless_sampling
 
     @classmethod
-    async def create(cls, engine_client: Any, config: FrontendConfig) -> OpenAIFrontend:
-        """Build vLLM's serving objects on `engine_client` (an AsyncLLM or a proxy of one)."""
+    async def create(
+        cls, engine_client: Any, config: FrontendConfig, *, lossless_sampling: bool = True
+    ) -> OpenAIFrontend:
+        """Build vLLM's serving objects on `engine_client` (an AsyncLLM or a proxy of one).
+
+        `lossless_sampling` is the engine's (`Engine.lossless_sampling`).
+        """
         from vllm.entrypoints.launchers.api_server.app_state import init_app_state
         from vllm.entrypoints.launchers.cli_args import make_arg_parser
         from vllm.utils.argparse_utils import FlexibleArgumentParser
@@ -84,7 +95,26 @@ class OpenAIFrontend:
         state = State()
         tasks = await engine_client.get_supported_tasks()
         await init_app_state(engine_client, state, args, tasks)
-        return cls(state, config.served_model_name)
+        return cls(state, config.served_model_name, lossless_sampling=lossless_sampling)
+
+    def speculation_is_exact(self, request: ChatCompletionRequest | CompletionRequest) -> bool:
+        """Whether speculating for this request leaves its output distribution unchanged.
+
+        Always for greedy decoding; for sampling only on an engine whose sampled
+        speculation is lossless. The temperature is the one vLLM will use: the
+        request's, else the model's generation-config default, else 1.0.
+        """
+        if self._lossless_sampling:
+            return True
+        temperature = request.temperature
+        if temperature is None:
+            serving = (
+                self._state.openai_serving_chat
+                if isinstance(request, ChatCompletionRequest)
+                else self._state.openai_serving_completion
+            )
+            temperature = serving.default_sampling_params.get("temperature", 1.0)
+        return bool(temperature < GREEDY_EPS)
 
     @staticmethod
     def _stamp(request: ChatCompletionRequest | CompletionRequest, k: int, gateway_id: str) -> None:

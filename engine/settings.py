@@ -83,6 +83,13 @@ class EngineSettings(BaseSettings):
         "`[[lo, hi, k], ...]`, batch sizes inclusive, k <= max_depth. The engine then drafts "
         "the schedule's k for the batch, and each request's own k still caps it.",
     )
+    sampled_speculation: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="Speculate for sampled (temperature > 0) requests: `off` runs them at "
+        "k = 0; `auto` is off on the CPU build, whose sampled speculation was measured not "
+        "lossless (`python -m bench.sampled_fidelity`), on elsewhere. Greedy requests are "
+        "never affected.",
+    )
     scheduler: Literal["auto", "sync", "async"] = Field(
         "auto",
         description="Scheduler flavour: `auto` lets vLLM choose (CPU forces sync, CUDA "

