@@ -115,7 +115,7 @@ async def run(args: argparse.Namespace) -> None:
         async with VLLMEngine.started(base.model_copy(update={"drafter": drafter})) as engine:
             print(f"drafter skipped in k = 0-only steps: {engine.draft_skip}")
             for c in args.concurrency:
-                for k in range(args.max_depth + 1):
+                for k in args.depths or range(args.max_depth + 1):
                     spec[(k, c)] = await measure(engine, k, c, args.max_tokens, args.rounds)
         for c in args.concurrency:
             ratios[c].append(spec[(0, c)].tpot_s / nospec[c].tpot_s)
@@ -137,13 +137,14 @@ def report(
     for c in args.concurrency:
         a, b = nospec[c].tpot_s * 1e3, spec[(0, c)].tpot_s * 1e3
         print(f"{c:>4} {a:>11.3f} {b:>12.3f} {b / a:>6.3f}x")
+    depths = sorted({k for k, _ in spec})
     print("\ntokens/s by depth k (mean acceptance length in brackets)")
-    header = " ".join(f"{'k=' + str(k):>14}" for k in range(args.max_depth + 1))
+    header = " ".join(f"{'k=' + str(k):>14}" for k in depths)
     print(f"{'conc':>4} {'no-spec':>10} {header}")
     for c in args.concurrency:
         cells = " ".join(
             f"{spec[(k, c)].tokens_per_s:>7.1f} ({spec[(k, c)].acceptance_length:.2f})"
-            for k in range(args.max_depth + 1)
+            for k in depths
         )
         print(f"{c:>4} {nospec[c].tokens_per_s:>10.1f} {cells}")
 
@@ -156,9 +157,15 @@ def main() -> None:
     parser.add_argument("--max-depth", type=int, default=4)
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--repeat", type=int, default=1, help="alternate the two engines N times")
+    parser.add_argument(
+        "--depths", type=int, nargs="+", help="depths to measure (default 0..K; 0 is always kept)"
+    )
     parser.add_argument("--layers", type=int, default=16, help="tiny target layers (no real model)")
     parser.add_argument("--hidden", type=int, default=256, help="tiny target width (no real model)")
-    asyncio.run(run(parser.parse_args()))
+    args = parser.parse_args()
+    if args.depths is not None:
+        args.depths = sorted({0, *args.depths})
+    asyncio.run(run(args))
 
 
 if __name__ == "__main__":

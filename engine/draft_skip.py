@@ -8,13 +8,25 @@ a k = 0 request never reads its drafter KV, and a request with k > 0 lifts the
 step depth above 0 in every step it is in (`engine.scheduler`), so the drafter
 runs in all of its steps and its drafter KV stays complete.
 
+Skipping the drafter is not all: vLLM 0.32 sends every step of a speculative
+runner down its speculative path even when no request has a draft (spec-decode
+metadata, the rejection sampler, draft bookkeeping, a slot mapping per KV
+group). Under the synchronous scheduler (CPU), a depth-0 step therefore runs
+with the runner's speculative config hidden, i.e. exactly as a runner without
+speculation runs it; and the engine core does not fetch the step's (absent)
+drafts from the worker afterwards (`engine.scheduler`). Together these took the
+TPOT of k = 0 requests from 1.11x to 0.97x that of a no-drafter engine at
+concurrency 1 (`python -m bench.k0_overhead --depths 0 --repeat 2`, see the README).
+
 Mechanism: vLLM's `worker_extension_cls` mixes this class into the worker;
 `VLLMEngine` calls `specgw_install_draft_skip` once through `collective_rpc`.
-It wraps the model runner's `execute_model` to note the step depth and its
-`_input_fits_in_drafter` check to say "no" when the depth is 0, which sends
-the runner down its own "drafter skipped" path (zero drafts, which the
-scheduler then caps to nothing). That check is private to vLLM 0.32's v1
-model runner: when it is absent the install returns False and nothing changes.
+It wraps the model runner's `execute_model` and `sample_tokens` to note the step
+depth and run depth-0 steps plainly (synchronous scheduling only: with async
+scheduling a step's work overlaps the next one's), and its
+`_input_fits_in_drafter` check to say "no" when the depth is 0 (the async case),
+which sends the runner down its own "drafter skipped" path (zero drafts, which
+the scheduler then caps to nothing). These are private to vLLM 0.32's v1 model
+runner: when the check is absent the install returns False and nothing changes.
 """
 
 from __future__ import annotations
@@ -35,12 +47,39 @@ class DraftSkipExtension:
         ):
             return False
         execute_model = runner.execute_model
+        sample_tokens = runner.sample_tokens
         fits_in_drafter = runner._input_fits_in_drafter
         step = {"depth": -1, "skipped": 0}
+        # Synchronous scheduling only: there each step's execute_model and sample_tokens
+        # run back to back, with nothing of the step left in flight for the next one.
+        plain_steps = not getattr(runner, "use_async_scheduling", True)
+        spec_config = runner.speculative_config
+
+        def plain(call: Any, *args: Any, **kwargs: Any) -> Any:
+            """Run one call of a depth-0 step as a runner without speculation.
+
+            vLLM 0.32 sends every step of a speculative runner down its speculative
+            path (spec-decode metadata, the rejection sampler, draft bookkeeping) even
+            when no request has a draft; with the config hidden for the step the runner
+            takes its plain path, which is what a depth-0 step is.
+            """
+            runner.speculative_config = None
+            try:
+                return call(*args, **kwargs)
+            finally:
+                runner.speculative_config = spec_config
 
         def execute_with_depth(scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
             step["depth"] = int(getattr(scheduler_output, "num_spec_tokens_to_schedule", -1))
+            if plain_steps and step["depth"] == 0:
+                step["skipped"] += 1  # the drafter does not run in a plain step
+                return plain(execute_model, scheduler_output, *args, **kwargs)
             return execute_model(scheduler_output, *args, **kwargs)
+
+        def sample_with_depth(*args: Any, **kwargs: Any) -> Any:
+            if plain_steps and step["depth"] == 0:
+                return plain(sample_tokens, *args, **kwargs)
+            return sample_tokens(*args, **kwargs)
 
         def fits_unless_depth_zero(common_attn_metadata: Any) -> bool:
             if step["depth"] == 0:
@@ -49,6 +88,7 @@ class DraftSkipExtension:
             return bool(fits_in_drafter(common_attn_metadata))
 
         runner.execute_model = execute_with_depth
+        runner.sample_tokens = sample_with_depth
         runner._input_fits_in_drafter = fits_unless_depth_zero
         runner._specgw_draft_skip = step
         return True

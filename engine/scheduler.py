@@ -90,11 +90,20 @@ class _DepthCap:
 class SpecDepthScheduler(_DepthCap, Scheduler):
     """The synchronous scheduler with per-request draft caps."""
 
+    #: Drafts asked for in the step just scheduled (-1: no step, or not capped).
+    specgw_step_depth: int = -1
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _skip_draft_pickup_in_depth_zero_steps()
+
     def _update_after_schedule(self, scheduler_output: SchedulerOutput) -> None:
+        self.specgw_step_depth = -1
         if self.num_spec_tokens > 0 and scheduler_output.num_scheduled_tokens:
             scheduler_output.num_spec_tokens_to_schedule = min(
                 scheduler_output.num_spec_tokens_to_schedule, self._step_depth(scheduler_output)
             )
+            self.specgw_step_depth = scheduler_output.num_spec_tokens_to_schedule
         super()._update_after_schedule(scheduler_output)
 
     def update_draft_token_ids(self, draft_token_ids: DraftTokenIds) -> None:
@@ -126,6 +135,31 @@ class AsyncSpecDepthScheduler(_DepthCap, AsyncScheduler):
             request = self.requests.get(req_id)
             if request is not None and request.spec_token_ids:
                 self._cap_drafts(request)
+
+
+def _skip_draft_pickup_in_depth_zero_steps() -> None:
+    """After a step in which no request wanted drafts, do not fetch drafts from the worker.
+
+    vLLM's synchronous engine core asks the worker for the step's drafts after every
+    step (`EngineCore.post_step` -> `take_draft_token_ids`): one more round trip to
+    the worker process per step, on a 2-core CPU a measurable share of a small
+    model's step. In a depth-0 step (every request k = 0) there is nothing to fetch
+    that would be kept: each request's drafts are capped to none. Patched once per
+    engine-core process, on the class, since the scheduler never sees its engine core.
+    """
+    from vllm.v1.engine.core import EngineCore
+
+    if getattr(EngineCore.post_step, "_specgw", False):
+        return
+    post_step = EngineCore.post_step
+
+    def post_step_unless_depth_zero(self: Any, model_executed: bool) -> None:
+        if getattr(self.scheduler, "specgw_step_depth", -1) == 0:
+            return
+        post_step(self, model_executed)
+
+    post_step_unless_depth_zero._specgw = True  # type: ignore[attr-defined]
+    EngineCore.post_step = post_step_unless_depth_zero  # type: ignore[method-assign]
 
 
 def scheduler_class(async_scheduling: bool) -> type[Any]:
