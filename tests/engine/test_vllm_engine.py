@@ -26,6 +26,7 @@ from tests.engine.engines import (
 
 pytestmark = [pytest.mark.engine, pytest.mark.asyncio(loop_scope="session")]
 MAX_TOKENS = 48
+Greedy = tuple[list[int], RequestOutcome]
 
 
 async def _greedy(
@@ -90,6 +91,29 @@ async def test_concurrent_depths_match_no_speculation_greedy(
             assert spec.draft_tokens == k * spec.verify_steps  # capped, never padded
             drafted_any = drafted_any or spec.verify_steps > 0
     assert drafted_any
+
+
+async def test_plain_depth_zero_steps_alternate_with_speculative_ones(
+    engine: VLLMEngine, reference: dict[str, list[int]]
+) -> None:
+    """k = 0 requests run plain steps while alone, speculative steps once a k > 0 request
+    joins them mid-stream, and plain ones again after it leaves: outputs stay exactly
+    the no-speculation engine's, and only the k > 0 requests verify drafts."""
+
+    async def after(delay_s: float, prompt: str, k: int, tag: str) -> Greedy:
+        await asyncio.sleep(delay_s)
+        return await _greedy(engine, prompt, k, tag)
+
+    jobs = [(0.0, GREEDY_PROMPTS[0], 0), (0.0, GREEDY_PROMPTS[1], 0)]
+    jobs += [(0.15, GREEDY_PROMPTS[2], 2), (0.45, GREEDY_PROMPTS[3], 1)]
+    before = await engine.drafter_skips()
+    results = await asyncio.gather(
+        *(after(delay, p, k, f"alternate{i}") for i, (delay, p, k) in enumerate(jobs))
+    )
+    for (_, prompt, k), (tokens, outcome) in zip(jobs, results, strict=True):
+        assert tokens == reference[prompt], (prompt, k)
+        assert (outcome.speculation.verify_steps > 0) == (k > 0), (k, outcome.speculation)
+    assert await engine.drafter_skips() > before  # the k = 0 requests ran plain steps alone
 
 
 async def test_per_request_sums_equal_vllm_counter_deltas(engine: VLLMEngine) -> None:
