@@ -55,6 +55,14 @@ class Result:
     done: bool = False
     finish_reason: str | None = None
 
+    def see(self, line: str) -> None:
+        """Fold one SSE line in: the `[DONE]` marker, or a chunk's finish_reason."""
+        if line == "data: [DONE]":
+            self.done = True
+        elif line.startswith("data: {"):
+            for choice in json.loads(line[6:]).get("choices", []):
+                self.finish_reason = choice.get("finish_reason") or self.finish_reason
+
 
 @pytest.fixture(scope="module")
 def small_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
@@ -79,11 +87,7 @@ async def _one(client: httpx.AsyncClient, body: dict[str, object]) -> Result:
             assert error["type"] == "rate_limit_error", error
             return result
         async for line in r.aiter_lines():
-            if line == "data: [DONE]":
-                result.done = True
-            elif line.startswith("data: {"):
-                for choice in json.loads(line[6:]).get("choices", []):
-                    result.finish_reason = choice.get("finish_reason") or result.finish_reason
+            result.see(line)
     return result
 
 
@@ -151,11 +155,7 @@ async def _raw_burst(conns: list[RawConnection], request: bytes) -> list[Result]
             assert error["type"] == "rate_limit_error", error
             return result
         for line in body.decode().splitlines():
-            if line == "data: [DONE]":
-                result.done = True
-            elif line.startswith("data: {"):
-                for choice in json.loads(line[6:]).get("choices", []):
-                    result.finish_reason = choice.get("finish_reason") or result.finish_reason
+            result.see(line)
         return result
 
     return list(await asyncio.gather(*(read(c, t) for c, t in zip(conns, sent, strict=True))))
