@@ -45,10 +45,13 @@ class Admission:
     def _shed(self, kind: ErrorKind, message: str) -> GatewayError:
         return GatewayError(kind, message, retry_after_s=1)
 
-    def enter(self) -> None:
-        """Take an edge ticket, or raise the 429 / 503 that sheds the request now."""
+    def _refuse_if_draining(self) -> None:
         if self.draining:
             raise self._shed(ErrorKind.DRAINING, "The gateway is shutting down; retry elsewhere.")
+
+    def enter(self) -> None:
+        """Take an edge ticket, or raise the 429 / 503 that sheds the request now."""
+        self._refuse_if_draining()
         if self.inside >= self.max_running + self.max_queued:
             raise self._shed(ErrorKind.OVERLOADED, "Too many requests in flight; retry shortly.")
         self.inside += 1
@@ -65,8 +68,7 @@ class Admission:
             self.release()
 
     async def acquire(self, class_id: str) -> None:
-        if self.draining:
-            raise self._shed(ErrorKind.DRAINING, "The gateway is shutting down; retry elsewhere.")
+        self._refuse_if_draining()
         if self.running < self.max_running and self._queued == 0:
             self._take()
             return

@@ -233,14 +233,14 @@ class CostModel:
 
     def thin_depths_in(self, bucket: int, min_samples: float) -> list[int]:
         """`thin_depths` for a bucket the caller already has (the decision path)."""
-        if self._calibrated.get(bucket, -1.0) >= min_samples:
+        if min_samples <= self._calibrated.get(bucket, -1.0):
             return []
         row = self._seen.get(bucket)
         if row is None:
             return list(range(self.max_k + 1))
         thin = [k for k, n in enumerate(row) if n < min_samples]
         if not thin:
-            self._calibrated[bucket] = max(min_samples, self._calibrated.get(bucket, -1.0))
+            self._calibrated[bucket] = min_samples  # larger than any bound met before
         return thin
 
     def export_counters(self) -> dict[str, float]:

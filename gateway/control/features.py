@@ -179,10 +179,9 @@ def features_from_chat(
             user_turns += 1
         elif role in ("tool", "function"):
             tool_messages = True
-    system = system_parts[0] if len(system_parts) == 1 else "\n".join(system_parts)
     return RequestFeatures(  # positional: a keyword NamedTuple call costs twice as much
         "chat",
-        (identities or text_identity)(system),
+        (identities or text_identity)("\n".join(system_parts)),
         turns_bucket(user_turns),
         bool(tools),
         tool_messages,
