@@ -162,14 +162,10 @@ class Controller:
         direction = state.drift.update(residuals.length, residuals.first)
         if direction:
             self._drifted(state, direction)
-        if state.last_bounds is not None:
-            # The new evidence changes the policy's answer for this class: evaluate it
-            # now, after the response, so the next `decide` finds it cached instead of
-            # running the policy on the request path (issue 5: decision <= 20 us).
-            k_min, k_max = state.last_bounds
-            state.adaptive_k(
-                state.last_bucket, k_min, k_max, self._policy, self._cost, self._events
-            )
+        # The new evidence may change the policy's answer: evaluate the buckets the
+        # class was decided at now, after the response, so the next `decide` finds
+        # them current instead of running the policy on the request path.
+        state.refresh(self._policy, self._cost, self._events)
 
     # ---- classes ---------------------------------------------------------------------
     def _new_state(self, cls: RequestClass) -> ClassState:

@@ -224,3 +224,43 @@ def test_a_held_decision_is_the_same_object_until_k_or_reason_changes() -> None:
     narrowed = controller.decide(cls, IDLE, ControlOverrides(exploration_share=0.0, k_max=0))
     assert narrowed.k == 0
     assert narrowed is not first
+
+
+def test_the_request_path_runs_the_policy_only_for_a_new_bucket_or_new_bounds() -> None:
+    """A known bucket with newer evidence is served its cached k and refreshed after the
+    next response; every bucket asked since the last response is refreshed, not only the
+    last one."""
+    controller = trained(HIGH, n=40, exploration_share=0.0, cost_probe_share=0.0)
+    policy = controller._policy
+    calls = 0
+    choose = policy.choose
+
+    def counting(inp: PolicyInput) -> Choice:
+        nonlocal calls
+        calls += 1
+        return choose(inp)
+
+    policy.choose = counting  # type: ignore[method-assign]
+    cls = controller.classify(RequestFeatures("chat"))
+    busy = LoadSnapshot(running=7)  # batch 8: a bucket the class was never decided at
+    quiet = ControlOverrides(exploration_share=0.0)
+    controller.decide(cls, busy, quiet)
+    assert calls == 1  # new bucket: evaluated at once
+    rng = random.Random(7)
+    for _ in range(60):  # acceptance collapses; decided and observed at the idle bucket only
+        decision = controller.decide(cls, IDLE, quiet)
+        controller.observe(cls, decision, simulate(rng, LOW, decision.k), IDLE)
+    idle_k = controller.decide(cls, IDLE, quiet).k
+    calls = 0
+    stale = controller.decide(cls, busy, quiet)
+    assert calls == 0  # known bucket, same bounds: the cached k, however old its evidence
+    assert stale.k > idle_k  # the busy bucket still holds what HIGH acceptance chose
+    controller.decide(cls, IDLE, quiet)  # a second bucket asked before the next response
+    decision = controller.decide(cls, IDLE, quiet)
+    controller.observe(cls, decision, simulate(rng, LOW, decision.k), IDLE)
+    assert calls == 2  # both buckets asked since the last response, once each
+    assert controller.decide(cls, busy, quiet).k < stale.k
+    assert calls == 2
+    narrowed = controller.decide(cls, busy, ControlOverrides(exploration_share=0.0, k_max=1))
+    assert calls == 3  # new bounds: evaluated at once, a k outside them must go now
+    assert narrowed.k <= 1
