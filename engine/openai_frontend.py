@@ -116,6 +116,16 @@ class OpenAIFrontend:
             temperature = serving.default_sampling_params.get("temperature", 1.0)
         return bool(temperature < GREEDY_EPS)
 
+    @property
+    def harmony_messages(self) -> bool:
+        """Whether the model takes OpenAI-harmony messages (author/channel: gpt-oss only).
+
+        vLLM's request model accepts them for every model, but only a harmony model's
+        renderer reads them; for others the gateway refuses them up front.
+        """
+        model_type = self._state.openai_serving_chat.model_config.hf_config.model_type
+        return bool(model_type == "gpt_oss")
+
     @staticmethod
     def _stamp(request: ChatCompletionRequest | CompletionRequest, k: int, gateway_id: str) -> None:
         xargs: dict[str, Any] = dict(request.vllm_xargs or {})

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -88,13 +88,35 @@ def _from_vllm(error: ErrorResponse) -> GatewayError:
     return GatewayError(kind, error.error.message, param=error.error.param)
 
 
-def _chat_view(request: ChatCompletionRequest) -> dict[str, Any]:
+def _plain_messages(messages: Iterable[Any], harmony: bool) -> list[dict[str, Any]]:
+    """The messages as JSON objects, for the input limits and classification.
+
+    vLLM's request model parses a message with `author` instead of `role` into an
+    OpenAI-harmony `Message` object, whichever the model; only a harmony model
+    (gpt-oss) can render one, so for any other it is a 400 here, not a crash later.
+    """
+    plain: list[dict[str, Any]] = []
+    for i, message in enumerate(messages):
+        if isinstance(message, dict):
+            plain.append(message)
+        elif not harmony:
+            raise invalid(
+                f"messages[{i}] is an OpenAI-harmony message (author/channel), which only "
+                "gpt-oss models take: send role and content",
+                param="messages",
+            )
+        else:
+            plain.append(message.model_dump(mode="json", exclude_none=True))
+    return plain
+
+
+def _chat_view(request: ChatCompletionRequest, messages: list[dict[str, Any]]) -> dict[str, Any]:
     """Plain-data view of what classification looks at."""
     tools = [t.model_dump(exclude_none=True) for t in request.tools] if request.tools else None
     fmt = request.response_format
     choice = request.tool_choice
     return {
-        "messages": request.messages,
+        "messages": messages,
         "tools": tools,
         # A named choice is a model object; classification only needs to know it is named.
         "tool_choice": choice if choice is None or isinstance(choice, str) else {"named": True},
@@ -178,10 +200,10 @@ class InferenceService:
 
     async def chat(self, request: ChatCompletionRequest) -> JsonReply | StreamReply:
         limits.reject_reserved_xargs(request.vllm_xargs, RESERVED_XARGS)
-        limits.check_chat(
-            {"messages": request.messages, "stop": request.stop, "n": request.n}, self._settings
-        )
-        view = _chat_view(request)
+        messages = _plain_messages(request.messages, self._frontend.harmony_messages)
+        body = {"messages": messages, "stop": request.stop, "n": request.n}
+        limits.check_chat(body, self._settings)
+        view = _chat_view(request, messages)
         if view["tools"]:
             if len(view["tools"]) > self._settings.max_tools:
                 raise invalid(f"at most {self._settings.max_tools} tools", param="tools")
@@ -192,7 +214,7 @@ class InferenceService:
                 "response_format",
                 self._settings,
             )
-        chars = sum(len(str(m.get("content") or "")) for m in request.messages)
+        chars = sum(len(str(m.get("content") or "")) for m in messages)
         plan = self._planner.plan_chat(view, _approx_tokens(chars), self.load())
         plan = self._exact(plan, request)
         return await self._run(

@@ -3,6 +3,16 @@
 schemathesis drives the ASGI app directly (one lifespan, so one real vLLM engine
 for the whole run) and checks every response: no 5xx, status codes and bodies as
 documented. Generated `max_tokens` are clamped so that 500+ cases stay fast.
+
+Both generation modes are budgeted apart. schemathesis sends an operation's
+schema-violating (negative) cases first, over a thousand for chat completions, so
+one budget per operation was spent before the first schema-valid (positive) case.
+A schema-valid body may still get a documented, OpenAI-shaped 400: vLLM's request
+models carry cross-field rules that JSON Schema does not state (`top_logprobs`
+needs `logprobs`, `tool_choice` needs `tools`, `min_tokens <= max_tokens`), and
+declare features this deployment refuses (image and file parts on a text model,
+request-supplied chat templates). So the positive-data check accepts 400 as well;
+a 5xx, an undocumented status or a body off the schema still fails.
 """
 
 from __future__ import annotations
@@ -20,8 +30,15 @@ from tests.gateway.conftest import USER_KEY, model_paths
 pytestmark = pytest.mark.engine
 
 # Issue 4 asks for at least 500 generated cases: the two completion routes alone make them.
-CASES = {"POST /v1/chat/completions": 350, "POST /v1/completions": 150}
+CASES = {
+    "POST /v1/chat/completions positive": 200,
+    "POST /v1/chat/completions negative": 150,
+    "POST /v1/completions positive": 80,
+    "POST /v1/completions negative": 70,
+}
 OTHER = 25
+#: schemathesis' default for schema-valid requests, plus the documented 400 (see above).
+POSITIVE_STATUSES = ["2xx", "3xx", "400", "401", "403", "404", "409", "429", "5xx"]
 
 
 def _app() -> Any:
@@ -35,9 +52,21 @@ def _app() -> Any:
     return create_app(gateway_settings, real_runtime_factory(engine_settings))
 
 
+def load_schema() -> Any:
+    config = schemathesis.config.SchemathesisConfig.from_dict(
+        {"checks": {"positive_data_acceptance": {"expected-statuses": POSITIVE_STATUSES}}}
+    )
+    return schemathesis.openapi.from_asgi("/openapi.json", _app(), config=config)
+
+
+def budget_key(case: Any) -> str:
+    """Operation and generation mode: `POST /v1/chat/completions positive`."""
+    return f"{case.method.upper()} {case.path} {case.meta.generation.mode}"
+
+
 @pytest.fixture(scope="module")
 def api_schema() -> Any:
-    return schemathesis.openapi.from_asgi("/openapi.json", _app())
+    return load_schema()
 
 
 schema = schemathesis.pytest.from_fixture("api_schema")
@@ -61,7 +90,7 @@ def _clamp(body: Any) -> None:
     derandomize=True,
 )
 def test_api_conforms_to_its_schema(case: Any) -> None:
-    key = f"{case.method.upper()} {case.path}"
+    key = budget_key(case)
     _seen[key] = _seen.get(key, 0) + 1
     if _seen[key] > CASES.get(key, OTHER):
         return
@@ -76,3 +105,5 @@ def test_the_run_made_at_least_500_cases() -> None:
     """Runs after the schema test in file order: the cases were really generated and sent."""
     made = sum(min(n, CASES.get(k, OTHER)) for k, n in _seen.items())
     assert made >= 500, _seen
+    for key, wanted in CASES.items():  # each mode of each completion route really ran
+        assert _seen.get(key, 0) >= wanted, (key, _seen)

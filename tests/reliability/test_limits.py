@@ -113,6 +113,13 @@ CASES: dict[str, tuple[str, dict[str, Any], str | None, str]] = {
         "messages[0].content[0].text",
         "U+D83D",
     ),
+    # vLLM's request model parses it (OpenAI-harmony `Message`) for any model; it was a 500.
+    "harmony_message_to_a_chat_format_model": (
+        "/v1/chat/completions",
+        {**CHAT, "messages": [{"author": {"role": "user"}, "content": [{"text": "hi"}]}]},
+        "messages",
+        "harmony",
+    ),
     "chat_n_above_1": ("/v1/chat/completions", {**CHAT, "n": 2}, "n", "n must be 1"),
     "completion_n_above_1": (
         "/v1/completions",
