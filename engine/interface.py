@@ -78,6 +78,8 @@ class GenerateRequest:
     top_p: float = 1.0
     seed: int | None = None
     stop: tuple[str, ...] = ()
+    #: Generate exactly `max_tokens` (measurements that need a fixed length).
+    ignore_eos: bool = False
     #: Speculation depth for this request, 0..max_depth (0 = verify no drafts).
     k: int = 0
     extra: dict[str, object] = field(default_factory=dict)

@@ -173,6 +173,7 @@ class VLLMEngine:
             top_p=request.top_p,
             seed=request.seed,
             stop=list(request.stop) or None,
+            ignore_eos=request.ignore_eos,
             extra_args=extra,
             output_kind=RequestOutputKind.DELTA,
         )

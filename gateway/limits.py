@@ -87,6 +87,13 @@ def check_single(body: dict[str, Any]) -> None:
             "send n requests instead",
             param="n",
         )
+    if body.get("use_beam_search") is True:
+        raise invalid(
+            "use_beam_search is not supported: beam search runs several sequences per "
+            "request outside speculative decoding, which spec-gateway measures and "
+            "steers per request",
+            param="use_beam_search",
+        )
 
 
 def check_chat(body: dict[str, Any], settings: GatewaySettings) -> None:

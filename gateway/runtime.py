@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from prometheus_client import CollectorRegistry
 from engine.interface import Engine
 from engine.openai_frontend import FrontendConfig, OpenAIFrontend
 from gateway.admission import Admission
+from gateway.calibration import CalibrationPoint, calibrate
 from gateway.cluster import ClusterSync
 from gateway.control.controller import Controller
 from gateway.control.events import FanOutEvents, LoggingEvents
@@ -47,6 +49,8 @@ class Runtime:
     service: InferenceService
     render_metrics: Callable[[], tuple[bytes, str]]
     class_report: Callable[[], list[dict[str, Any]]] = field(default=lambda: [])
+    #: The cost model as the policy sees it, and the start-up calibration behind it.
+    cost_report: Callable[[], dict[str, Any]] = field(default=lambda: {})
     extra_readiness: Callable[[], dict[str, str]] = field(default=lambda: {})
     flag_view: FlagView | None = None
     flag_admin: FlagAdmin | None = None
@@ -164,6 +168,15 @@ async def _control_plane(
     stack.push_async_callback(view.close)
     events = FanOutEvents(LoggingEvents(), MetricsEvents(metrics), SpanEvents())
     controller = Controller(controller_settings, max_depth=engine.max_depth, events=events)
+    calibration: list[CalibrationPoint] = []
+    if controller_settings.calibrate_batches and engine.max_depth > 0:
+        calibration = await calibrate(
+            engine,
+            controller.cost_model,
+            controller_settings.calibrate_batches,
+            controller_settings.calibrate_tokens,
+            math.ceil(controller_settings.cost_min_samples),
+        )
     planner = ControllerPlanner(controller, FlagOverrides(view.overrides_for))
     store: RedisClassStore | None = None
     admin: FlagAdmin | None = None
@@ -209,6 +222,10 @@ async def _control_plane(
         service=service,
         render_metrics=render,
         class_report=lambda: [r.to_dict() for r in controller.snapshot()],
+        cost_report=lambda: {
+            "calibration": [p.to_dict() for p in calibration],
+            "buckets": controller.cost_model.report(),
+        },
         extra_readiness=readiness_extra,
         flag_view=view,
         flag_admin=admin,

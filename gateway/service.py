@@ -201,7 +201,12 @@ class InferenceService:
     async def chat(self, request: ChatCompletionRequest) -> JsonReply | StreamReply:
         limits.reject_reserved_xargs(request.vllm_xargs, RESERVED_XARGS)
         messages = _plain_messages(request.messages, self._frontend.harmony_messages)
-        body = {"messages": messages, "stop": request.stop, "n": request.n}
+        body = {
+            "messages": messages,
+            "stop": request.stop,
+            "n": request.n,
+            "use_beam_search": request.use_beam_search,
+        }
         limits.check_chat(body, self._settings)
         view = _chat_view(request, messages)
         if view["tools"]:
@@ -227,7 +232,7 @@ class InferenceService:
 
     async def completion(self, request: CompletionRequest) -> JsonReply | StreamReply:
         limits.reject_reserved_xargs(request.vllm_xargs, RESERVED_XARGS)
-        limits.check_single({"n": request.n})
+        limits.check_single({"n": request.n, "use_beam_search": request.use_beam_search})
         prompt = request.prompt
         if isinstance(prompt, list) and len(prompt) != 1:
             raise invalid(

@@ -16,3 +16,11 @@ async def classes(request: Request) -> JSONResponse:
     runtime = request.app.state.runtime
     rows = runtime.class_report() if runtime is not None else []
     return JSONResponse({"object": "list", "data": rows})
+
+
+@router.get("/costs")
+async def costs(request: Request) -> JSONResponse:
+    """The step-cost model per batch bucket (relative cost of each k) and its calibration."""
+    runtime = request.app.state.runtime
+    report = runtime.cost_report() if runtime is not None else {}
+    return JSONResponse({"object": "cost_model", **report})

@@ -222,6 +222,17 @@ class CostModel:
             self._relative[bucket] = cached
         return cached
 
+    def report(self) -> list[dict[str, object]]:
+        """Each bucket with evidence: relative cost per k and samples ever seen per k."""
+        return [
+            {
+                "batch_bucket": bucket,
+                "relative_cost": [round(c, 4) for c in self.relative_costs(bucket)],
+                "samples": [int(n) for n in self._seen.get(bucket, [])],
+            }
+            for bucket in sorted(self._sums)
+        ]
+
     def thin_depths(self, batch: int, min_samples: float) -> list[int]:
         """Depths k measured fewer than `min_samples` times ever at this load.
 

@@ -122,6 +122,15 @@ class ControllerSettings(BaseSettings):
         description="Exploration share while some depth lacks `cost_min_samples` at the "
         "current load (a short calibration per load bucket; 0 exploration turns it off).",
     )
+    calibrate_batches: list[int] = Field(
+        default_factory=lambda: [1, 4],
+        description="Batch sizes at which the gateway measures the step time of every depth "
+        "at start-up, before it is ready (a few seconds; `[]` = off: the cost model starts "
+        "from its prior).",
+    )
+    calibrate_tokens: int = Field(
+        16, ge=4, le=512, description="Tokens each start-up calibration request generates."
+    )
     cost_forgetting: float = Field(
         0.01, ge=0, lt=1, description="Per-sample forgetting of cost-model statistics."
     )
@@ -149,4 +158,6 @@ class ControllerSettings(BaseSettings):
             raise ValueError("default_k must be <= max_k")
         if self.policy not in ("goodput", "static"):
             raise ValueError("policy must be `goodput` or `static`")
+        if any(not 1 <= b <= 256 for b in self.calibrate_batches):
+            raise ValueError("calibrate_batches must be batch sizes in 1..256")
         return self

@@ -308,3 +308,22 @@ def test_sampled_requests_run_without_speculation_on_a_lossy_build(
     with gateway.http(ADMIN_KEY) as http:
         rows = {r["label"]: r for r in http.get("/admin/classes").json()["data"]}
     assert rows[label]["k"] > 0  # the class's own k stands; only sampled requests skip it
+
+
+def test_step_costs_are_calibrated_before_ready(gateway: GatewayProcess) -> None:
+    """The gateway measured every depth at batch 1 and 4 at start-up; the cost model has
+    them, so the policy starts from this machine's costs instead of the prior's."""
+    with gateway.http(ADMIN_KEY) as http:
+        report = http.get("/admin/costs").json()
+    points = {(p["batch"], p["k"]): p for p in report["calibration"]}
+    depths = range(len(report["buckets"][0]["relative_cost"]))
+    assert set(points) == {(b, k) for b in (1, 4) for k in depths}
+    assert all(p["samples"] >= 3 and p["step_ms"] > 0 for p in points.values())
+    deepest = max(depths)
+    assert points[(1, deepest)]["step_ms"] > points[(1, 0)]["step_ms"]  # drafts cost time
+    buckets = {b["batch_bucket"]: b for b in report["buckets"]}
+    for bucket in (1, 4):
+        assert buckets[bucket]["relative_cost"][0] == 1.0
+        assert min(buckets[bucket]["samples"]) >= 3  # no depth left for traffic to probe
+    with gateway.http() as http:  # a user key does not reach it
+        assert http.get("/admin/costs").status_code == 403

@@ -127,6 +127,19 @@ CASES: dict[str, tuple[str, dict[str, Any], str | None, str]] = {
         "n",
         "n must be 1",
     ),
+    # vLLM's beam search divided by zero on an extreme length_penalty (a 500): refused.
+    "chat_beam_search": (
+        "/v1/chat/completions",
+        {**CHAT, "use_beam_search": True, "length_penalty": -3.3e16},
+        "use_beam_search",
+        "not supported",
+    ),
+    "completion_beam_search": (
+        "/v1/completions",
+        {"model": "specgw-default", "prompt": "hi", "use_beam_search": True},
+        "use_beam_search",
+        "not supported",
+    ),
     "batched_prompts": (
         "/v1/completions",
         {"model": "specgw-default", "prompt": ["a", "b"]},

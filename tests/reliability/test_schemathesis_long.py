@@ -31,7 +31,7 @@ pytestmark = [
 ]
 
 TOTAL = int(os.environ.get("SPECGW_SCHEMATHESIS_CASES", "5000"))
-OTHER_OPERATIONS = 9  # GET /health /ready /metrics /v1/models /admin/...: see the schema
+OTHER_OPERATIONS = 10  # GET /health /ready /metrics /v1/models /admin/...: see the schema
 _ROUTES = {"POST /v1/chat/completions": TOTAL * 6 // 10, "POST /v1/completions": TOTAL * 3 // 10}
 BUDGET = {
     f"{route} {mode}": share * weight // 10
