@@ -189,26 +189,31 @@ def test_settings_come_from_the_environment_only_when_built(
         ControllerSettings()
 
 
-def test_observe_pre_evaluates_the_next_decision_off_the_request_path() -> None:
-    """After `observe`, a decide at the same load and bounds runs no policy evaluation."""
-    controller = trained((0.8, 0.7, 0.6, 0.5, 0.4, 0.3), n=30)
+def count_policy_runs(controller: Controller) -> list[int]:
+    """Wrap the controller's policy; the returned cell counts its evaluations."""
     policy = controller._policy
-    calls = 0
+    runs = [0]
     choose = policy.choose
 
     def counting(inp: PolicyInput) -> Choice:
-        nonlocal calls
-        calls += 1
+        runs[0] += 1
         return choose(inp)
 
     policy.choose = counting  # type: ignore[method-assign]
+    return runs
+
+
+def test_observe_pre_evaluates_the_next_decision_off_the_request_path() -> None:
+    """After `observe`, a decide at the same load and bounds runs no policy evaluation."""
+    controller = trained((0.8, 0.7, 0.6, 0.5, 0.4, 0.3), n=30)
+    calls = count_policy_runs(controller)
     cls = controller.classify(RequestFeatures("chat"))
     decision = controller.decide(cls, IDLE)
     controller.observe(cls, decision, simulate(random.Random(5), (0.8,) * 6, decision.k), IDLE)
-    calls_after_observe = calls
+    calls_after_observe = calls[0]
     controller.decide(cls, IDLE)
     assert calls_after_observe >= 1
-    assert calls == calls_after_observe
+    assert calls[0] == calls_after_observe
 
 
 def test_a_held_decision_is_the_same_object_until_k_or_reason_changes() -> None:
@@ -231,36 +236,27 @@ def test_the_request_path_runs_the_policy_only_for_a_new_bucket_or_new_bounds() 
     next response; every bucket asked since the last response is refreshed, not only the
     last one."""
     controller = trained(HIGH, n=40, exploration_share=0.0, cost_probe_share=0.0)
-    policy = controller._policy
-    calls = 0
-    choose = policy.choose
-
-    def counting(inp: PolicyInput) -> Choice:
-        nonlocal calls
-        calls += 1
-        return choose(inp)
-
-    policy.choose = counting  # type: ignore[method-assign]
+    runs = count_policy_runs(controller)
     cls = controller.classify(RequestFeatures("chat"))
     busy = LoadSnapshot(running=7)  # batch 8: a bucket the class was never decided at
     quiet = ControlOverrides(exploration_share=0.0)
     controller.decide(cls, busy, quiet)
-    assert calls == 1  # new bucket: evaluated at once
+    assert runs[0] == 1  # new bucket: evaluated at once
     rng = random.Random(7)
     for _ in range(60):  # acceptance collapses; decided and observed at the idle bucket only
         decision = controller.decide(cls, IDLE, quiet)
         controller.observe(cls, decision, simulate(rng, LOW, decision.k), IDLE)
     idle_k = controller.decide(cls, IDLE, quiet).k
-    calls = 0
+    runs[0] = 0
     stale = controller.decide(cls, busy, quiet)
-    assert calls == 0  # known bucket, same bounds: the cached k, however old its evidence
+    assert runs[0] == 0  # known bucket, same bounds: the cached k, however old its evidence
     assert stale.k > idle_k  # the busy bucket still holds what HIGH acceptance chose
     controller.decide(cls, IDLE, quiet)  # a second bucket asked before the next response
     decision = controller.decide(cls, IDLE, quiet)
     controller.observe(cls, decision, simulate(rng, LOW, decision.k), IDLE)
-    assert calls == 2  # both buckets asked since the last response, once each
+    assert runs[0] == 2  # both buckets asked since the last response, once each
     assert controller.decide(cls, busy, quiet).k < stale.k
-    assert calls == 2
+    assert runs[0] == 2
     narrowed = controller.decide(cls, busy, ControlOverrides(exploration_share=0.0, k_max=1))
-    assert calls == 3  # new bounds: evaluated at once, a k outside them must go now
+    assert runs[0] == 3  # new bounds: evaluated at once, a k outside them must go now
     assert narrowed.k <= 1
