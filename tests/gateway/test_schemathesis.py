@@ -16,7 +16,7 @@ a 5xx, an undocumented status or a body off the schema still fails.
 
 The negative-data check is kept, less one thing: vLLM's models validate in
 pydantic's lax mode, as `vllm serve` does, so a body whose only violation is a
-JSON type pydantic coerces (`0` for `false`, `"3"` for `3`) is served, not
+JSON type pydantic coerces (`0` for `false`, `true` for `1.0`) is served, not
 refused. A schema-violating body accepted for any other reason (a bound, an
 enum, a required field, or a type pydantic would not coerce) still fails.
 """
@@ -68,21 +68,28 @@ def load_schema() -> Any:
 
 
 def _coercible(mutation: Any) -> bool:
-    """A `type`-only mutation to a value pydantic's lax mode turns back into the original."""
-    if tuple(mutation.keywords) != ("type",):
+    """A scalar put where the schema wants another scalar type, which the server took.
+
+    Only `type`/`anyOf`/`oneOf` violations by a number, a boolean, or a string that
+    reads as one: pydantic's lax mode turns those into the field's type (`true` ->
+    1.0, `0` -> False, `"3"` -> 3). A string that does not read as a number or a
+    boolean (an enum breach, say), a container, or a bound or a required field
+    broken is not excused.
+    """
+    if not set(mutation.keywords) <= {"type", "anyOf", "oneOf"}:
         return False
-    old, new = mutation.original_value, mutation.new_value
-    if isinstance(new, bool) or new is None:
-        return False
-    if isinstance(old, bool):
-        return new in (0, 1) or (isinstance(new, str) and new.lower() in _BOOL_STRINGS)
+    new = mutation.new_value
+    if isinstance(new, bool | int | float):
+        return True
     if isinstance(new, str):
+        if new.lower() in _BOOL_STRINGS:
+            return True
         try:
             float(new)
         except ValueError:
             return False
         return True
-    return isinstance(new, int | float) and (old is None or isinstance(old, int | float))
+    return False
 
 
 _BOOL_STRINGS = {"0", "1", "true", "false", "yes", "no", "on", "off", "t", "f", "y", "n"}
