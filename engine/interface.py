@@ -64,6 +64,8 @@ class RequestOutcome:
     e2e_s: float = 0.0
     #: Number of engine steps that produced tokens for this request (decode steps).
     decode_steps: int = 0
+    #: Prompt tokens served from the prefix cache (not prefilled again).
+    cached_prompt_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)

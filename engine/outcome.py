@@ -94,4 +94,5 @@ def request_outcome(
         tpot_s=tpot,
         e2e_s=e2e,
         decode_steps=spec.verify_steps + plain_steps,
+        cached_prompt_tokens=int(getattr(output, "num_cached_tokens", None) or 0),
     )

@@ -259,6 +259,11 @@ class VLLMEngine:
         procs = getattr(manager, "processes", []) if manager is not None else []
         return [p.pid for p in procs if p.pid is not None]
 
+    @property
+    def block_size(self) -> int:
+        """Tokens per KV-cache block (the prefix cache's unit; 128 on vLLM's CPU platform)."""
+        return int(self._llm.vllm_config.cache_config.block_size)
+
     async def drafter_skips(self) -> int:
         """Engine steps so far in which the drafter was skipped (all requests k = 0)."""
         counts = await self._llm.collective_rpc("specgw_draft_skips")

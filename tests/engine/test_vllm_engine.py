@@ -184,6 +184,29 @@ async def test_k0_only_steps_skip_the_drafter(engine: VLLMEngine) -> None:
     assert outcome.speculation.verify_steps > 0
 
 
+async def test_depth_zero_requests_keep_their_own_prefix_cache(engine: VLLMEngine) -> None:
+    """Blocks a k = 0 request fills hold no drafter KV (the drafter was skipped), so
+    a k > 0 request never reuses them; a k = 0 hit runs to the last full block, as
+    on an engine without a drafter, while a k > 0 hit keeps vLLM's EAGLE drop of
+    one block (the drafter's KV at a hit's edge depends on the next token)."""
+    block = engine.block_size
+    words = " ".join(f"item{i} costs {i % 7} coins;" for i in range(block // 2))
+    prompt = f"Inventory list: {words} Total:"
+
+    async def cached(k: int, tag: str) -> tuple[int, int]:
+        request = GenerateRequest(request_id=f"salt-{tag}", prompt=prompt, max_tokens=4, k=k)
+        _, outcome = await collect(engine, request)
+        return outcome.cached_prompt_tokens, outcome.prompt_tokens
+
+    first, n = await cached(0, "k0-first")
+    whole_blocks = (n - 1) // block * block
+    assert first == 0
+    assert whole_blocks >= 2 * block, (n, block)
+    assert await cached(0, "k0-again") == (whole_blocks, n)  # no EAGLE drop at k = 0
+    assert await cached(2, "k2-first") == (0, n)  # the k = 0 blocks are not reused
+    assert await cached(2, "k2-again") == (whole_blocks - block, n)  # k > 0: drop kept
+
+
 @pytest.mark.parametrize("check", sorted(CONTRACT))
 async def test_contract(engine: VLLMEngine, check: str) -> None:
     await CONTRACT[check](engine)
