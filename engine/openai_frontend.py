@@ -87,6 +87,8 @@ class OpenAIFrontend:
         from vllm.utils.argparse_utils import FlexibleArgumentParser
 
         argv = ["--model", config.model, "--served-model-name", config.served_model_name]
+        # usage.prompt_tokens_details.cached_tokens, as OpenAI reports it.
+        argv += ["--enable-prompt-tokens-details"]
         if config.tool_call_parser:
             argv += ["--enable-auto-tool-choice", "--tool-call-parser", config.tool_call_parser]
         if config.chat_template:

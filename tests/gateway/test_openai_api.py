@@ -61,6 +61,46 @@ def test_chat_non_streaming_reports_speculation(gateway: GatewayProcess) -> None
     )
 
 
+def test_usage_reports_prompt_tokens_served_from_the_prefix_cache(gateway: GatewayProcess) -> None:
+    """OpenAI's `usage.prompt_tokens_details.cached_tokens`, streamed and not. k = 0 and
+    k > 0 requests keep apart in the prefix cache (`engine.scheduler`), so the repeat
+    that counts is one at the same k as the request before it."""
+    notes = " ".join(f"Rule {i}: answer in {i % 5 + 1} words." for i in range(60))
+    messages = [
+        {"role": "system", "content": f"{time.time_ns()} {notes}"},
+        {"role": "user", "content": "Which rule is first?"},
+    ]
+    client = gateway.client()
+    seen: list[tuple[int, int, int]] = []  # (k, prompt tokens, cached tokens)
+    for _ in range(5):
+        raw = client.chat.completions.with_raw_response.create(
+            model=MODEL, messages=messages, max_tokens=4, temperature=0
+        )
+        usage = raw.parse().usage
+        assert usage is not None
+        assert usage.prompt_tokens_details is not None
+        cached = usage.prompt_tokens_details.cached_tokens or 0
+        seen.append((int(raw.headers["x-specgw-k"]), usage.prompt_tokens, cached))
+        if len(seen) >= 2 and seen[-1][0] == seen[-2][0]:
+            break
+    assert seen[0][2] == 0, seen  # a fresh system prompt
+    k, prompt_tokens, cached = seen[-1]
+    assert seen[-2][0] == k, seen
+    assert 128 <= cached < prompt_tokens, seen  # whole blocks, the last token recomputed
+    stream = client.chat.completions.create(
+        model=MODEL,
+        messages=messages,
+        max_tokens=4,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    usages = [chunk.usage for chunk in stream if chunk.usage is not None]
+    assert usages[-1].prompt_tokens == prompt_tokens
+    assert usages[-1].prompt_tokens_details is not None
+    assert usages[-1].prompt_tokens_details.cached_tokens is not None
+
+
 def test_stream_matches_non_stream_and_ends_with_done(gateway: GatewayProcess) -> None:
     client = gateway.client()
     full = client.chat.completions.create(
