@@ -40,6 +40,15 @@ class EngineSettings(BaseSettings):
         2048, ge=64, le=1_048_576, description="Longest prompt + completion (tokens)."
     )
     max_num_seqs: int = Field(32, ge=1, le=4096, description="Most sequences in one engine step.")
+    block_size: int | None = Field(
+        None,
+        ge=16,
+        le=1024,
+        description="Tokens per KV-cache block, the prefix cache's unit. Unset: vLLM's platform "
+        "default, but 32 on the CPU, where vLLM's 128 makes every prefix-cache hit of a "
+        "speculating request recompute up to 255 tokens (vLLM drops the last matched block "
+        "on an EAGLE engine).",
+    )
     enforce_eager: bool = Field(
         True, description="Skip graph capture and compilation (fast start; CPU default)."
     )

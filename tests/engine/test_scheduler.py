@@ -179,6 +179,15 @@ def test_engine_args_pair_the_scheduler_class_with_its_mode(
     )
 
 
+def test_cpu_blocks_default_to_32_tokens_and_a_setting_wins(tiny: TinyModels) -> None:
+    """vLLM's CPU default (128) makes each EAGLE prefix-cache hit recompute a whole block."""
+    settings = EngineSettings(model=tiny.target, drafter=tiny.drafter)
+    assert engine_args(settings).block_size == 32  # this suite runs on the CPU build
+    assert engine_args(settings.model_copy(update={"block_size": 64})).block_size == 64
+    extra = settings.model_copy(update={"extra_args": {"block_size": 128}})
+    assert engine_args(extra).block_size == 128
+
+
 @pytest.mark.parametrize("async_scheduling", [False, True])
 def test_auto_scheduler_is_the_flavour_vllm_resolved(
     async_scheduling: bool, tiny: TinyModels
