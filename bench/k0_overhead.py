@@ -26,6 +26,10 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from engine.interface import RequestOutcome
 
 PROMPTS = (
     "def fibonacci(n):\n    if n < 2:\n        return n\n    return",
@@ -64,18 +68,23 @@ def models(args: argparse.Namespace) -> tuple[Path, Path, str]:
     return tiny.target, tiny.drafter, f"tiny random-weight model ({args.layers} x {args.hidden})"
 
 
-async def measure(engine: object, k: int, concurrency: int, max_tokens: int, rounds: int) -> Figure:
-    from engine.interface import GenerateRequest, RequestOutcome
+async def outcome_of(engine: Any, prompt: str, k: int, max_tokens: int) -> RequestOutcome:
+    """Run one greedy request on an in-process engine to its end; its outcome."""
+    from engine.interface import GenerateRequest
 
+    request = GenerateRequest(
+        request_id=f"bench-{uuid.uuid4().hex[:12]}", prompt=prompt, max_tokens=max_tokens, k=k
+    )
+    async for chunk in engine.generate(request):
+        if chunk.outcome is not None:
+            outcome: RequestOutcome = chunk.outcome
+            return outcome
+    raise RuntimeError("stream ended without an outcome")
+
+
+async def measure(engine: object, k: int, concurrency: int, max_tokens: int, rounds: int) -> Figure:
     async def one(prompt: str) -> RequestOutcome:
-        request = GenerateRequest(
-            request_id=f"bench-{uuid.uuid4().hex[:12]}", prompt=prompt, max_tokens=max_tokens, k=k
-        )
-        async for chunk in engine.generate(request):  # type: ignore[attr-defined]
-            if chunk.outcome is not None:
-                outcome: RequestOutcome = chunk.outcome
-                return outcome
-        raise RuntimeError("stream ended without an outcome")
+        return await outcome_of(engine, prompt, k, max_tokens)
 
     tpots, rates, als = [], [], []
     for r in range(rounds):

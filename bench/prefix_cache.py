@@ -26,8 +26,12 @@ import argparse
 import asyncio
 import random
 import statistics
-import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from bench.k0_overhead import outcome_of
+
+if TYPE_CHECKING:
+    from engine.interface import RequestOutcome
 
 _TOPICS = ("rivers", "taxes", "graphs", "music", "bread", "trains", "stars", "gardens")
 
@@ -38,16 +42,8 @@ def document(seed: int, notes: int) -> str:
     return f"Document {seed}.\n" + "\n".join(lines) + "\nSummarise the notes."
 
 
-async def one(engine: Any, prompt: str, k: int, max_tokens: int = 32) -> Any:
-    from engine.interface import GenerateRequest
-
-    request = GenerateRequest(
-        request_id=f"pc-{uuid.uuid4().hex[:12]}", prompt=prompt, max_tokens=max_tokens, k=k
-    )
-    async for chunk in engine.generate(request):
-        if chunk.outcome is not None:
-            return chunk.outcome
-    raise RuntimeError("stream ended without an outcome")
+async def one(engine: Any, prompt: str, k: int, max_tokens: int = 32) -> RequestOutcome:
+    return await outcome_of(engine, prompt, k, max_tokens)
 
 
 async def repeated_ttft(engine: Any, prompt: str, k: int, times: int = 5) -> tuple[float, float]:
@@ -57,7 +53,7 @@ async def repeated_ttft(engine: Any, prompt: str, k: int, times: int = 5) -> tup
     return cold.ttft_s * 1e3, statistics.median(o.ttft_s for o in warm) * 1e3
 
 
-def mean_al(outcomes: list[Any]) -> float:
+def mean_al(outcomes: list[RequestOutcome]) -> float:
     return statistics.fmean(o.speculation.acceptance_length for o in outcomes)
 
 
