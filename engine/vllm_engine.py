@@ -50,9 +50,9 @@ OutcomeCallback = Callable[[str, RequestOutcome], None]
 
 #: Default block size where vLLM's is too coarse for EAGLE's prefix-cache rule:
 #: a hit recomputes its last matched block, 128 tokens on vLLM's CPU platform.
-#: Embedded model, a repeated ~460-token prompt at k = 4: 321 ms to the first token
-#: with 128-token blocks, 106 ms with 32; decode time per token showed no
-#: difference within this VM's noise (three alternations, c1 and c4).
+#: Embedded model, a repeated ~920-token prompt at k = 4: 252 ms to the first token
+#: with 128-token blocks, 103 ms with 32 (`python -m bench.prefix_cache`); decode
+#: time per token showed no difference within this VM's noise.
 _CPU_BLOCK_SIZE = {"cpu": 32}
 
 
