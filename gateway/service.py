@@ -19,6 +19,7 @@ from engine.openai_frontend import RESERVED_XARGS, OpenAIFrontend
 from engine.protocol import ChatCompletionRequest, CompletionRequest, ErrorResponse
 from gateway import limits
 from gateway.admission import Admission
+from gateway.control.batch_load import BatchLoad, BatchMeans, Ticket
 from gateway.errors import ErrorKind, GatewayError, invalid
 from gateway.outcomes import OutcomeBoard
 from gateway.planner import Load, Plan, Planner
@@ -138,8 +139,11 @@ class InferenceService:
         board: OutcomeBoard,
         admission: Admission,
         telemetry: Telemetry | None = None,
+        batch: BatchLoad | None = None,
     ) -> None:
         self._settings = settings
+        #: The engine batch each request runs in, for the cost model (`observe`).
+        self._batch = batch or BatchLoad()
         self._frontend = frontend
         self._planner = planner
         self._board = board
@@ -267,7 +271,8 @@ class InferenceService:
         gid = uuid.uuid4().hex
         started = time.monotonic()
         await self._admission.acquire(plan.class_id)
-        handed_over = False
+        ticket = self._batch.enter(plan.k)
+        released = False
         try:
             self._board.expect(gid)
             self._inflight[gid] = id_prefix + gid
@@ -285,18 +290,30 @@ class InferenceService:
                 outcome = await self._board.wait(gid, 1.0)
                 body = result.model_dump(exclude_none=True)
                 body["speculation"] = speculation_object(plan, outcome)
-                self._report(endpoint, plan, "complete", None, outcome, started, None, False)
+                released = True
+                ran_in = self._release(gid, ticket)
+                self._report(
+                    endpoint, plan, "complete", None, outcome, started, None, False, ran_in
+                )
                 return JsonReply(body, headers)
-            handed_over = True
-            return self._stream(endpoint, plan, gid, result, headers, started)
+            released = True  # by the stream's end
+            return self._stream(endpoint, plan, gid, result, headers, started, ticket)
         except GatewayError as exc:
+            if not released:
+                released = True
+                self._release(gid, ticket)
             self._report(endpoint, plan, "error", exc, None, started, None, stream)
             raise
         finally:
-            if not handed_over:
-                self._admission.release()
-                self._board.discard(gid)
-                self._inflight.pop(gid, None)
+            if not released:
+                self._release(gid, ticket)
+
+    def _release(self, gid: str, ticket: Ticket) -> BatchMeans:
+        """The request has left the engine: its admission slot, board entry and batch."""
+        self._admission.release()
+        self._board.discard(gid)
+        self._inflight.pop(gid, None)
+        return self._batch.leave(ticket)
 
     def _stream(
         self,
@@ -306,6 +323,7 @@ class InferenceService:
         source: AsyncIterator[str],
         headers: dict[str, str],
         started: float,
+        ticket: Ticket,
     ) -> StreamReply:
         done = False
 
@@ -314,13 +332,19 @@ class InferenceService:
             if done:
                 return
             done = True
-            self._inflight.pop(gid, None)
-            self._admission.release()
             outcome = self._board.peek(gid)
-            self._board.discard(gid)
+            ran_in = self._release(gid, ticket)
             end = end or StreamEnd()
             self._report(
-                endpoint, plan, end.status, end.error, outcome, started, end.first_chunk_s, True
+                endpoint,
+                plan,
+                end.status,
+                end.error,
+                outcome,
+                started,
+                end.first_chunk_s,
+                True,
+                ran_in,
             )
 
         async def speculation() -> dict[str, Any]:
@@ -344,9 +368,14 @@ class InferenceService:
         started: float,
         ttft_s: float | None,
         stream: bool,
+        ran_in: BatchMeans | None = None,
     ) -> None:
         if outcome is not None and status == "complete":
-            self._planner.observe(plan, outcome, self.load())
+            load = self.load()
+            if ran_in is not None:
+                # The batch it ran in (means over its life), not the one at its end.
+                load = Load(round(ran_in.size) - 1, load.queued, ran_in.depth)
+            self._planner.observe(plan, outcome, load)
         if self._telemetry is not None:
             self._telemetry.request_finished(
                 Finished(

@@ -117,6 +117,9 @@ class Controller:
         share = self._s.exploration_share if o.exploration_share is None else o.exploration_share
         if k == 0 and share > 0:
             share = max(share, self._s.zero_probe_share)
+        # A probe deeper than its batch makes the drafter draft for every request in
+        # it, so the shares are per batch, not per request: at batch b, share / b.
+        share /= bucket
         # Depths with no step-cost evidence at this load are measured first (k = 0
         # included), at a higher share while they last, then k +- 1.
         thin = self._cost.thin_depths_in(bucket, self._s.cost_min_samples) if share > 0 else []
@@ -140,11 +143,12 @@ class Controller:
     ) -> None:
         """Fold a finished request in: cost model, estimate, drift check.
 
-        `load` is the load the request ran under (at its end, or a mean over its
-        life where the gateway tracks one); the cost model files its step time there.
+        `load` is the load the request ran under (means over its life where the
+        gateway tracks them, `gateway.control.batch_load`, else at its end); the
+        cost model files its step time at that batch size and depth.
         """
         self._outcomes += 1
-        self._cost.observe_outcome(outcome, load.batch)
+        self._cost.observe_outcome(outcome, load.batch, load.depth)
         state = self._states.get(cls.class_id)
         if state is None:
             return  # evicted while the request ran

@@ -6,8 +6,11 @@ measured steps of finished requests with exponential forgetting:
 
     step_s(k, b) = a_b + s_b * k.
 
-One request contributes (k, (e2e - ttft) / (decode_steps - 1)) once it has two
-or more decode steps. The line's prior fixes only its *shape*, never the scale:
+One request contributes (d, (e2e - ttft) / (decode_steps - 1)) once it has two
+or more decode steps, d being the largest k of the batch it ran in, averaged over
+its life (its own k where the gateway does not track its batch; see
+`gateway.control.batch_load`).
+The line's prior fixes only its *shape*, never the scale:
 two pseudo-points of weight `prior_weight / 2` each at k = kbar -+ K/2 on the
 line through the bucket's observed mean (kbar, level) with relative slope
 rel(b) = prior_k_cost * (1 + b / prior_batch_saturation), since verification of
@@ -102,6 +105,8 @@ class CostModel:
     #: Per bucket, per depth k: [forgetting count, forgetting sum of step seconds].
     _per_k: dict[int, list[list[float]]] = field(default_factory=dict)
     _pending_k: dict[int, list[list[float]]] = field(default_factory=dict)
+    #: Per bucket, per depth: requests run at that own k since the last export.
+    _pending_seen: dict[int, list[float]] = field(default_factory=dict)
     #: Per bucket, per depth: samples ever seen (never forgotten), for `thin_depths`.
     _seen: dict[int, list[float]] = field(default_factory=dict)
     #: Per bucket: the largest `min_samples` every depth is known to meet. Lifetime
@@ -112,23 +117,38 @@ class CostModel:
     #: Per bucket: the relative costs as of the last version bump.
     _versioned: dict[int, tuple[float, ...]] = field(default_factory=dict)
 
-    def observe(self, k: int, batch: int, seconds: float) -> None:
+    def observe(self, k: int, batch: int, seconds: float, depth: float | None = None) -> None:
+        """File one request's seconds per step at its batch's depth (`depth`, else k).
+
+        A step's cost is set by the deepest request in its batch
+        (`gateway.control.batch_load`), so the cost of depth d is learnt from
+        requests whose batch ran at depth d, split between the two nearest depths
+        when d is a fractional mean over the request's life. `thin_depths` still
+        counts the request under its own k: a probe of k has been made whatever
+        its batch ran at, and counting it there ends the probing.
+        """
         bucket = batch_bucket(batch)
+        at = float(k) if depth is None else min(max(depth, 0.0), float(self.max_k))
         sums = self._sums.setdefault(bucket, _Sums())
         sums.scale(1.0 - self.forgetting)
-        sums.add(k, seconds)
-        self._pending.setdefault(bucket, _Sums()).add(k, seconds)
+        sums.add(at, seconds)
+        self._pending.setdefault(bucket, _Sums()).add(at, seconds)
         if 0 <= k <= self.max_k:
+            low = int(at)
+            share = at - low
             table = self._depth_table(self._per_k, bucket)
             for row in table:
                 row[0] *= 1.0 - self.forgetting
                 row[1] *= 1.0 - self.forgetting
-            table[k][0] += 1.0
-            table[k][1] += seconds
             pending = self._depth_table(self._pending_k, bucket)
-            pending[k][0] += 1.0
-            pending[k][1] += seconds
+            for d, w in ((low, 1.0 - share), (low + 1, share)):
+                if w > 0.0 and d <= self.max_k:
+                    table[d][0] += w
+                    table[d][1] += w * seconds
+                    pending[d][0] += w
+                    pending[d][1] += w * seconds
             self._seen_row(bucket)[k] += 1.0
+            self._seen_row(bucket, self._pending_seen)[k] += 1.0
         # Refit after every sample while a bucket is young, then every REFIT_EVERY:
         # the line moves slowly (the per-depth means, recomputed every sample, carry news).
         since = self._since_fit.get(bucket, 0) + 1
@@ -144,10 +164,11 @@ class CostModel:
             table = tables[bucket] = [[0.0, 0.0] for _ in range(self.max_k + 1)]
         return table
 
-    def _seen_row(self, bucket: int) -> list[float]:
-        row = self._seen.get(bucket)
+    def _seen_row(self, bucket: int, rows: dict[int, list[float]] | None = None) -> list[float]:
+        rows = self._seen if rows is None else rows
+        row = rows.get(bucket)
         if row is None:
-            row = self._seen[bucket] = [0.0] * (self.max_k + 1)
+            row = rows[bucket] = [0.0] * (self.max_k + 1)
         return row
 
     def _refresh(self, bucket: int) -> None:
@@ -173,10 +194,12 @@ class CostModel:
         """
         return self._bucket_versions.get(bucket, 0)
 
-    def observe_outcome(self, outcome: RequestOutcome, batch: int) -> None:
+    def observe_outcome(
+        self, outcome: RequestOutcome, batch: int, depth: float | None = None
+    ) -> None:
         seconds = step_seconds(outcome)
         if seconds is not None:
-            self.observe(outcome.speculation.k, batch, seconds)
+            self.observe(outcome.speculation.k, batch, seconds, depth)
 
     def line(self, bucket: int) -> tuple[float, float]:
         """(a_b, s_b) of a bucket: intercept and slope, prior-regularised."""
@@ -223,18 +246,20 @@ class CostModel:
         return cached
 
     def report(self) -> list[dict[str, object]]:
-        """Each bucket with evidence: relative cost per k and samples ever seen per k."""
+        """Each bucket with evidence: relative cost per k, requests ever run at each own k
+        (`samples`), and the forgetting weight of step times filed at each depth (`filed`)."""
         return [
             {
                 "batch_bucket": bucket,
                 "relative_cost": [round(c, 4) for c in self.relative_costs(bucket)],
                 "samples": [int(n) for n in self._seen.get(bucket, [])],
+                "filed": [round(n, 3) for n, _ in self._per_k.get(bucket, [])],
             }
             for bucket in sorted(self._sums)
         ]
 
     def thin_depths(self, batch: int, min_samples: float) -> list[int]:
-        """Depths k measured fewer than `min_samples` times ever at this load.
+        """Depths k run (as requests' own k) fewer than `min_samples` times ever at this load.
 
         Lifetime counts, not the forgetting ones: a depth is calibrated once per
         bucket; afterwards k +- 1 exploration keeps the neighbourhood fresh, and a
@@ -265,8 +290,13 @@ class CostModel:
                 if n:
                     out[f"kn{k}:b{bucket}"] = n
                     out[f"kt{k}:b{bucket}"] = t
+        for bucket, row in self._pending_seen.items():
+            for k, n in enumerate(row):
+                if n:
+                    out[f"ks{k}:b{bucket}"] = n
         self._pending.clear()
         self._pending_k.clear()
+        self._pending_seen.clear()
         return out
 
     def merge_counters(self, increments: Mapping[str, float]) -> None:
@@ -280,14 +310,15 @@ class CostModel:
             if field_name in _FIELDS:
                 sums = self._sums.setdefault(bucket, _Sums())
                 setattr(sums, field_name, getattr(sums, field_name) + float(value))
-            elif field_name[:2] in ("kn", "kt") and field_name[2:].isdigit():
+            elif field_name[:2] in ("kn", "kt", "ks") and field_name[2:].isdigit():
                 k = int(field_name[2:])
                 if k > self.max_k:
                     continue
+                if field_name[:2] == "ks":
+                    self._seen_row(bucket)[k] += float(value)
+                    continue  # probe counts: no cost to refresh
                 column = 0 if field_name[:2] == "kn" else 1
                 self._depth_table(self._per_k, bucket)[k][column] += float(value)
-                if column == 0:
-                    self._seen_row(bucket)[k] += float(value)
             else:
                 continue
             touched.add(bucket)

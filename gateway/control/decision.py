@@ -22,6 +22,10 @@ class LoadSnapshot(NamedTuple):
 
     running: int = 0
     queued: int = 0
+    #: The largest k in a finished request's batch, averaged over its life
+    #: (`BatchLoad`); None at decision time, and where no one tracks it (the cost
+    #: model then uses the request's own k).
+    depth: float | None = None
 
     @property
     def batch(self) -> int:

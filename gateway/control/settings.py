@@ -53,13 +53,18 @@ class ControllerSettings(BaseSettings):
         4, ge=0, le=10_000, description="Requests of a class between two changes of its k."
     )
     exploration_share: float = Field(
-        0.05, ge=0, le=1, description="Share of requests that probe k-1 or k+1."
+        0.05,
+        ge=0,
+        le=1,
+        description="Share of requests that probe k-1 or k+1 at batch 1; divided by the "
+        "batch size above it (a probe deeper than its batch makes the whole batch draft).",
     )
     zero_probe_share: float = Field(
         0.2,
         ge=0,
         le=1,
-        description="Share of requests of a class at k=0 that probe k=1, so it can recover.",
+        description="Share of requests of a class at k=0 that probe k=1, so it can recover "
+        "(at batch 1; divided by the batch size above it, as `exploration_share`).",
     )
     similar_min_score: int = Field(
         3, ge=1, le=6, description="Matching features a known class needs to seed a new one."
@@ -123,7 +128,7 @@ class ControllerSettings(BaseSettings):
         "current load (a short calibration per load bucket; 0 exploration turns it off).",
     )
     calibrate_batches: list[int] = Field(
-        default_factory=lambda: [1, 4],
+        default_factory=lambda: [1, 2, 4, 8, 16],
         description="Batch sizes at which the gateway measures the step time of every depth "
         "at start-up, before it is ready (a few seconds; `[]` = off: the cost model starts "
         "from its prior).",

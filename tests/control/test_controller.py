@@ -83,6 +83,24 @@ def test_exploration_share_is_bounded_and_can_be_switched_off() -> None:
     assert not any(controller.decide(cls, busy, off).explored for _ in range(200))
 
 
+def test_probe_shares_are_per_batch_once_a_load_is_calibrated() -> None:
+    """A probe deeper than its batch makes every request in it draft: at batch 16 the
+    k +- 1 share and the k = 0 class's probe share are a 16th of their batch-1 values."""
+    for p, share, k_then in ((HIGH, 0.05, 5), (LOW, 0.2, 0)):
+        controller = trained(p)
+        cls = controller.classify(RequestFeatures("chat"))
+        busy = LoadSnapshot(running=15)
+        for k in range(6):
+            for _ in range(3):
+                controller.cost_model.observe(k, busy.batch, 0.02 * (1 + 0.1 * k), depth=k)
+        assert controller.cost_model.thin_depths(busy.batch, 3) == []
+        off = ControlOverrides(exploration_share=0.0)
+        assert controller.decide(cls, busy, off).k == k_then
+        n = 16_000
+        probes = sum(controller.decide(cls, busy).explored for _ in range(n))
+        assert 0.6 * n * share / 16 < probes < 1.4 * n * share / 16
+
+
 def test_snapshot_explains_each_class() -> None:
     controller = trained(HIGH, n=100)
     (report,) = controller.snapshot()

@@ -95,3 +95,54 @@ def test_small_cost_moves_keep_decisions_cached_but_cannot_add_up_unseen() -> No
         seconds *= 1.002
         model.observe(4, 1, seconds)
     assert model.bucket_version(1) > settled
+
+
+def test_a_probe_in_a_deep_batch_is_filed_at_the_batch_depth() -> None:
+    """A k = 0 request in a batch of k = 4 requests paid k = 4 steps: cost(0) must not learn it.
+
+    Filed under its own k (the old behaviour) the dear step made k = 0 look as
+    costly as k = 4 and speculation look free; the probe still counts as made.
+    """
+    model = _model()
+    for _ in range(30):
+        for k, seconds in enumerate(MEASURED):
+            model.observe(k, 4, seconds)
+    before = model.relative_costs(4)
+    for _ in range(30):
+        model.observe(0, 4, MEASURED[4], depth=4.0)
+    after = model.relative_costs(4)
+    assert after[4] == pytest.approx(before[4], rel=0.1)
+    assert model.thin_depths(4, 3) == []
+    # The same steps filed under the probe's own k would have made k = 4 look cheap.
+    naive = _model()
+    for _ in range(30):
+        for k, seconds in enumerate(MEASURED):
+            naive.observe(k, 4, seconds)
+    for _ in range(30):
+        naive.observe(0, 4, MEASURED[4])
+    assert naive.relative_costs(4)[4] < 0.6 * after[4]
+
+
+def test_a_fractional_depth_splits_between_its_neighbours() -> None:
+    model = _model()
+    for _ in range(40):
+        model.observe(1, 1, 0.010, depth=0.0)
+        model.observe(1, 1, 0.030, depth=2.0)
+        model.observe(1, 1, 0.020, depth=1.0)
+    # Depth 1.5 feeds depths 1 and 2 half each: cost(1) and cost(2) both move towards it.
+    c1, c2 = model.relative_costs(1)[1:3]
+    for _ in range(40):
+        model.observe(1, 1, 0.040, depth=1.5)
+    d1, d2 = model.relative_costs(1)[1:3]
+    assert d1 > c1
+    assert d2 > c2
+    assert model.thin_depths(1, 3) == [0, 2, 3, 4]  # probes counted at their own k only
+
+
+def test_probe_counts_travel_between_replicas_at_the_own_k() -> None:
+    a, b = _model(), _model()
+    for _ in range(5):
+        a.observe(0, 4, MEASURED[4], depth=4.0)
+    b.merge_counters(a.export_counters())
+    assert 0 not in b.thin_depths(4, 3)
+    assert 4 in b.thin_depths(4, 3)

@@ -15,6 +15,7 @@ def profile(*p: float) -> DepthProfile:
 
 FLAT_COST = tuple(1.0 + 0.05 * k for k in range(6))
 STEEP_COST = tuple(1.0 + 1.0 * k for k in range(6))
+PRIOR_LIKE = profile(0.7, 0.665, 0.632, 0.6, 0.57)
 
 CASES = [
     # name, profile, cost, current k, samples, since_change, bounds, expected k
@@ -31,7 +32,10 @@ CASES = [
     ("low acceptance", profile(0.03, 0.1, 0.1, 0.1, 0.1), FLAT_COST, 3, 50, 50, (0, 5), 0),
     ("no longer pays", profile(0.9, 0.9, 0.9, 0.9, 0.9), STEEP_COST, 3, 50, 50, (0, 5), 0),
     ("collapsing depth", profile(0.9, 0.05, 0.2, 0.2, 0.2), FLAT_COST, 3, 50, 50, (0, 5), 1),
-    ("cold start keeps k", profile(0.1, 0.1, 0.1, 0.1, 0.1), FLAT_COST, 3, 2, 50, (0, 5), 3),
+    # Cold start: the estimate is mostly its prior (0.7, decaying 5 % per position).
+    ("cold start never steps up", PRIOR_LIKE, FLAT_COST, 3, 2, 50, (0, 5), 3),
+    ("cold start steps down where k cannot pay", PRIOR_LIKE, STEEP_COST, 3, 2, 50, (0, 5), 0),
+    ("cold start step down waits the dwell", PRIOR_LIKE, STEEP_COST, 3, 2, 1, (0, 5), 3),
     ("dwell keeps k", profile(0.9, 0.9, 0.9, 0.9, 0.9), FLAT_COST, 3, 50, 1, (0, 5), 3),
     ("k_max flag bound", profile(0.9, 0.9, 0.9, 0.9, 0.9), FLAT_COST, 3, 50, 50, (0, 2), 2),
     ("k_min flag bound", profile(0.1, 0.1, 0.1, 0.1, 0.1), FLAT_COST, 3, 50, 50, (2, 5), 2),

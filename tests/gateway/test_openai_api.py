@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import openai
 import pytest
 
+from gateway.control.settings import ControllerSettings
 from tests.gateway.conftest import ADMIN_KEY, GatewayProcess, trained_model
 
 pytestmark = pytest.mark.engine
@@ -351,19 +353,71 @@ def test_sampled_requests_run_without_speculation_on_a_lossy_build(
 
 
 def test_step_costs_are_calibrated_before_ready(gateway: GatewayProcess) -> None:
-    """The gateway measured every depth at batch 1 and 4 at start-up; the cost model has
-    them, so the policy starts from this machine's costs instead of the prior's."""
+    """The gateway measured every depth at the calibration batch sizes at start-up; the
+    cost model has them, so the policy starts from this machine's costs, not the prior's."""
+    batches = ControllerSettings().calibrate_batches
     with gateway.http(ADMIN_KEY) as http:
         report = http.get("/admin/costs").json()
     points = {(p["batch"], p["k"]): p for p in report["calibration"]}
     depths = range(len(report["buckets"][0]["relative_cost"]))
-    assert set(points) == {(b, k) for b in (1, 4) for k in depths}
+    assert set(points) == {(b, k) for b in batches for k in depths}
     assert all(p["samples"] >= 3 and p["step_ms"] > 0 for p in points.values())
     deepest = max(depths)
     assert points[(1, deepest)]["step_ms"] > points[(1, 0)]["step_ms"]  # drafts cost time
     buckets = {b["batch_bucket"]: b for b in report["buckets"]}
-    for bucket in (1, 4):
+    for bucket in batches:
         assert buckets[bucket]["relative_cost"][0] == 1.0
         assert min(buckets[bucket]["samples"]) >= 3  # no depth left for traffic to probe
     with gateway.http() as http:  # a user key does not reach it
         assert http.get("/admin/costs").status_code == 403
+
+
+def _bucket(gateway: GatewayProcess, batch: int) -> dict[str, list[float]]:
+    with gateway.http(ADMIN_KEY) as http:
+        buckets = http.get("/admin/costs").json()["buckets"]
+    return next(b for b in buckets if b["batch_bucket"] == batch)
+
+
+def test_a_request_is_costed_at_the_depth_of_the_batch_it_ran_in(
+    gateway: GatewayProcess,
+) -> None:
+    """A k = 0 request (sampled: k = 0 on this build) running beside three speculating
+    ones paid steps at their depth: the cost model files its step time at the largest k
+    in its batch, not at k = 0, so k = 0 does not look dear and speculation cheap
+    (`gateway.control.batch_load`). It still counts as a run at k = 0 (`samples`)."""
+    messages = [
+        {"role": "system", "content": "You write long lists about rivers for the batch test."},
+        {"role": "user", "content": "List rivers of Europe, one per line."},
+    ]
+    client = gateway.client()
+
+    def deep() -> int:
+        reply = client.chat.completions.with_raw_response.create(
+            model=MODEL,
+            messages=messages,
+            max_tokens=400,
+            temperature=0,
+            extra_body={"ignore_eos": True},
+        )
+        return int(reply.headers["x-specgw-k"])
+
+    with ThreadPoolExecutor(3) as pool:
+        futures = [pool.submit(deep) for _ in range(3)]
+        deadline = time.monotonic() + 30
+        while _running(gateway) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        before = _bucket(gateway, 4)
+        sampled = client.chat.completions.with_raw_response.create(
+            model=MODEL, messages=messages, max_tokens=24, temperature=0.8
+        )
+        after = _bucket(gateway, 4)
+        # Only the sampled request finished in between, in a batch of four throughout.
+        assert _running(gateway) >= 3
+        ks = [f.result() for f in futures]
+    assert sampled.headers["x-specgw-k"] == "0"
+    depth = max(ks)
+    assert depth > 0
+    kept = 1 - ControllerSettings().cost_forgetting
+    assert after["samples"][0] == before["samples"][0] + 1  # a run at k = 0 ...
+    assert after["filed"][0] <= before["filed"][0]  # ... not costed as a k = 0 step
+    assert after["filed"][depth] == pytest.approx(kept * before["filed"][depth] + 1, abs=0.01)

@@ -6,7 +6,8 @@
 with p from the class's depth profile and the cost ratio from the online cost
 model at batch bucket b. Parameters:
 
-- `min_samples`: below it the class keeps its current (cold-start) k;
+- `min_samples`: below it the class keeps its current (cold-start) k, or steps
+  down where its estimate so far pays more at a smaller k (never up);
 - `hysteresis` h: a new k must beat the current one by a factor (1 + h);
 - `min_dwell`: requests of the class between two changes at a bucket.
 
@@ -30,12 +31,11 @@ class GoodputPolicy:
         k_max = min(inp.k_max, inp.profile.depth, len(inp.relative_cost) - 1)
         k_min = min(inp.k_min, k_max)
         current = inp.current_k
-        if inp.samples < self.min_samples:
-            clamped = min(max(current, k_min), k_max)
-            return Choice(clamped, f"cold start ({inp.samples:.0f}/{self.min_samples} samples)")
         expected = inp.profile.expected_tokens()
         cost = inp.relative_cost
         goodput = tuple([expected[k] / cost[k] for k in range(k_max + 1)])
+        if inp.samples < self.min_samples:
+            return self._cold(inp, min(max(current, k_min), k_max), k_min, goodput)
         best = k_min
         for k in range(k_min + 1, k_max + 1):
             if goodput[k] > goodput[best]:
@@ -48,3 +48,20 @@ class GoodputPolicy:
         if gain <= self.hysteresis or inp.since_change < self.min_dwell:
             return Choice(current, "hold", goodput)
         return Choice(best, f"goodput +{gain:.0%} at k={best} over k={current}", goodput)
+
+    def _cold(self, inp: PolicyInput, k: int, k_min: int, goodput: tuple[float, ...]) -> Choice:
+        """Too few samples to trust the estimate's deep positions: hold k, or step down.
+
+        A step down needs only that the current estimate (mostly its prior) pays
+        less at k than at a smaller depth by more than the hysteresis, at this
+        load's measured costs: where a drafted token costs most of a step (a busy
+        CPU engine), even a good class's prior cannot pay for k = 3, and holding it
+        until `min_samples` requests have run made every request of a rare class,
+        and its batch-mates, pay for it. Never up: that waits for evidence.
+        """
+        reason = f"cold start ({inp.samples:.0f}/{self.min_samples} samples)"
+        best = max(range(k_min, k + 1), key=lambda d: (goodput[d], -d))
+        gain = goodput[best] / goodput[k] - 1.0
+        if best < k and gain > self.hysteresis and inp.since_change >= self.min_dwell:
+            return Choice(best, f"{reason}: goodput +{gain:.0%} at k={best}", goodput)
+        return Choice(k, reason, goodput)

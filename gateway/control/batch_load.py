@@ -1,0 +1,96 @@
+"""The batch a request ran in: time-weighted means of its size and its depth.
+
+The engine verifies one batch per step, and a step's cost is the batch's. With a
+drafter, the batch's *deepest* request sets it: the drafter drafts that deep for
+every request in the step, and on the 2-core CPU at concurrency 16 a k = 0
+request among requests at k = 2 took 92 ms per step, the k = 2 requests 98 ms,
+against 32 ms with every request at k = 0 and 104 ms with every request at
+k = 2 (start-up calibration; `python -m bench run --mode adaptive`, 2026-11-24).
+A request's measured seconds per step therefore say what a step at its batch's
+largest k cost, not what its own k costs. Filed under its own k, such a k = 0
+request made k = 0 look dear, speculation cheap, and a busy engine stayed at
+deep k where no speculation moved about twice the tokens/s.
+
+So the gateway keeps, for the requests it has in the engine, their count and
+the largest k among them, integrated over time; each request leaves with the
+means over its own life, and the cost model files its step time at that depth
+and batch size (`CostModel.observe`). O(1) per request (the largest k is over
+the distinct depths in flight, at most K + 1), no per-step work.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import NamedTuple
+
+
+class Ticket(NamedTuple):
+    k: int
+    started: float
+    #: The integrals of batch size and of the batch's largest k at `started`.
+    size_area: float
+    depth_area: float
+
+
+class BatchMeans(NamedTuple):
+    """Means over one request's life (the request itself included)."""
+
+    size: float
+    #: The batch's largest k.
+    depth: float
+
+
+class BatchLoad:
+    """In-flight requests' count and largest k, integrated over time."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._n = 0
+        #: k -> requests in flight at that k.
+        self._at: dict[int, int] = {}
+        self._deepest = 0
+        self._t = clock()
+        self._size_area = 0.0
+        self._depth_area = 0.0
+
+    def _advance(self) -> float:
+        now = self._clock()
+        if self._n > 0 and now > self._t:
+            dt = now - self._t
+            self._size_area += self._n * dt
+            self._depth_area += self._deepest * dt
+        self._t = now
+        return now
+
+    def _move(self, k: int, step: int) -> None:
+        count = self._at.get(k, 0) + step
+        if count > 0:
+            self._at[k] = count
+        else:
+            self._at.pop(k, None)
+        self._deepest = max(self._at) if self._at else 0
+
+    def enter(self, k: int) -> Ticket:
+        now = self._advance()
+        self._n += 1
+        self._move(k, 1)
+        return Ticket(k, now, self._size_area, self._depth_area)
+
+    def leave(self, ticket: Ticket) -> BatchMeans:
+        now = self._advance()
+        span = now - ticket.started
+        if span <= 0:  # no time in flight: the batch as it stands
+            means = BatchMeans(float(self._n), float(self._deepest))
+        else:
+            means = BatchMeans(
+                (self._size_area - ticket.size_area) / span,
+                (self._depth_area - ticket.depth_area) / span,
+            )
+        self._n = max(0, self._n - 1)
+        self._move(ticket.k, -1)
+        return means
+
+    @property
+    def in_flight(self) -> int:
+        return self._n

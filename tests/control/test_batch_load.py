@@ -1,0 +1,78 @@
+"""Means of the batch over a request's life: what the cost model files a step under."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.control.batch_load import BatchLoad
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_request_alone_reports_its_own_k_and_size_one() -> None:
+    clock = Clock()
+    load = BatchLoad(clock)
+    ticket = load.enter(3)
+    clock.now += 2.0
+    means = load.leave(ticket)
+    assert means.size == pytest.approx(1.0)
+    assert means.depth == pytest.approx(3.0)
+    assert load.in_flight == 0
+
+
+def test_a_probe_among_deep_requests_reports_their_depth() -> None:
+    """One k = 0 request in a batch of three k = 4 ones, for its whole life."""
+    clock = Clock()
+    load = BatchLoad(clock)
+    deep = [load.enter(4) for _ in range(3)]
+    clock.now += 1.0
+    probe = load.enter(0)
+    clock.now += 4.0
+    means = load.leave(probe)
+    assert means.size == pytest.approx(4.0)
+    assert means.depth == pytest.approx(4.0)  # the drafter drafted 4 deep for it too
+    for t in deep:
+        load.leave(t)
+    assert load.in_flight == 0
+
+
+def test_means_weight_time_not_events() -> None:
+    """A batch that was 4 deep for 1 s and 0 deep for 3 s averages to the shallow side."""
+    clock = Clock()
+    load = BatchLoad(clock)
+    mine = load.enter(0)
+    other = load.enter(4)
+    clock.now += 1.0
+    load.leave(other)
+    clock.now += 3.0
+    means = load.leave(mine)
+    assert means.depth == pytest.approx((4.0 * 1.0 + 0.0 * 3.0) / 4.0)
+    assert means.size == pytest.approx((2.0 * 1.0 + 1.0 * 3.0) / 4.0)
+
+
+def test_the_depth_follows_the_requests_still_in_flight() -> None:
+    clock = Clock()
+    load = BatchLoad(clock)
+    low, high = load.enter(1), load.enter(4)
+    load.leave(high)
+    clock.now += 1.0
+    mid = load.enter(2)
+    clock.now += 1.0
+    assert load.leave(mid).depth == pytest.approx(2.0)  # 1 and 2 in flight
+    assert load.leave(low).depth == pytest.approx(1.5)  # 1 alone for 1 s, beside 2 for 1 s
+
+
+def test_a_request_that_took_no_time_reports_the_batch_as_it_stands() -> None:
+    clock = Clock()
+    load = BatchLoad(clock)
+    load.enter(2)
+    ticket = load.enter(1)
+    means = load.leave(ticket)
+    assert means.size == pytest.approx(2.0)
+    assert means.depth == pytest.approx(2.0)
