@@ -2,7 +2,7 @@
 
 Per batch-size bucket b (powers of two of the running batch) the seconds of one
 decode step at depth k are fitted as a line, by weighted least squares over the
-measured steps of finished requests with exponential forgetting:
+per-depth forgetting means of measured steps of finished requests (below):
 
     step_s(k, b) = a_b + s_b * k.
 
@@ -21,8 +21,10 @@ are not linear in k: on CPU the first draft adds the drafter's fixed cost (its
 KV-sync pass, a larger verify batch), later drafts much less, and some k cross
 a kernel or cache threshold. A line fitted where a class runs (k = 3..4, say)
 and extrapolated to k = 0 makes speculation look cheap. So each depth also keeps
-its own forgetting mean, and the cost used is that mean shrunk towards the line
-by `prior_weight` pseudo-observations:
+its own forgetting mean (forgetting per sample *of that depth*, so a depth the
+traffic stops visiting keeps what was measured there, start-up calibration
+included), and the cost used is that mean shrunk towards the line by
+`prior_weight` pseudo-observations:
 
     cost(k, b) = (sum_t(k, b) + w * line(k, b)) / (n(k, b) + w).
 
@@ -137,14 +139,16 @@ class CostModel:
             low = int(at)
             share = at - low
             table = self._depth_table(self._per_k, bucket)
-            for row in table:
-                row[0] *= 1.0 - self.forgetting
-                row[1] *= 1.0 - self.forgetting
             pending = self._depth_table(self._pending_k, bucket)
             for d, w in ((low, 1.0 - share), (low + 1, share)):
                 if w > 0.0 and d <= self.max_k:
-                    table[d][0] += w
-                    table[d][1] += w * seconds
+                    # Each depth forgets only as it gets news of its own: decayed by
+                    # other depths' samples, a depth the traffic no longer visits lost
+                    # its calibration and fell back to the line, whose prior slope is
+                    # a GPU's (2026-11-24, concurrency 4: classes crept from k = 2 to 4).
+                    keep = 1.0 - self.forgetting * w
+                    table[d][0] = table[d][0] * keep + w
+                    table[d][1] = table[d][1] * keep + w * seconds
                     pending[d][0] += w
                     pending[d][1] += w * seconds
             self._seen_row(bucket)[k] += 1.0
@@ -207,6 +211,17 @@ class CostModel:
         if cached is not None:
             return cached
         data = self._sums.get(bucket, _Sums())
+        table = self._per_k.get(bucket)
+        if table is not None and any(n > 0 for n, _ in table):
+            # Fitted to the per-depth means, which forget per own sample: the line
+            # keeps the calibrated shape while traffic sits at one depth.
+            data = _Sums()
+            for d, (n, t) in enumerate(table):
+                data.n += n
+                data.sk += n * d
+                data.skk += n * d * d
+                data.st += t
+                data.skt += d * t
         level = data.st / data.n if data.n > 0 else self._level_elsewhere()
         kbar = data.sk / data.n if data.n > 0 else 0.0
         rel = self.prior_k_cost * (1.0 + bucket / self.prior_batch_saturation)

@@ -146,3 +146,21 @@ def test_probe_counts_travel_between_replicas_at_the_own_k() -> None:
     b.merge_counters(a.export_counters())
     assert 0 not in b.thin_depths(4, 3)
     assert 4 in b.thin_depths(4, 3)
+
+
+def test_a_depth_the_traffic_leaves_keeps_its_measured_cost() -> None:
+    """Calibrated depths stay calibrated while traffic runs at one depth only.
+
+    With every depth's mean decayed by every sample, 300 requests at k = 2 left
+    k = 0 and k = 4 to the line, whose prior slope is a GPU's: k = 4 looked cheap
+    and classes crept deeper (2026-11-24 benchmark, concurrency 4).
+    """
+    steep = (0.015, 0.025, 0.039, 0.048, 0.059)  # start-up calibration, batch 4, this CPU
+    model = _model()
+    for _ in range(4):
+        for k, seconds in enumerate(steep):
+            model.observe(k, 4, seconds)
+    calibrated = model.relative_costs(4)
+    for _ in range(300):
+        model.observe(2, 4, steep[2], depth=2.0)
+    assert model.relative_costs(4) == pytest.approx(calibrated, rel=0.1)
