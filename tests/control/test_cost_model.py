@@ -23,6 +23,15 @@ def _model() -> CostModel:
     )
 
 
+def _calibrated(costs: tuple[float, ...], batch: int, rounds: int) -> CostModel:
+    """A model that has seen `rounds` uniform batches at every depth (start-up calibration)."""
+    model = _model()
+    for _ in range(rounds):
+        for k, seconds in enumerate(costs):
+            model.observe(k, batch, seconds)
+    return model
+
+
 def test_each_depth_converges_to_its_own_measured_cost() -> None:
     model = _model()
     for _ in range(30):
@@ -103,10 +112,7 @@ def test_a_probe_in_a_deep_batch_is_filed_at_the_batch_depth() -> None:
     Filed under its own k (the old behaviour) the dear step made k = 0 look as
     costly as k = 4 and speculation look free; the probe still counts as made.
     """
-    model = _model()
-    for _ in range(30):
-        for k, seconds in enumerate(MEASURED):
-            model.observe(k, 4, seconds)
+    model = _calibrated(MEASURED, 4, 30)
     before = model.relative_costs(4)
     for _ in range(30):
         model.observe(0, 4, MEASURED[4], depth=4.0)
@@ -114,10 +120,7 @@ def test_a_probe_in_a_deep_batch_is_filed_at_the_batch_depth() -> None:
     assert after[4] == pytest.approx(before[4], rel=0.1)
     assert model.thin_depths(4, 3) == []
     # The same steps filed under the probe's own k would have made k = 4 look cheap.
-    naive = _model()
-    for _ in range(30):
-        for k, seconds in enumerate(MEASURED):
-            naive.observe(k, 4, seconds)
+    naive = _calibrated(MEASURED, 4, 30)
     for _ in range(30):
         naive.observe(0, 4, MEASURED[4])
     assert naive.relative_costs(4)[4] < 0.6 * after[4]
@@ -156,10 +159,7 @@ def test_a_depth_the_traffic_leaves_keeps_its_measured_cost() -> None:
     and classes crept deeper (2026-11-24 benchmark, concurrency 4).
     """
     steep = (0.015, 0.025, 0.039, 0.048, 0.059)  # start-up calibration, batch 4, this CPU
-    model = _model()
-    for _ in range(4):
-        for k, seconds in enumerate(steep):
-            model.observe(k, 4, seconds)
+    model = _calibrated(steep, 4, 4)
     calibrated = model.relative_costs(4)
     for _ in range(300):
         model.observe(2, 4, steep[2], depth=2.0)
