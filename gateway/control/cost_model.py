@@ -217,11 +217,8 @@ class CostModel:
             # keeps the calibrated shape while traffic sits at one depth.
             data = _Sums()
             for d, (n, t) in enumerate(table):
-                data.n += n
-                data.sk += n * d
-                data.skk += n * d * d
-                data.st += t
-                data.skt += d * t
+                if n > 0:
+                    data.add(d, t / n, n)
         level = data.st / data.n if data.n > 0 else self._level_elsewhere()
         kbar = data.sk / data.n if data.n > 0 else 0.0
         rel = self.prior_k_cost * (1.0 + bucket / self.prior_batch_saturation)
