@@ -9,7 +9,8 @@ drafter's forward pass is as dear as the target's), so until traffic has measure
 every depth at every load the controller keeps speculating where it does not pay,
 or spends real requests on probes (`cost_probe_share`). A few seconds of synthetic
 greedy requests at start-up, every k at a few batch sizes, give it measured costs
-from the first request on; traffic refines them as before.
+from the first request on; traffic refines them as before. The same requests
+measure the time to the first token at each depth (`CostModel.first_token`).
 """
 
 from __future__ import annotations
@@ -37,12 +38,14 @@ PROMPT = (
 
 @dataclass(frozen=True, slots=True)
 class CalibrationPoint:
-    """Median measured seconds of one decode step at depth k and batch size `batch`."""
+    """Median measured seconds of one decode step, and to the first token, at depth k
+    and batch size `batch`."""
 
     k: int
     batch: int
     step_ms: float
     samples: int
+    ttft_ms: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -77,6 +80,7 @@ async def calibrate(
         rounds = max(1, math.ceil(samples / batch))
         for k in range(engine.max_depth + 1):
             seconds: list[float] = []
+            firsts: list[float] = []
             for r in range(rounds):
                 outcomes = await asyncio.gather(
                     *(
@@ -85,17 +89,26 @@ async def calibrate(
                     )
                 )
                 for outcome in outcomes:
-                    step = step_seconds(outcome) if outcome is not None else None
+                    if outcome is None:
+                        continue
+                    step = step_seconds(outcome)
                     if step is not None:
                         cost.observe(k, batch, step)
                         seconds.append(step)
+                    if outcome.ttft_s > 0:
+                        firsts.append(outcome.ttft_s)
+            first = statistics.median(firsts) if firsts else 0.0
+            if first > 0:
+                cost.calibrate_first_token(k, batch, first)
             if seconds:
                 points.append(
-                    CalibrationPoint(k, batch, statistics.median(seconds) * 1000, len(seconds))
+                    CalibrationPoint(
+                        k, batch, statistics.median(seconds) * 1000, len(seconds), first * 1000
+                    )
                 )
     log.info(
         "step costs calibrated in %.1f s: %s",
         time.monotonic() - started,
-        " ".join(f"b{p.batch}/k{p.k}={p.step_ms:.2f}ms" for p in points),
+        " ".join(f"b{p.batch}/k{p.k}={p.step_ms:.2f}ms/ttft {p.ttft_ms:.0f}ms" for p in points),
     )
     return points

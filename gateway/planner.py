@@ -36,6 +36,8 @@ class Plan(NamedTuple):
     reason: str
     #: The controller's own handles (class object, decision), passed back to `observe`.
     handle: Any = None
+    #: Expected tokens per step were the batch to run at depth D (`BatchLoad.enter`).
+    gains: tuple[float, ...] = ()
 
 
 #: Load at decision time (requests running in the engine, waiting for admission): the
@@ -73,7 +75,9 @@ class ControllerPlanner:
         cls = self.controller.classify(features)
         overrides = self._overrides(cls.class_id, cls.label) if self._overrides else None
         decision = self.controller.decide(cls, load, overrides)
-        return Plan(cls.class_id, cls.label, decision.k, decision.reason, (cls, decision))
+        return Plan(
+            cls.class_id, cls.label, decision.k, decision.reason, (cls, decision), decision.gains
+        )
 
     def plan_chat(self, body: dict[str, Any], prompt_tokens: int, load: Load) -> Plan:
         features = features_from_chat(

@@ -181,7 +181,7 @@ class InferenceService:
         so a class of sampled requests keeps its own statistics honest.
         """
         if plan.k > 0 and not self._frontend.speculation_is_exact(request):
-            return plan._replace(k=0, reason=SAMPLED_NOT_EXACT)
+            return plan._replace(k=0, reason=SAMPLED_NOT_EXACT, gains=())
         return plan
 
     def enter(self, endpoint: str) -> None:
@@ -200,7 +200,7 @@ class InferenceService:
         self._admission.leave()
 
     def load(self) -> Load:
-        return Load(running=self._admission.running, queued=self._admission.queued)
+        return Load(self._admission.running, self._admission.queued, None, self._batch.gains)
 
     async def chat(self, request: ChatCompletionRequest) -> JsonReply | StreamReply:
         limits.reject_reserved_xargs(request.vllm_xargs, RESERVED_XARGS)
@@ -271,7 +271,7 @@ class InferenceService:
         gid = uuid.uuid4().hex
         started = time.monotonic()
         await self._admission.acquire(plan.class_id)
-        ticket = self._batch.enter(plan.k)
+        ticket = self._batch.enter(plan.k, plan.gains)
         released = False
         try:
             self._board.expect(gid)

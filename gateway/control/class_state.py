@@ -21,6 +21,12 @@ from gateway.control.stats import ClassStats
 _NEVER = -(10**9)
 
 
+def gains_at(expected: list[float], k: int) -> tuple[float, ...]:
+    """E[tokens | min(k, D)] for D = 0..K: what a request at k yields in a batch at depth D."""
+    k = min(k, len(expected) - 1)
+    return tuple(expected[d if d < k else k] for d in range(len(expected)))
+
+
 @dataclass(slots=True)
 class BucketState:
     k: int
@@ -30,6 +36,12 @@ class BucketState:
     #: The last unexplored decision made here, handed out again while k and the
     #: reason hold: a frozen dataclass costs more to build than the rest of `decide`.
     decision: SpeculationDecision | None = None
+    #: E[tokens | min(k, D)] for D = 0..K as of the last evaluation (`SpeculationDecision.gains`).
+    gains: tuple[float, ...] = ()
+    #: Decisions held below k for the batch (`Controller._batch_capped`), by depth, for
+    #: `capped_for`, the decision they stand in for.
+    capped: dict[int, SpeculationDecision] = field(default_factory=dict)
+    capped_for: SpeculationDecision | None = None
 
 
 @dataclass(slots=True)
@@ -40,6 +52,8 @@ class ClassState:
     initial_k: int
     reason: str
     pending: ClassStats
+    #: Reply length assumed until the class has finished a request.
+    prior_output_tokens: float = 128.0
     buckets: dict[int, BucketState] = field(default_factory=dict)
     #: Requests observed (local); the clock of `min_dwell`.
     observed: int = 0
@@ -120,15 +134,18 @@ class ClassState:
         if state.evaluated == key:
             return state.k
         state.evaluated = key
+        profile = self.estimator.profile()
         choice = policy.choose(
             PolicyInput(
-                profile=self.estimator.profile(),
+                profile=profile,
                 samples=self.estimator.samples_since_reset,
                 current_k=state.k,
                 k_min=k_min,
                 k_max=k_max,
                 since_change=self.observed - state.changed_at,
                 relative_cost=cost.relative_costs(bucket),
+                first_token=cost.first_token(bucket),
+                output_tokens=self.estimator.mean_output_tokens(self.prior_output_tokens),
             )
         )
         if choice.k != state.k:
@@ -145,19 +162,58 @@ class ClassState:
                     tuple(round(g, 4) for g in choice.goodput),
                 )
             )
+        gains = gains_at(profile.expected_tokens(), state.k)
+        old_gains = state.gains
+        # Kept while within 5 %: a new tuple makes the next `decide` build its decision anew.
+        if len(gains) != len(old_gains) or any(
+            abs(g - o) > 0.05 * o for g, o in zip(gains, old_gains, strict=True)
+        ):
+            state.gains = gains
         return state.k
 
     def decision_at(self, bucket: int) -> SpeculationDecision:
         """The unexplored decision at a bucket `adaptive_k` has evaluated."""
         state = self.buckets[bucket]
         decision = state.decision
-        if decision is None or decision.k != state.k or decision.reason != self.reason:
+        if (
+            decision is None
+            or decision.k != state.k
+            or decision.reason != self.reason
+            or decision.gains is not state.gains
+        ):
             cls = self.cls
             decision = SpeculationDecision(
-                state.k, self.reason, False, cls.class_id, cls.label, bucket
+                state.k, self.reason, False, cls.class_id, cls.label, bucket, gains=state.gains
             )
             state.decision = decision
         return decision
+
+    def held_at(self, decision: SpeculationDecision, depth: int) -> SpeculationDecision:
+        """`decision` held at a smaller depth for its batch; cached like `decision_at`."""
+        state = self.buckets[decision.bucket]
+        if state.capped_for is not decision:
+            state.capped.clear()
+            state.capped_for = decision
+        held = state.capped.get(depth)
+        if held is None:
+            held = state.capped[depth] = SpeculationDecision(
+                depth,
+                f"batch: k={depth}, not {decision.k}, pays more for the requests in flight",
+                False,
+                decision.class_id,
+                decision.label,
+                decision.bucket,
+                gains=decision.gains,
+            )
+        return held
+
+    def probe(self, k: int, bucket: int) -> SpeculationDecision:
+        """An exploration decision at depth k."""
+        cls = self.cls
+        gains = gains_at(self.estimator.profile().expected_tokens(), k)
+        return SpeculationDecision(
+            k, f"explore k={k}", True, cls.class_id, cls.label, bucket, gains=gains
+        )
 
     def _nearest_k(self, bucket: int) -> int:
         """A new bucket starts from the k of the nearest known bucket (else the seed)."""

@@ -60,6 +60,8 @@ class Controller:
         s = self._s = settings
         self._cap = s.max_k if max_depth is None else min(s.max_k, max_depth)
         self._static_k = min(s.default_k, self._cap)
+        #: A smaller depth for the batch must beat the class's k by the hysteresis.
+        self._hold = 1.0 + s.hysteresis
         self._events: ControlEvents = events or LoggingEvents()
         self._rng = rng or random.Random(0)
         self._policy = make_policy(s.policy, s)
@@ -131,8 +133,29 @@ class Controller:
             probes = thin or [p for p in (k - 1, k + 1) if k_min <= p <= k_max]
             if probes:
                 probe = probes[0] if len(probes) == 1 else self._rng.choice(probes)
-                return SpeculationDecision(probe, f"explore k={probe}", True, cid, label, bucket)
-        return state.decision_at(bucket)
+                return state.probe(probe, bucket)
+        decision = state.decision_at(bucket)
+        mates = load.mates
+        if mates is not None and k > k_min and load.running > 0:
+            # A step costs what the batch's deepest request asks (`batch_load`), so
+            # this k is paid by every request in flight, and only those whose class
+            # chose at least this depth gain from it. Among depths D in [k_min, k]:
+            # the batch's expected tokens per step at D (each request at its class's
+            # k capped at D: `mates`, plus this request's `gains`) over the step's
+            # relative cost at D; a smaller D must beat k by the hysteresis. Those in
+            # flight keep their k; the batch moves as they finish. Inline: it runs
+            # for most requests under load (issue 5's 20 us decision budget).
+            gains = decision.gains
+            costs = self._cost.relative_costs_in(bucket)
+            if len(gains) > k and len(costs) > k:
+                best, top = k, (mates[k] + gains[k]) / costs[k] * self._hold
+                for d in range(k_min, k):
+                    value = (mates[d] + gains[d]) / costs[d]
+                    if value > top:
+                        best, top = d, value
+                if best != k:
+                    return state.held_at(decision, best)
+        return decision
 
     def observe(
         self,
@@ -187,6 +210,7 @@ class Controller:
             initial_k=k,
             reason=reason,
             pending=ClassStats(self._cap),
+            prior_output_tokens=s.prior_output_tokens,
         )
         unclaimed = self._unclaimed.pop(cls.class_id, None)
         if unclaimed is not None:

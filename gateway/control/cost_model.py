@@ -31,6 +31,19 @@ included), and the cost used is that mean shrunk towards the line by
 `thin_depths` names the depths with little evidence of their own, so that
 exploration measures them (k = 0 included) before it probes k +- 1. The policy
 only needs cost(k, b) / cost(0, b), so units cancel.
+
+A request also pays once for its first token, and speculation makes that dearer:
+EAGLE prefills the drafter too and drafts before the first token is out, so on
+the 2-core CPU a chat request's first token took about 70 ms at any k >= 1
+against about 32 ms at k = 0 (batch 1), and at concurrency 16 about 0.65 s
+against 0.24 s (`bench/results/report_2026-11-24_batchcost.md`). For replies of
+a few dozen tokens that decides whether speculation pays at all, and the step
+costs cannot see it (they start after the first token). `first_token(b)` gives
+the seconds to the first token at each depth, in steps at k = 0 of that bucket,
+from start-up calibration (same prompt at every depth, so depths differ only in
+k). Traffic does not refine them: its prompts differ between the depths classes
+run at (long tool-call prompts at k = 0, short chats deep), which would bias the
+difference more than it teaches.
 """
 
 from __future__ import annotations
@@ -116,8 +129,13 @@ class CostModel:
     _calibrated: dict[int, float] = field(default_factory=dict)
     #: Per bucket: bumped when its relative costs move; cached decisions compare it.
     _bucket_versions: dict[int, int] = field(default_factory=dict)
-    #: Per bucket: the relative costs as of the last version bump.
+    #: Per bucket: the relative costs (then first-token costs) as of the last version bump.
     _versioned: dict[int, tuple[float, ...]] = field(default_factory=dict)
+    #: Per calibrated bucket: seconds to the first token at each depth (None: not measured).
+    _first_s: dict[int, list[float | None]] = field(default_factory=dict)
+    #: Per bucket: seconds of a step at k = 0 (the unit of `first_token`).
+    _step0: dict[int, float] = field(default_factory=dict)
+    _first: dict[int, tuple[float, ...]] = field(default_factory=dict)
 
     def observe(self, k: int, batch: int, seconds: float, depth: float | None = None) -> None:
         """File one request's seconds per step at its batch's depth (`depth`, else k).
@@ -178,10 +196,13 @@ class CostModel:
     def _refresh(self, bucket: int) -> None:
         """Recompute a bucket's costs now (off the request path); bump its version if they moved."""
         self._relative.pop(bucket, None)
-        costs = self.relative_costs(bucket)
+        self._first.pop(bucket, None)
+        costs = self.relative_costs(bucket) + self.first_token(bucket)
         before = self._versioned.get(bucket)
-        if before is None or any(
-            abs(c - b) > COST_TOLERANCE * b for c, b in zip(costs, before, strict=True)
+        if (
+            before is None
+            or len(before) != len(costs)
+            or any(abs(c - b) > COST_TOLERANCE * b for c, b in zip(costs, before, strict=True))
         ):
             self._versioned[bucket] = costs
             self._bucket_versions[bucket] = self._bucket_versions.get(bucket, 0) + 1
@@ -241,7 +262,10 @@ class CostModel:
 
     def relative_costs(self, batch: int) -> tuple[float, ...]:
         """cost(k, b) / cost(0, b) for k = 0..K."""
-        bucket = batch_bucket(batch)
+        return self.relative_costs_in(batch_bucket(batch))
+
+    def relative_costs_in(self, bucket: int) -> tuple[float, ...]:
+        """`relative_costs` for a bucket the caller already has (the decision path)."""
         cached = self._relative.get(bucket)
         if cached is None:
             intercept, slope = self.line(bucket)
@@ -255,17 +279,56 @@ class CostModel:
             ]
             cached = tuple(c / costs[0] for c in costs)
             self._relative[bucket] = cached
+            self._step0[bucket] = costs[0]
+        return cached
+
+    def calibrate_first_token(self, k: int, batch: int, seconds: float) -> None:
+        """Record the measured seconds to the first token at depth k and this batch size."""
+        bucket = batch_bucket(batch)
+        if not 0 <= k <= self.max_k or seconds <= 0:
+            return
+        row = self._first_s.setdefault(bucket, [None] * (self.max_k + 1))
+        row[k] = seconds
+        self._first.clear()  # buckets without calibration borrow the nearest one's
+        for known in list(self._versioned):
+            self._refresh(known)
+
+    def first_token(self, batch: int) -> tuple[float, ...]:
+        """Time to the first token at k = 0..K, in steps at k = 0 of this bucket.
+
+        From the calibrated bucket nearest this one (in powers of two); a depth not
+        measured there takes the nearest measured depth's. Empty without calibration:
+        the policy then weighs decode steps only.
+        """
+        bucket = batch_bucket(batch)
+        cached = self._first.get(bucket)
+        if cached is not None:
+            return cached
+        cached = ()
+        if self._first_s:
+            near = min(self._first_s, key=lambda b: (abs(b.bit_length() - bucket.bit_length()), b))
+            row = self._first_s[near]
+            measured = [(d, s) for d, s in enumerate(row) if s is not None]
+            self.relative_costs(bucket)
+            step0 = self._step0[bucket]
+            cached = tuple(
+                min(measured, key=lambda m: (abs(m[0] - d), m[0]))[1] / step0
+                for d in range(self.max_k + 1)
+            )
+        self._first[bucket] = cached
         return cached
 
     def report(self) -> list[dict[str, object]]:
         """Each bucket with evidence: relative cost per k, requests ever run at each own k
-        (`samples`), and the forgetting weight of step times filed at each depth (`filed`)."""
+        (`samples`), the forgetting weight of step times filed at each depth (`filed`),
+        and the time to the first token per k in steps at k = 0 (`first_token`)."""
         return [
             {
                 "batch_bucket": bucket,
                 "relative_cost": [round(c, 4) for c in self.relative_costs(bucket)],
                 "samples": [int(n) for n in self._seen.get(bucket, [])],
                 "filed": [round(n, 3) for n, _ in self._per_k.get(bucket, [])],
+                "first_token": [round(f, 3) for f in self.first_token(bucket)],
             }
             for bucket in sorted(self._sums)
         ]

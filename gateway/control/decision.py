@@ -7,6 +7,7 @@ the settings' exploration share.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
@@ -26,6 +27,10 @@ class LoadSnapshot(NamedTuple):
     #: (`BatchLoad`); None at decision time, and where no one tracks it (the cost
     #: model then uses the request's own k).
     depth: float | None = None
+    #: The requests in flight (this one excluded): their summed expected tokens per
+    #: step were the batch to run at depth D = 0, 1, ... (`BatchLoad.gains`); None
+    #: where no one tracks the batch.
+    mates: Sequence[float] | None = None
 
     @property
     def batch(self) -> int:
@@ -63,3 +68,6 @@ class SpeculationDecision:
     bucket: int = 1
     #: In shadow mode: what the adaptive policy would have chosen.
     shadow_k: int | None = None
+    #: Expected tokens per step of this request were its batch to run at depth D = 0..K:
+    #: E[tokens | min(k the class chose, D)] (empty: one token per step at any depth).
+    gains: tuple[float, ...] = ()

@@ -63,6 +63,11 @@ class AcceptanceEstimator:
             )
         return self._profile
 
+    def mean_output_tokens(self, default: float) -> float:
+        """Mean reply length over the live (forgetting) counts, else `default`."""
+        live = self.live
+        return live.output_tokens / live.requests if live.requests > 0 else default
+
     def counts(self, outcome: RequestOutcome) -> tuple[list[int], list[int]]:
         """(accepted, trials) per position of one request, computed once per outcome."""
         return position_counts(outcome.speculation, self._params.positions)

@@ -66,6 +66,12 @@ class ControllerSettings(BaseSettings):
         description="Share of requests of a class at k=0 that probe k=1, so it can recover "
         "(at batch 1; divided by the batch size above it, as `exploration_share`).",
     )
+    prior_output_tokens: float = Field(
+        128.0,
+        ge=1,
+        description="Reply length assumed for a class until it has finished a request "
+        "(speculation's first-token cost is spread over the reply).",
+    )
     similar_min_score: int = Field(
         3, ge=1, le=6, description="Matching features a known class needs to seed a new one."
     )

@@ -76,3 +76,16 @@ def test_a_request_that_took_no_time_reports_the_batch_as_it_stands() -> None:
     means = load.leave(ticket)
     assert means.size == pytest.approx(2.0)
     assert means.depth == pytest.approx(2.0)
+
+
+def test_gains_sum_the_requests_in_flight_at_each_batch_depth() -> None:
+    """Each request adds what it would yield per step at batch depth D (its last value
+    beyond its tuple; one token at every depth without one) and takes it out on leaving."""
+    load = BatchLoad(Clock())
+    deep = load.enter(3, (1.0, 1.8, 2.4, 2.9))
+    sampled = load.enter(0)
+    assert load.gains[:6] == pytest.approx([2.0, 2.8, 3.4, 3.9, 3.9, 3.9])
+    load.leave(deep)
+    assert load.gains[:3] == pytest.approx([1.0, 1.0, 1.0])
+    load.leave(sampled)
+    assert load.gains == [0.0] * len(load.gains)

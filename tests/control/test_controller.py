@@ -278,3 +278,33 @@ def test_the_request_path_runs_the_policy_only_for_a_new_bucket_or_new_bounds() 
     narrowed = controller.decide(cls, busy, ControlOverrides(exploration_share=0.0, k_max=1))
     assert runs[0] == 3  # new bounds: evaluated at once, a k outside them must go now
     assert narrowed.k <= 1
+
+
+def test_a_class_is_held_to_the_depth_its_batch_gains_from() -> None:
+    """A step costs what its deepest request asks, so a class's k is paid by every
+    request in flight. Beside three requests that stay at k = 0 whatever the depth
+    (sampled ones: `gains` of one token), a class that chose k = 5 runs at k = 0;
+    beside three of its own kind it keeps its k, because they would all gain."""
+    controller = trained(HIGH)
+    cls = controller.classify(RequestFeatures("chat"))
+    load = LoadSnapshot(running=3)
+    for k in range(6):
+        for _ in range(3):
+            controller.cost_model.observe(k, load.batch, 0.02 * (1 + 0.4 * k), depth=k)
+    off = ControlOverrides(exploration_share=0.0)
+    alone = controller.decide(cls, load, off)
+    assert alone.k == 5
+    assert len(alone.gains) == 6
+    assert alone.gains[0] == 1.0
+    assert alone.gains[5] > 4.0
+    plain = load._replace(mates=[3.0] * 17)
+    held = controller.decide(cls, plain, off)
+    assert held.k == 0
+    assert held.reason.startswith("batch:")
+    assert controller.decide(cls, plain, off) is held  # cached, as unexplored decisions are
+    assert held.gains == alone.gains  # it still counts as a k = 5 class for the others
+    kin = load._replace(mates=[3 * g for g in alone.gains] + [3 * alone.gains[-1]] * 11)
+    assert controller.decide(cls, kin, off) is alone
+    # The flags' k_min still binds, and an idle engine has no batch-mates to weigh.
+    assert controller.decide(cls, plain, ControlOverrides(k_min=2, exploration_share=0.0)).k == 2
+    assert controller.decide(cls, plain._replace(running=0), off).k == 5

@@ -164,3 +164,24 @@ def test_a_depth_the_traffic_leaves_keeps_its_measured_cost() -> None:
     for _ in range(300):
         model.observe(2, 4, steep[2], depth=2.0)
     assert model.relative_costs(4) == pytest.approx(calibrated, rel=0.1)
+
+
+def test_first_token_costs_are_calibrated_seconds_in_steps_at_k0() -> None:
+    """Start-up calibration measures the first token at each depth; the policy gets it in
+    steps at k = 0 of the bucket, and a bucket without its own calibration borrows the
+    nearest calibrated bucket's seconds (in its own step units)."""
+    model = _calibrated(MEASURED, 1, 8)
+    model.observe(0, 16, 0.032)
+    assert model.first_token(1) == ()  # not measured: the policy weighs steps only
+    before = model.bucket_version(1)
+    first = (0.030, 0.070, 0.070, 0.072, 0.075)
+    for k, seconds in enumerate(first):
+        model.calibrate_first_token(k, 1, seconds)
+    assert model.bucket_version(1) > before  # cached decisions must see the new term
+    step0 = MEASURED[0]
+    assert model.first_token(1) == pytest.approx([s / step0 for s in first], rel=0.05)
+    assert model.first_token(16) == pytest.approx([s / 0.032 for s in first], rel=0.05)
+    model.calibrate_first_token(0, 8, 0.25)  # one depth measured at 8: the others borrow it
+    assert model.first_token(16) == pytest.approx([0.25 / 0.032] * 5, rel=0.05)
+    report = {b["batch_bucket"]: b for b in model.report()}
+    assert report[1]["first_token"] == pytest.approx(model.first_token(1), abs=1e-3)

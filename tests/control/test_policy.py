@@ -94,3 +94,25 @@ def test_factory_by_name() -> None:
     assert static.choose(PolicyInput(profile(0.9), 50, 0, 0, 5, 50, FLAT_COST)).k == 2
     with pytest.raises(ValueError, match="unknown policy"):
         make_policy("magic", settings)
+
+
+def test_the_first_tokens_price_decides_short_replies_not_long_ones() -> None:
+    """Calibrated on this CPU at batch 1 (2026-11-24): a step costs 1.65x at k = 1 and the
+    first token 2.6 steps at k = 0 against 4.5 at k = 1. A class accepting 80 % of first
+    drafts gains 9 % per step at k = 1 (1.8 tokens for 1.65x); whether that pays depends
+    on how many steps the reply has to earn the dearer first token back."""
+    prof = profile(0.8, 0.5, 0.5, 0.5, 0.5)
+    cost = (1.0, 1.65, 2.5, 3.3, 4.1, 4.9)
+    first = (2.6, 4.5, 4.5, 4.6, 4.6, 4.6)
+    policy = GoodputPolicy(min_samples=1, hysteresis=0.03, min_dwell=0)
+
+    def k_for(length: float, first_token: tuple[float, ...] = first) -> int:
+        inp = PolicyInput(prof, 50, 0, 0, 5, 50, cost, first_token, length)
+        return policy.choose(inp).k
+
+    assert k_for(16) == 0  # 16 / (2.6 + 15) = 0.91 against 16 / (4.5 + 15 / 1.09) = 0.88
+    assert k_for(400) == 1  # 0.99 against 1.08: the first token is spread over 400 tokens
+    assert k_for(16, ()) == 1  # without calibration: decode steps only, as before
+    # Long replies give E / c, the decode-only goodput, whatever the first token costs.
+    long = policy.choose(PolicyInput(prof, 50, 1, 0, 5, 50, cost, first, 1e9))
+    assert long.goodput[1] == pytest.approx(1.8 / 1.65)

@@ -24,6 +24,8 @@ from gateway.control.cost_model import CostModel
 
 #: Step seconds at depth k: the first draft is dear (a drafter pass), later ones cheap.
 STEP = (0.010, 0.018, 0.020, 0.022, 0.024)
+#: Seconds to the first token at depth k: the drafter's prefill and first drafts.
+FIRST = (0.030, 0.070, 0.071, 0.072, 0.073)
 
 
 class StepClock:
@@ -45,8 +47,8 @@ class StepClock:
             output_tokens=request.max_tokens,
             finish_reason="length",
             speculation=SpeculationOutcome(k=request.k),
-            ttft_s=0.05,
-            e2e_s=0.05 + STEP[request.k] * (steps - 1),
+            ttft_s=FIRST[request.k],
+            e2e_s=FIRST[request.k] + STEP[request.k] * (steps - 1),
             decode_steps=steps,
         )
         yield GenerationChunk(request.request_id, "", (), True, "length", outcome)
@@ -70,7 +72,11 @@ def test_calibration_measures_every_depth_at_each_batch() -> None:
     assert len(engine.requests) == 5 * 3 + 5 * 4  # 3 rounds of 1, then 1 round of 4
     for p in points:
         assert p.step_ms == pytest.approx(STEP[p.k] * 1000)
+        assert p.ttft_ms == pytest.approx(FIRST[p.k] * 1000)
         assert p.samples == (3 if p.batch == 1 else 4)
+    # The first token in steps at k = 0 of the bucket: 3 samples of 10 ms, shrunk towards
+    # the line by 2 prior pseudo-samples (11.3 ms), so within 15 %.
+    assert cost.first_token(1) == pytest.approx([f / STEP[0] for f in FIRST], rel=0.15)
     assert cost.thin_depths(1, 3) == []
     assert cost.thin_depths(4, 3) == []
     assert cost.thin_depths(2, 3) == [0, 1, 2, 3, 4]  # not calibrated: traffic probes it

@@ -364,10 +364,13 @@ def test_step_costs_are_calibrated_before_ready(gateway: GatewayProcess) -> None
     assert all(p["samples"] >= 3 and p["step_ms"] > 0 for p in points.values())
     deepest = max(depths)
     assert points[(1, deepest)]["step_ms"] > points[(1, 0)]["step_ms"]  # drafts cost time
+    # The drafter's prefill and first drafts delay the first token.
+    assert points[(1, deepest)]["ttft_ms"] > points[(1, 0)]["ttft_ms"] > 0
     buckets = {b["batch_bucket"]: b for b in report["buckets"]}
     for bucket in batches:
         assert buckets[bucket]["relative_cost"][0] == 1.0
         assert min(buckets[bucket]["samples"]) >= 3  # no depth left for traffic to probe
+        assert len(buckets[bucket]["first_token"]) == len(depths)
     with gateway.http() as http:  # a user key does not reach it
         assert http.get("/admin/costs").status_code == 403
 

@@ -25,6 +25,10 @@ class PolicyInput:
     since_change: int
     #: cost(k, b) / cost(0, b) for k = 0..K from the cost model.
     relative_cost: tuple[float, ...]
+    #: Time to the first token at k = 0..K in steps at k = 0 (empty: not measured).
+    first_token: tuple[float, ...] = ()
+    #: Mean output tokens of the class's requests (what the first token is spread over).
+    output_tokens: float = 0.0
 
 
 @dataclass(slots=True)

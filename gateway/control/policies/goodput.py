@@ -1,10 +1,17 @@
-"""`goodput`: the k that maximises expected tokens per unit of step cost.
+"""`goodput`: the k that maximises a class's tokens per unit of engine time.
 
-    goodput(k, b) = E[tokens | k] / (cost(k, b) / cost(0, b)),
+A request of L output tokens takes its first token, then L - 1 more at
+E[tokens | k] per step:
+
+    goodput(k, b) = L / (f(k, b) + (L - 1) * c(k, b) / E[tokens | k]),
     E[tokens | k] = 1 + sum_{d=1..k} prod_{j<=d} p_j,
 
-with p from the class's depth profile and the cost ratio from the online cost
-model at batch bucket b. Parameters:
+with p from the class's depth profile, c(k, b) = cost(k, b) / cost(0, b) from the
+online cost model at batch bucket b, f(k, b) the time to the first token in steps
+at k = 0 (start-up calibration) and L the class's mean reply length. For long
+replies this is E / c; for short ones the first token's price of speculation
+(the drafter's prefill and first drafts) can outweigh what the steps save.
+Parameters:
 
 - `min_samples`: below it the class keeps its current (cold-start) k, or steps
   down where its estimate so far pays more at a smaller k (never up);
@@ -31,9 +38,7 @@ class GoodputPolicy:
         k_max = min(inp.k_max, inp.profile.depth, len(inp.relative_cost) - 1)
         k_min = min(inp.k_min, k_max)
         current = inp.current_k
-        expected = inp.profile.expected_tokens()
-        cost = inp.relative_cost
-        goodput = tuple([expected[k] / cost[k] for k in range(k_max + 1)])
+        goodput = _goodput(inp, k_max)
         if inp.samples < self.min_samples:
             return self._cold(inp, min(max(current, k_min), k_max), k_min, goodput)
         best = k_min
@@ -65,3 +70,15 @@ class GoodputPolicy:
         if best < k and gain > self.hysteresis and inp.since_change >= self.min_dwell:
             return Choice(best, f"{reason}: goodput +{gain:.0%} at k={best}", goodput)
         return Choice(k, reason, goodput)
+
+
+def _goodput(inp: PolicyInput, k_max: int) -> tuple[float, ...]:
+    expected = inp.profile.expected_tokens()
+    cost = inp.relative_cost
+    first = inp.first_token
+    rest = inp.output_tokens - 1.0
+    if len(first) <= k_max or rest <= 0:
+        return tuple([expected[k] / cost[k] for k in range(k_max + 1)])
+    # Normalised so that long replies give E / c, as without the first-token term.
+    length = rest + 1.0
+    return tuple([length / (first[k] + rest * cost[k] / expected[k]) for k in range(k_max + 1)])
