@@ -224,12 +224,14 @@ class InferenceService:
                 self._settings,
             )
         chars = sum(len(str(m.get("content") or "")) for m in messages)
-        plan = self._planner.plan_chat(view, _approx_tokens(chars), self.load())
+        tokens = _approx_tokens(chars)
+        plan = self._planner.plan_chat(view, tokens, self.load())
         plan = self._exact(plan, request)
         return await self._run(
             "chat",
             "chatcmpl-",
             plan,
+            tokens,
             bool(request.stream),
             lambda gid: self._frontend.chat(request, k=plan.k, gateway_id=gid),
         )
@@ -249,12 +251,14 @@ class InferenceService:
             raise invalid("prompt must be a string", param="prompt")
         limits.check_text(text, "prompt")
         limits.check_stop(request.stop, self._settings)
-        plan = self._planner.plan_completion(text, _approx_tokens(len(text)), self.load())
+        tokens = _approx_tokens(len(text))
+        plan = self._planner.plan_completion(text, tokens, self.load())
         plan = self._exact(plan, request)
         return await self._run(
             "completions",
             "cmpl-",
             plan,
+            tokens,
             bool(request.stream),
             lambda gid: self._frontend.completion(request, k=plan.k, gateway_id=gid),
         )
@@ -264,6 +268,7 @@ class InferenceService:
         endpoint: str,
         id_prefix: str,
         plan: Plan,
+        prompt_tokens: int,
         stream: bool,
         call: Callable[[str], Awaitable[Any]],
     ) -> JsonReply | StreamReply:
@@ -271,7 +276,7 @@ class InferenceService:
         gid = uuid.uuid4().hex
         started = time.monotonic()
         await self._admission.acquire(plan.class_id)
-        ticket = self._batch.enter(plan.k, plan.gains)
+        ticket = self._batch.enter(plan.k, plan.gains, prompt_tokens)
         released = False
         try:
             self._board.expect(gid)
@@ -374,7 +379,7 @@ class InferenceService:
             load = self.load()
             if ran_in is not None:
                 # The batch it ran in (means over its life), not the one at its end.
-                load = Load(round(ran_in.size) - 1, load.queued, ran_in.depth)
+                load = Load(round(ran_in.size) - 1, load.queued, ran_in.depth, None, ran_in.prefill)
             self._planner.observe(plan, outcome, load)
         if self._telemetry is not None:
             self._telemetry.request_finished(

@@ -44,6 +44,8 @@ class Ticket(NamedTuple):
     depth_area: float
     #: What the request added to `gains` (empty: one token per step at every depth).
     gains: tuple[float, ...] = ()
+    #: Prompt tokens that had entered the engine when this request did (its own included).
+    entered: int = 0
 
 
 class BatchMeans(NamedTuple):
@@ -52,6 +54,9 @@ class BatchMeans(NamedTuple):
     size: float
     #: The batch's largest k.
     depth: float
+    #: Prompt tokens of the requests that entered the engine during this one's life:
+    #: their prefill ran in its steps and lengthened them.
+    prefill: int = 0
 
 
 class BatchLoad:
@@ -67,6 +72,7 @@ class BatchLoad:
         self._size_area = 0.0
         self._depth_area = 0.0
         self._gains = [0.0] * SLOTS
+        self._entered = 0
 
     def _advance(self) -> float:
         now = self._clock()
@@ -85,14 +91,15 @@ class BatchLoad:
             self._at.pop(k, None)
         self._deepest = max(self._at) if self._at else 0
 
-    def enter(self, k: int, gains: tuple[float, ...] = ()) -> Ticket:
+    def enter(self, k: int, gains: tuple[float, ...] = (), prompt_tokens: int = 0) -> Ticket:
         """A request enters the engine at depth k; `gains[D]` is its expected tokens per
         step were the batch to run at depth D (beyond the tuple: its last value)."""
         now = self._advance()
         self._n += 1
         self._move(k, 1)
         self._add(gains, 1.0)
-        return Ticket(k, now, self._size_area, self._depth_area, gains)
+        self._entered += prompt_tokens
+        return Ticket(k, now, self._size_area, self._depth_area, gains, self._entered)
 
     def _add(self, gains: tuple[float, ...], sign: float) -> None:
         totals = self._gains
@@ -107,12 +114,14 @@ class BatchLoad:
     def leave(self, ticket: Ticket) -> BatchMeans:
         now = self._advance()
         span = now - ticket.started
+        prefill = self._entered - ticket.entered
         if span <= 0:  # no time in flight: the batch as it stands
-            means = BatchMeans(float(self._n), float(self._deepest))
+            means = BatchMeans(float(self._n), float(self._deepest), prefill)
         else:
             means = BatchMeans(
                 (self._size_area - ticket.size_area) / span,
                 (self._depth_area - ticket.depth_area) / span,
+                prefill,
             )
         self._n = max(0, self._n - 1)
         self._move(ticket.k, -1)

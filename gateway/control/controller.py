@@ -171,7 +171,7 @@ class Controller:
         cost model files its step time at that batch size and depth.
         """
         self._outcomes += 1
-        self._cost.observe_outcome(outcome, load.batch, load.depth)
+        self._cost.observe_outcome(outcome, load.batch, load.depth, load.prefill)
         state = self._states.get(cls.class_id)
         if state is None:
             return  # evicted while the request ran

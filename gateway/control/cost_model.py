@@ -57,6 +57,13 @@ BUCKETS: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 _FIELDS = ("n", "sk", "skk", "st", "skt")
 #: Samples of a bucket between two refits of its line, once it has this many.
 REFIT_EVERY = 16
+#: A request whose batch's depth, averaged over its life, is farther than this from a
+#: whole depth ran in batches of several depths; its step time is not filed at any.
+MIXED_DEPTH = 0.1
+#: A request whose batch took in more than this many prompt tokens per decode step per
+#: request during its life measured other requests' prefill more than its own decode
+#: steps; its step time is not filed at any depth.
+PREFILL_PER_STEP = 2.0
 #: A sample that moves no relative cost by more than this share leaves the bucket's
 #: version alone: the policy's hysteresis dwarfs it, and every version bump makes
 #: each class re-run the policy on its next request (issue 5's 20 us budget).
@@ -137,38 +144,44 @@ class CostModel:
     _step0: dict[int, float] = field(default_factory=dict)
     _first: dict[int, tuple[float, ...]] = field(default_factory=dict)
 
-    def observe(self, k: int, batch: int, seconds: float, depth: float | None = None) -> None:
+    def observe(
+        self, k: int, batch: float, seconds: float, depth: float | None = None, clean: bool = True
+    ) -> None:
         """File one request's seconds per step at its batch's depth (`depth`, else k).
 
         A step's cost is set by the deepest request in its batch
         (`gateway.control.batch_load`), so the cost of depth d is learnt from
-        requests whose batch ran at depth d, split between the two nearest depths
-        when d is a fractional mean over the request's life. `thin_depths` still
+        requests whose batch ran at depth d. A request whose batch changed depth
+        during its life (a mean more than MIXED_DEPTH from a whole depth) is filed at
+        none: split between the two nearest depths, such mixed steps pulled each
+        depth's mean towards the other's (concurrency 4, 2026-11-24: after two runs
+        a step at k = 1 looked as cheap as one at k = 0, where start-up calibration
+        had measured 1.45x and the static k = 1 runs about 2x). `thin_depths` still
         counts the request under its own k: a probe of k has been made whatever
-        its batch ran at, and counting it there ends the probing.
+        its batch ran at, and counting it there ends the probing. `clean` False (its
+        steps carried much prefill of other requests, `observe_outcome`) files it
+        at no depth either.
         """
-        bucket = batch_bucket(batch)
+        bucket = batch_bucket(round(batch))
         at = float(k) if depth is None else min(max(depth, 0.0), float(self.max_k))
         sums = self._sums.setdefault(bucket, _Sums())
         sums.scale(1.0 - self.forgetting)
         sums.add(at, seconds)
         self._pending.setdefault(bucket, _Sums()).add(at, seconds)
         if 0 <= k <= self.max_k:
-            low = int(at)
-            share = at - low
-            table = self._depth_table(self._per_k, bucket)
-            pending = self._depth_table(self._pending_k, bucket)
-            for d, w in ((low, 1.0 - share), (low + 1, share)):
-                if w > 0.0 and d <= self.max_k:
-                    # Each depth forgets only as it gets news of its own: decayed by
-                    # other depths' samples, a depth the traffic no longer visits lost
-                    # its calibration and fell back to the line, whose prior slope is
-                    # a GPU's (2026-11-24, concurrency 4: classes crept from k = 2 to 4).
-                    keep = 1.0 - self.forgetting * w
-                    table[d][0] = table[d][0] * keep + w
-                    table[d][1] = table[d][1] * keep + w * seconds
-                    pending[d][0] += w
-                    pending[d][1] += w * seconds
+            near = round(at)
+            if clean and abs(at - near) <= MIXED_DEPTH:
+                # Each depth forgets only as it gets news of its own: decayed by other
+                # depths' samples, a depth the traffic no longer visits lost its
+                # calibration and fell back to the line, whose prior slope is a GPU's
+                # (2026-11-24, concurrency 4: classes crept from k = 2 to 4).
+                keep = 1.0 - self.forgetting
+                row = self._depth_table(self._per_k, bucket)[near]
+                row[0] = row[0] * keep + 1.0
+                row[1] = row[1] * keep + seconds
+                pending = self._depth_table(self._pending_k, bucket)[near]
+                pending[0] += 1.0
+                pending[1] += seconds
             self._seen_row(bucket)[k] += 1.0
             self._seen_row(bucket, self._pending_seen)[k] += 1.0
         # Refit after every sample while a bucket is young, then every REFIT_EVERY:
@@ -220,11 +233,29 @@ class CostModel:
         return self._bucket_versions.get(bucket, 0)
 
     def observe_outcome(
-        self, outcome: RequestOutcome, batch: int, depth: float | None = None
+        self,
+        outcome: RequestOutcome,
+        batch: int,
+        depth: float | None = None,
+        prefill: int | None = None,
     ) -> None:
+        """File one finished request; `prefill`: prompt tokens that entered its batch
+        during its life (`BatchMeans.prefill`).
+
+        Chunked prefill runs in the same steps as the decodes, so a request that shared
+        its life with long prompts measured their prefill (concurrency 4 on the CPU:
+        k = 0 requests from 15 to 107 ms per step). Which requests do that follows
+        the traffic (long tool-call and long-context prompts ran at k = 0), so such
+        samples made k = 0 look as dear as k = 1; above PREFILL_PER_STEP prompt
+        tokens per decode step per request they are filed at no depth.
+        """
         seconds = step_seconds(outcome)
-        if seconds is not None:
-            self.observe(outcome.speculation.k, batch, seconds, depth)
+        if seconds is None:
+            return
+        clean = True
+        if prefill:
+            clean = prefill <= PREFILL_PER_STEP * max(outcome.decode_steps, 1) * max(batch, 1)
+        self.observe(outcome.speculation.k, batch, seconds, depth, clean)
 
     def line(self, bucket: int) -> tuple[float, float]:
         """(a_b, s_b) of a bucket: intercept and slope, prior-regularised."""

@@ -31,6 +31,9 @@ class LoadSnapshot(NamedTuple):
     #: step were the batch to run at depth D = 0, 1, ... (`BatchLoad.gains`); None
     #: where no one tracks the batch.
     mates: Sequence[float] | None = None
+    #: Prompt tokens that entered the engine during a finished request's life
+    #: (`BatchMeans.prefill`); None at decision time and where no one tracks it.
+    prefill: int | None = None
 
     @property
     def batch(self) -> int:

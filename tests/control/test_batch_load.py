@@ -89,3 +89,16 @@ def test_gains_sum_the_requests_in_flight_at_each_batch_depth() -> None:
     assert load.gains[:3] == pytest.approx([1.0, 1.0, 1.0])
     load.leave(sampled)
     assert load.gains == [0.0] * len(load.gains)
+
+
+def test_prefill_counts_the_prompts_that_entered_during_a_life() -> None:
+    """Chunked prefill of requests that arrive later runs in this request's steps; its
+    own prompt and those already in the engine before it do not count."""
+    clock = Clock()
+    load = BatchLoad(clock)
+    early = load.enter(0, prompt_tokens=500)
+    mine = load.enter(0, prompt_tokens=40)
+    later = [load.enter(1, prompt_tokens=n) for n in (300, 20)]
+    assert load.leave(mine).prefill == 320
+    assert load.leave(early).prefill == 360
+    assert [load.leave(t).prefill for t in later] == [20, 0]

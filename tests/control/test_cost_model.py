@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from engine.interface import RequestOutcome, SpeculationOutcome
 from gateway.control.cost_model import CostModel
 
 #: Seconds per decode step at k = 0..4, read off the embedded model's benchmark at
@@ -126,19 +127,24 @@ def test_a_probe_in_a_deep_batch_is_filed_at_the_batch_depth() -> None:
     assert naive.relative_costs(4)[4] < 0.6 * after[4]
 
 
-def test_a_fractional_depth_splits_between_its_neighbours() -> None:
+def test_a_request_whose_batch_changed_depth_is_filed_at_none() -> None:
+    """A batch that ran at depth 1 for half a request's life and at 2 for the other half
+    cost between the two; filed at both, it pulled each depth's mean towards the other
+    (concurrency 4 on the CPU: a step at k = 1 came to look as cheap as one at k = 0).
+    Near a whole depth (within MIXED_DEPTH) it is filed there."""
     model = _model()
     for _ in range(40):
         model.observe(1, 1, 0.010, depth=0.0)
         model.observe(1, 1, 0.030, depth=2.0)
         model.observe(1, 1, 0.020, depth=1.0)
-    # Depth 1.5 feeds depths 1 and 2 half each: cost(1) and cost(2) both move towards it.
-    c1, c2 = model.relative_costs(1)[1:3]
+    before = model.relative_costs(1)
     for _ in range(40):
         model.observe(1, 1, 0.040, depth=1.5)
-    d1, d2 = model.relative_costs(1)[1:3]
-    assert d1 > c1
-    assert d2 > c2
+    assert model.relative_costs(1) == pytest.approx(before, rel=0.02)
+    for _ in range(40):
+        model.observe(1, 1, 0.040, depth=1.05)
+    assert model.relative_costs(1)[1] > 1.3 * before[1]
+    assert model.relative_costs(1)[2] == pytest.approx(before[2], rel=0.02)
     assert model.thin_depths(1, 3) == [0, 2, 3, 4]  # probes counted at their own k only
 
 
@@ -185,3 +191,30 @@ def test_first_token_costs_are_calibrated_seconds_in_steps_at_k0() -> None:
     assert model.first_token(16) == pytest.approx([0.25 / 0.032] * 5, rel=0.05)
     report = {b["batch_bucket"]: b for b in model.report()}
     assert report[1]["first_token"] == pytest.approx(model.first_token(1), abs=1e-3)
+
+
+def test_steps_that_carried_other_requests_prefill_are_filed_at_no_depth() -> None:
+    """A request that shared its life with long prompts measured their prefill, not its
+    decode steps: above PREFILL_PER_STEP prompt tokens per step per request it moves no
+    depth's cost (it still counts as a run at its own k)."""
+    model = _calibrated(MEASURED, 4, 8)
+    before = model.relative_costs(4)
+    outcome = RequestOutcome(
+        "r",
+        prompt_tokens=40,
+        output_tokens=32,
+        finish_reason="length",
+        speculation=SpeculationOutcome(k=0),
+        ttft_s=0.05,
+        e2e_s=0.05 + 31 * 0.1,  # 100 ms a step: a 1,300-token prompt ran alongside
+        decode_steps=32,
+    )
+    for _ in range(40):
+        model.observe_outcome(outcome, 4, 0.0, prefill=4 * 32 * 4)  # 4 tokens/step/request
+    # Unmoved up to the periodic refit of the bucket's line (REFIT_EVERY samples), which
+    # catches up with the last calibration samples.
+    assert model.relative_costs(4) == pytest.approx(before, rel=0.01)
+    assert model.thin_depths(4, 8 + 40) == [1, 2, 3, 4]  # counted as runs at k = 0
+    for _ in range(40):
+        model.observe_outcome(outcome, 4, 0.0, prefill=32 * 4)  # 1 token/step/request
+    assert model.relative_costs(4)[1] < 0.5 * before[1]  # k = 0 now looks dear
