@@ -93,10 +93,12 @@ class ControllerSettings(BaseSettings):
         0.7, gt=0, lt=1, description="Prior P(accept position 1) of a class with no evidence."
     )
     depth_decay: float = Field(
-        0.95,
+        1.0,
         gt=0,
         le=1,
-        description="Prior of an unseen position d: the estimate at d-1 times this factor.",
+        description="Prior of an unseen position d: the estimate at d-1 times this factor "
+        "(1: as likely as d-1; measured chat acceptance rises with depth, and a prior that "
+        "falls keeps a class at the shallow k it was first run at).",
     )
     merge_cap_steps: float = Field(
         2000.0, gt=0, description="Most verify steps one remote merge may add to the live counts."

@@ -12,7 +12,7 @@ from bench.families import FAMILIES, local_pool
 from bench.modes import default_modes, select_modes
 from bench.replay import RequestRecord
 from bench.report import build_summary, render_markdown, write_report
-from bench.runner import JsonlSink, RunKey, RunResult, load_runs
+from bench.runner import JsonlSink, RunKey, RunPlan, RunResult, load_runs
 from bench.stats import acceptance_length, oracle, percentile, settle_points, spread
 from bench.workload import (
     ClosedLoop,
@@ -38,6 +38,17 @@ def test_workload_is_seeded_and_shifts_mix_at_phase_boundaries() -> None:
     second = {i.family for i in a[40:80]}
     assert "chat_alt_template" not in first  # phase 1 has no foreign templates
     assert "chat_alt_template" in second
+
+
+def test_warm_up_covers_every_family_of_the_workload() -> None:
+    """Each engine's first long prefill is slow once: the untimed warm-up runs one
+    request of every family, not only the first phase's chats."""
+    items = build_workload(default_phases(12), local_pool(8, seed=3), seed=5, max_tokens=16)
+    plan = RunPlan([], [ClosedLoop(4)], 1, items, warmup=4)
+    warm = plan.warmup_items()
+    assert warm[:4] == items[:4]
+    assert {i.family for i in warm} == {i.family for i in items}
+    assert len(warm) == len({i.index for i in warm})
 
 
 def test_workload_rejects_a_phase_without_prompts() -> None:
