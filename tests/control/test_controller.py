@@ -31,6 +31,13 @@ def trained(p: tuple[float, ...], n: int = 80, seed: int = 1, **settings: object
     return controller
 
 
+def _calibrate(controller: Controller, load: LoadSnapshot, per_draft: float) -> None:
+    """Three uniform batches at every depth at this load, each draft adding `per_draft`."""
+    for k in range(6):
+        for _ in range(3):
+            controller.cost_model.observe(k, load.batch, 0.02 * (1 + per_draft * k), depth=k)
+
+
 OVERRIDES = [
     ("kill switch", ControlOverrides(enabled=False), 0, "kill switch"),
     ("pin wins over bounds", ControlOverrides(pin_k=1, k_min=3), 1, "pinned"),
@@ -90,9 +97,7 @@ def test_probe_shares_are_per_batch_once_a_load_is_calibrated() -> None:
         controller = trained(p)
         cls = controller.classify(RequestFeatures("chat"))
         busy = LoadSnapshot(running=15)
-        for k in range(6):
-            for _ in range(3):
-                controller.cost_model.observe(k, busy.batch, 0.02 * (1 + 0.1 * k), depth=k)
+        _calibrate(controller, busy, 0.1)
         assert controller.cost_model.thin_depths(busy.batch, 3) == []
         off = ControlOverrides(exploration_share=0.0)
         assert controller.decide(cls, busy, off).k == k_then
@@ -288,9 +293,7 @@ def test_a_class_is_held_to_the_depth_its_batch_gains_from() -> None:
     controller = trained(HIGH)
     cls = controller.classify(RequestFeatures("chat"))
     load = LoadSnapshot(running=3)
-    for k in range(6):
-        for _ in range(3):
-            controller.cost_model.observe(k, load.batch, 0.02 * (1 + 0.4 * k), depth=k)
+    _calibrate(controller, load, 0.4)
     off = ControlOverrides(exploration_share=0.0)
     alone = controller.decide(cls, load, off)
     assert alone.k == 5
