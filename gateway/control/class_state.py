@@ -38,7 +38,7 @@ class BucketState:
     decision: SpeculationDecision | None = None
     #: E[tokens | min(k, D)] for D = 0..K as of the last evaluation (`SpeculationDecision.gains`).
     gains: tuple[float, ...] = ()
-    #: Decisions held below k for the batch (`Controller._batch_capped`), by depth, for
+    #: Decisions held below k for the batch (`Controller.decide`), by depth, for
     #: `capped_for`, the decision they stand in for.
     capped: dict[int, SpeculationDecision] = field(default_factory=dict)
     capped_for: SpeculationDecision | None = None
