@@ -117,7 +117,7 @@ class Controller:
                 return SpeculationDecision(static, "static", False, cid, label, bucket)
             return SpeculationDecision(static, "shadow", False, cid, label, bucket, shadow_k=k)
         share = self._s.exploration_share if o.exploration_share is None else o.exploration_share
-        if k == 0 and share > 0:
+        if k == 0 and share > 0 and state.buckets[bucket].hopeful:
             share = max(share, self._s.zero_probe_share)
         # A probe deeper than its batch makes the drafter draft for every request in
         # it, so the shares are per batch, not per request: at batch b, share / b.

@@ -92,8 +92,10 @@ def test_exploration_share_is_bounded_and_can_be_switched_off() -> None:
 
 def test_probe_shares_are_per_batch_once_a_load_is_calibrated() -> None:
     """A probe deeper than its batch makes every request in it draft: at batch 16 the
-    k +- 1 share and the k = 0 class's probe share are a 16th of their batch-1 values."""
-    for p, share, k_then in ((HIGH, 0.05, 5), (LOW, 0.2, 0)):
+    k +- 1 share is a 16th of its batch-1 value. A class at k = 0 whose measured
+    acceptance cannot pay for k = 1 even at its upper bound probes at that share too,
+    not at `zero_probe_share` (`class_state.may_pay_at_one`)."""
+    for p, share, k_then in ((HIGH, 0.05, 5), (LOW, 0.05, 0)):
         controller = trained(p)
         cls = controller.classify(RequestFeatures("chat"))
         busy = LoadSnapshot(running=15)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from gateway.control.class_state import may_pay_at_one
 from gateway.control.depth_profile import DepthProfile
 from gateway.control.policies import GoodputPolicy, PolicyInput, StaticPolicy, make_policy
 from gateway.control.settings import ControllerSettings
@@ -116,3 +117,20 @@ def test_the_first_tokens_price_decides_short_replies_not_long_ones() -> None:
     # Long replies give E / c, the decode-only goodput, whatever the first token costs.
     long = policy.choose(PolicyInput(prof, 50, 1, 0, 5, 50, cost, first, 1e9))
     assert long.goodput[1] == pytest.approx(1.8 / 1.65)
+
+
+def test_a_class_at_k0_probes_hard_only_while_k1_could_pay() -> None:
+    """Batch-1 costs of this CPU (step 1.37x at k = 1, first token 2.2 -> 6.1 steps),
+    30-token replies: k = 1 pays only from p_1 of about 0.55. Never measured (the prior's
+    0.7, no trials) it could; measured at 0.2 over 400 drafts it cannot, nor over 10
+    (upper bound 0.41)."""
+    cost, first = (1.0, 1.37), (2.2, 6.1)
+
+    def hopeful(p: float, trials: float) -> bool:
+        prof = DepthProfile((p,), (trials,))
+        return may_pay_at_one(PolicyInput(prof, 50, 0, 0, 1, 50, cost, first, 30.0))
+
+    assert hopeful(0.7, 0.0)
+    assert not hopeful(0.2, 400.0)
+    assert not hopeful(0.2, 10.0)
+    assert hopeful(0.5, 10.0)  # 0.5 +- 0.27: may pay

@@ -38,7 +38,7 @@ class GoodputPolicy:
         k_max = min(inp.k_max, inp.profile.depth, len(inp.relative_cost) - 1)
         k_min = min(inp.k_min, k_max)
         current = inp.current_k
-        goodput = _goodput(inp, k_max)
+        goodput = goodput_of(inp, k_max)
         if inp.samples < self.min_samples:
             return self._cold(inp, min(max(current, k_min), k_max), k_min, goodput)
         best = k_min
@@ -72,7 +72,8 @@ class GoodputPolicy:
         return Choice(k, reason, goodput)
 
 
-def _goodput(inp: PolicyInput, k_max: int) -> tuple[float, ...]:
+def goodput_of(inp: PolicyInput, k_max: int) -> tuple[float, ...]:
+    """Expected goodput of k = 0..k_max (the module docstring's formula)."""
     expected = inp.profile.expected_tokens()
     cost = inp.relative_cost
     first = inp.first_token
