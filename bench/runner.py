@@ -77,7 +77,9 @@ class RunPlan:
         An engine's first long prefill is slow once (1.9 s to the first token for a
         1,337-token prompt at k = 0, against 0.2 s after; 2026-11-24, concurrency 4):
         warmed with phase-0 chats only, that cost fell on whichever mode ran first on
-        an engine, and only in its first repeat.
+        an engine, and only in its first repeat. Warming every family has not removed
+        it on the speculative engine (the whole run of 2026-11-24 10:11 still shows it
+        in adaptive's first concurrency-4 repeat); its cause is not known.
         """
         items = list(self.items[: self.warmup])
         seen = {item.family for item in items}
