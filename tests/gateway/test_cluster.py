@@ -51,7 +51,14 @@ def replicas(
     redis_srv: RedisServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[list[GatewayProcess]]:
     tmp = tmp_path_factory.mktemp("replicas")
-    env = {"SPECGW_REDIS_URL": redis_srv.url, "SPECGW_NAMESPACE": "cluster-test"}
+    # No start-up calibration: the kill-switch test needs speculation to come back once
+    # the switch is off, and on this CPU the calibrated policy (first-token price, step
+    # costs) rightly runs its short replies at k = 0; from the cost prior it speculates.
+    env = {
+        "SPECGW_REDIS_URL": redis_srv.url,
+        "SPECGW_NAMESPACE": "cluster-test",
+        "SPECGW_CONTROL_CALIBRATE_BATCHES": "[]",
+    }
     first = start_gateway(tmp, env)
     try:
         second = start_gateway(tmp, env)
