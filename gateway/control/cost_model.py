@@ -145,7 +145,7 @@ class CostModel:
     _first: dict[int, tuple[float, ...]] = field(default_factory=dict)
 
     def observe(
-        self, k: int, batch: float, seconds: float, depth: float | None = None, clean: bool = True
+        self, k: int, batch: int, seconds: float, depth: float | None = None, clean: bool = True
     ) -> None:
         """File one request's seconds per step at its batch's depth (`depth`, else k).
 
@@ -162,7 +162,7 @@ class CostModel:
         steps carried much prefill of other requests, `observe_outcome`) files it
         at no depth either.
         """
-        bucket = batch_bucket(round(batch))
+        bucket = batch_bucket(batch)
         at = float(k) if depth is None else min(max(depth, 0.0), float(self.max_k))
         sums = self._sums.setdefault(bucket, _Sums())
         sums.scale(1.0 - self.forgetting)

@@ -76,10 +76,9 @@ def goodput_of(inp: PolicyInput, k_max: int) -> tuple[float, ...]:
     """Expected goodput of k = 0..k_max (the module docstring's formula)."""
     expected = inp.profile.expected_tokens()
     cost = inp.relative_cost
-    first = inp.first_token
-    rest = inp.output_tokens - 1.0
-    if len(first) <= k_max or rest <= 0:
+    first, length = inp.first_token, inp.output_tokens
+    if len(first) <= k_max or length <= 1.0:
         return tuple([expected[k] / cost[k] for k in range(k_max + 1)])
     # Normalised so that long replies give E / c, as without the first-token term.
-    length = rest + 1.0
+    rest = length - 1.0
     return tuple([length / (first[k] + rest * cost[k] / expected[k]) for k in range(k_max + 1)])
