@@ -30,12 +30,12 @@ def gains_at(expected: list[float], k: int) -> tuple[float, ...]:
     return tuple(expected[d if d < k else k] for d in range(len(expected)))
 
 
-def may_pay_at_one(inp: PolicyInput) -> bool:
+def may_pay_at_one(inp: PolicyInput, prior_strength: float) -> bool:
     """Whether k = 1 beats k = 0 with position 1's acceptance at its upper bound.
 
     The bound is two standard deviations of the posterior mean over the position's
-    trials (plus the prior's pseudo-trials). A class at k = 0 learns only from its
-    probes, and a probe costs (its first token dearer, no prefix-cache hit from the
+    trials plus the prior's `prior_strength` pseudo-trials. A class at k = 0 learns
+    only from its probes, and a probe costs (its first token dearer, no prefix-cache hit from the
     class's k = 0 runs, and every batch-mate drafting): tool calls at concurrency 1
     ran at 53 tokens/s against 85 without speculation, at k = 0 with one probe in
     five. Where even the bound cannot pay, the class probes at `exploration_share`
@@ -44,7 +44,7 @@ def may_pay_at_one(inp: PolicyInput) -> bool:
     profile = inp.profile
     if not profile.p or len(inp.relative_cost) < 2:
         return False
-    p, n = profile.p[0], profile.trials[0] + 4.0
+    p, n = profile.p[0], profile.trials[0] + prior_strength
     upper = min(1.0, p + 2.0 * math.sqrt(max(p * (1.0 - p), 0.01) / n))
     optimistic = PolicyInput(
         DepthProfile((upper,), (profile.trials[0],)),
@@ -198,7 +198,7 @@ class ClassState:
                     tuple(round(g, 4) for g in choice.goodput),
                 )
             )
-        state.hopeful = state.k > 0 or may_pay_at_one(inp)
+        state.hopeful = state.k > 0 or may_pay_at_one(inp, self.estimator.prior_strength)
         gains = gains_at(profile.expected_tokens(), state.k)
         old_gains = state.gains
         # Kept while within 5 %: a new tuple makes the next `decide` build its decision anew.

@@ -63,6 +63,11 @@ class AcceptanceEstimator:
             )
         return self._profile
 
+    @property
+    def prior_strength(self) -> float:
+        """Pseudo-trials of the Beta prior on each position."""
+        return self._params.prior_strength
+
     def mean_output_tokens(self, default: float) -> float:
         """Mean reply length over the live (forgetting) counts, else `default`."""
         live = self.live

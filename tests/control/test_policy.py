@@ -128,7 +128,7 @@ def test_a_class_at_k0_probes_hard_only_while_k1_could_pay() -> None:
 
     def hopeful(p: float, trials: float) -> bool:
         prof = DepthProfile((p,), (trials,))
-        return may_pay_at_one(PolicyInput(prof, 50, 0, 0, 1, 50, cost, first, 30.0))
+        return may_pay_at_one(PolicyInput(prof, 50, 0, 0, 1, 50, cost, first, 30.0), 4.0)
 
     assert hopeful(0.7, 0.0)
     assert not hopeful(0.2, 400.0)
