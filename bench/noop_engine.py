@@ -9,8 +9,11 @@ token instead of running the model. What is left to time is the gateway's own
 cost, which is what its ceiling in requests/s per core measures.
 
 Run as a process: `python -m bench.noop_engine --port P --direct-out FILE`; before
-serving it times the same requests straight into the (no-op) engine client,
-in-process, and writes those latencies to FILE for the added-latency figure.
+serving it times the same requests in-process, twice: straight into the (no-op)
+engine client (token ids in, the added-latency baseline), and through vLLM's
+OpenAI serving layer on that client (request JSON in, SSE lines out: what
+`vllm serve` does for the request minus HTTP), and writes both to FILE as
+`{"engine": [...], "serving": [...]}` seconds per request.
 """
 
 from __future__ import annotations
@@ -154,6 +157,38 @@ async def time_direct(noop: Any, tokenizer: Any, n: int) -> list[float]:
     return out
 
 
+async def time_serving(noop: Any, model: str, served_name: str, n: int) -> list[float]:
+    """Seconds per request through vLLM's OpenAI chat serving, in-process, to `[DONE]`.
+
+    The request is parsed from the same JSON body the HTTP client sends; every
+    SSE line is produced and read, as the gateway's relay does.
+    """
+    from engine.openai_frontend import FrontendConfig, OpenAIFrontend
+    from engine.protocol import ChatCompletionRequest
+
+    frontend = await OpenAIFrontend.create(noop, FrontendConfig(model, served_name))
+    body = json.dumps(
+        {
+            "model": served_name,
+            "messages": OVERHEAD_MESSAGES,
+            "max_tokens": OVERHEAD_MAX_TOKENS,
+            "stream": True,
+        }
+    )
+    out: list[float] = []
+    for i in range(n + 20):  # the first 20: warm-up (first renders, caches)
+        t0 = time.perf_counter()
+        request = ChatCompletionRequest.model_validate_json(body)
+        stream = await frontend.chat(request, k=0, gateway_id=f"serving-{i}")
+        if not hasattr(stream, "__aiter__"):
+            raise RuntimeError(f"serving layer answered without a stream: {stream!r}")
+        async for _ in stream:
+            pass
+        if i >= 20:
+            out.append(time.perf_counter() - t0)
+    return out
+
+
 def main() -> None:
     import uvicorn
 
@@ -168,11 +203,15 @@ def main() -> None:
     parser.add_argument("--direct-n", type=int, default=500)
     args = parser.parse_args()
 
-    async def on_ready(noop: Any, tokenizer: Any) -> None:
-        direct = await time_direct(noop, tokenizer, args.direct_n)
-        args.direct_out.write_text(json.dumps(direct))
-
     settings = GatewaySettings.load(None, host="127.0.0.1", port=args.port, log_level="warning")
+
+    async def on_ready(noop: Any, tokenizer: Any) -> None:
+        engine = await time_direct(noop, tokenizer, args.direct_n)
+        serving = await time_serving(
+            noop, str(args.model), settings.served_model_name, args.direct_n
+        )
+        args.direct_out.write_text(json.dumps({"engine": engine, "serving": serving}))
+
     engine_settings = EngineSettings.load(None, model=args.model, max_depth=0)
     app = create_app(settings, noop_runtime_factory(engine_settings, on_ready))
     uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False)

@@ -270,18 +270,35 @@ def render_markdown(summary: dict[str, Any]) -> str:
 def _overhead_lines(ovh: dict[str, Any] | None) -> list[str]:
     if not ovh:
         return []
+
+    def row(label: str, key: str, digits: int = 2) -> str:
+        p50, p99 = ovh.get(f"{key}_p50_ms"), ovh.get(f"{key}_p99_ms")
+        if p50 is None or p99 is None:
+            return ""
+        return f"| {label} | {p50:.{digits}f} | {p99:.{digits}f} |"
+
+    rows = [
+        row("in-process engine client (token ids in)", "direct", 3),
+        row("in-process vLLM OpenAI serving layer (JSON in, SSE out; no HTTP)", "serving"),
+        row("through the gateway", "gateway"),
+        row("**added by the gateway** (gateway - engine client)", "added"),
+        row("HTTP floor: bare uvicorn SSE", "floor"),
+        row("through the gateway, httpx client", "gateway_httpx"),
+        row("added by the gateway, httpx client", "added_httpx"),
+        row("HTTP floor, httpx client", "floor_httpx"),
+    ]
     lines = [
         "",
         f"## Gateway overhead (no-op engine; {ovh['request']})",
         "",
+        f"Latency client: {ovh.get('client', 'httpx')}.",
+        "",
         "| path | p50 ms | p99 ms |",
         "|---|---|---|",
-        f"| in-process engine client | {ovh['direct_p50_ms']:.3f} | {ovh['direct_p99_ms']:.3f} |",
-        f"| through the gateway | {ovh['gateway_p50_ms']:.2f} | {ovh['gateway_p99_ms']:.2f} |",
-        f"| added by the gateway | {ovh['added_p50_ms']:.2f} | {ovh['added_p99_ms']:.2f} |",
-        f"| HTTP floor: bare uvicorn SSE, same client | {ovh.get('floor_p50_ms', 0):.2f} "
-        f"| {ovh.get('floor_p99_ms', 0):.2f} |",
+        *[r for r in rows if r],
         "",
+    ]
+    lines += [
         "| server | concurrency | requests/s | server CPU s | requests per server CPU second "
         "| client CPU s |",
         "|---|---|---|---|---|---|",

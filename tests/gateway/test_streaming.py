@@ -6,6 +6,8 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 
+import pytest
+
 from gateway.streaming import StreamEnd, relay
 
 CHUNK = 'data: {"choices":[{"index":0,"delta":{"content":"x"},"finish_reason":null}]}\n\n'
@@ -69,3 +71,81 @@ async def test_engine_error_event_is_relayed_once_without_done() -> None:
     assert end.status == "error"
     assert out[-1].startswith('data: {"error"')
     assert DONE not in out
+
+
+async def test_a_slow_reader_is_not_a_stalled_engine() -> None:
+    """The idle bound covers waits for the engine, not the time the client takes to read."""
+    ends: list[StreamEnd] = []
+
+    async def speculation() -> dict[str, object]:
+        return {"k": 0}
+
+    async def on_end(end: StreamEnd) -> None:
+        ends.append(end)
+
+    out = []
+    async for chunk in relay(
+        _source([CHUNK, CHUNK, FINISH, USAGE, DONE]),
+        idle_timeout_s=0.05,
+        speculation=speculation,
+        on_end=on_end,
+    ):
+        out.append(chunk)
+        await asyncio.sleep(0.12)  # each send takes over twice the bound
+    assert ends[0].status == "complete"
+    assert out[-1] == DONE
+
+
+async def test_a_stall_after_slow_reads_is_still_caught() -> None:
+    ends: list[StreamEnd] = []
+
+    async def slow_then_hang() -> AsyncIterator[str]:
+        yield CHUNK
+        yield CHUNK
+        await asyncio.sleep(3600)
+        yield FINISH
+
+    async def speculation() -> dict[str, object]:
+        return {"k": 0}
+
+    async def on_end(end: StreamEnd) -> None:
+        ends.append(end)
+
+    out = []
+    async with asyncio.timeout(5):
+        async for chunk in relay(
+            slow_then_hang(), idle_timeout_s=0.05, speculation=speculation, on_end=on_end
+        ):
+            out.append(chunk)
+            await asyncio.sleep(0.08)
+    assert ends[0].status == "error"
+    assert json.loads(out[-1][6:])["error"]["code"] == "stream_stalled"
+
+
+async def test_cancelling_the_stream_is_not_reported_as_a_stall() -> None:
+    """A client that leaves cancels the relay's task: that cancellation propagates."""
+    ends: list[StreamEnd] = []
+
+    async def speculation() -> dict[str, object]:
+        return {"k": 0}
+
+    async def on_end(end: StreamEnd) -> None:
+        ends.append(end)
+
+    async def consume() -> list[str]:
+        return [
+            c
+            async for c in relay(
+                _source([CHUNK], hang=True),
+                idle_timeout_s=30,
+                speculation=speculation,
+                on_end=on_end,
+            )
+        ]
+
+    task = asyncio.ensure_future(consume())
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert ends[0].status == "disconnected"
