@@ -18,10 +18,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 from tqdm import tqdm
 
 from bench.gateway_proc import (
+    BENCH_ADMIN_KEY,
     BENCH_KEY,
     GatewayConfig,
     GatewayProcess,
@@ -74,12 +76,9 @@ class RunPlan:
     def warmup_items(self) -> list[WorkItem]:
         """The first `warmup` requests plus one of every family they lack.
 
-        An engine's first long prefill is slow once (1.9 s to the first token for a
-        1,337-token prompt at k = 0, against 0.2 s after; 2026-11-24, concurrency 4):
-        warmed with phase-0 chats only, that cost fell on whichever mode ran first on
-        an engine, and only in its first repeat. Warming every family has not removed
-        it on the speculative engine (the whole run of 2026-11-24 10:11 still shows it
-        in adaptive's first concurrency-4 repeat); its cause is not known.
+        The warm-up takes an engine's first-step costs; it does not leave prompts in
+        the prefix cache for the timed runs, which every mode starts with the cache
+        emptied (`_run_mode`).
         """
         items = list(self.items[: self.warmup])
         seen = {item.family for item in items}
@@ -121,6 +120,13 @@ async def _apply_flags(gw: GatewayProcess, mode: Mode, plan: RunPlan) -> int | N
     return await _probe_k(gw, mode, plan, tries=3)
 
 
+async def _reset_prefix_cache(gw: GatewayProcess) -> bool:
+    auth = {"authorization": f"Bearer {BENCH_ADMIN_KEY}"}
+    async with httpx.AsyncClient(base_url=gw.base_url, headers=auth, timeout=30) as client:
+        answer = await client.post("/admin/prefix-cache/reset")
+    return answer.status_code == 200 and bool(answer.json().get("reset"))
+
+
 async def _run_mode(
     gw: GatewayProcess,
     mode: Mode,
@@ -135,6 +141,16 @@ async def _run_mode(
         await replay(client, plan.warmup_items(), ClosedLoop(4), gw.model)
     finally:
         await client.close()
+    # Modes share an engine and run one after another, so without this the first
+    # mode on an engine paid the cold prefills of the whole workload and the later
+    # ones found it cached: a 1,337-token prompt took 1.9 s to its first token cold
+    # against 0.07 s cached on this CPU (2026-11-24), and only in the first mode's
+    # first repeat. k = 0 and k > 0 requests use separate cache namespaces
+    # (`engine.scheduler`), so the mode that switches depths (adaptive) paid it
+    # again where a class first ran at the other. Now each mode's first repeat
+    # starts cold and its later repeats find what it cached itself.
+    if not await _reset_prefix_cache(gw):
+        notes.append(f"{mode.name}: the prefix cache was not reset before its runs")
     for repeat in range(plan.repeats):
         for arrival in plan.arrivals:
             bar.set_postfix_str(f"{mode.name} {arrival.label} r{repeat}")

@@ -217,6 +217,10 @@ class FakeEngine:
         if event is not None:
             event.set()
 
+    async def reset_prefix_cache(self) -> bool:
+        """The fake keeps no KV cache: there is nothing to drop, except while requests run."""
+        return not self._running and not self._dead and not self._closed
+
     async def health(self) -> EngineHealth:
         alive = not self._dead and not self._closed
         return EngineHealth(

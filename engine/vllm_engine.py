@@ -241,6 +241,12 @@ class VLLMEngine:
         if not self._closed and not self._llm.errored:
             await self._llm.abort(request_id)
 
+    async def reset_prefix_cache(self) -> bool:
+        """vLLM's own reset; it refuses (False) while running requests hold cached blocks."""
+        if self._closed or self._llm.errored:
+            return False
+        return bool(await self._llm.reset_prefix_cache())
+
     async def health(self) -> EngineHealth:
         counts = self._activity.counts()
         if self._closed:

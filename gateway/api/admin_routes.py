@@ -18,6 +18,20 @@ async def classes(request: Request) -> JSONResponse:
     return JSONResponse({"object": "list", "data": rows})
 
 
+@router.post("/prefix-cache/reset")
+async def reset_prefix_cache(request: Request) -> JSONResponse:
+    """Empty the engine's prefix cache, so that what runs next starts from cold prompts.
+
+    For benchmarks that compare settings one after another on one engine (each
+    should find the cache as the others did) and for operators after a change that
+    makes cached blocks worthless. vLLM refuses while requests hold cached blocks:
+    then `reset` is false and nothing was dropped.
+    """
+    runtime = request.app.state.runtime
+    reset = bool(runtime is not None and await runtime.engine.reset_prefix_cache())
+    return JSONResponse({"object": "prefix_cache", "reset": reset})
+
+
 @router.get("/costs")
 async def costs(request: Request) -> JSONResponse:
     """The step-cost model per batch bucket (relative cost of each k) and its calibration."""

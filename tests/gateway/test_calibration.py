@@ -59,6 +59,9 @@ class StepClock:
     async def health(self) -> EngineHealth:
         return EngineHealth(alive=True, ready=True)
 
+    async def reset_prefix_cache(self) -> bool:
+        return True
+
     async def shutdown(self) -> None:
         return None
 

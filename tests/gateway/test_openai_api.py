@@ -103,6 +103,35 @@ def test_usage_reports_prompt_tokens_served_from_the_prefix_cache(gateway: Gatew
     assert usages[-1].prompt_tokens_details.cached_tokens is not None
 
 
+def test_admin_reset_empties_the_prefix_cache(gateway: GatewayProcess) -> None:
+    """After `POST /admin/prefix-cache/reset` a prompt the engine had cached is cold
+    again, at any k (both cache namespaces go); a user key cannot reset."""
+    notes = " ".join(f"Clause {i}: reply in {i % 4 + 2} words." for i in range(60))
+    messages = [
+        {"role": "system", "content": f"{time.time_ns()} {notes}"},
+        {"role": "user", "content": "Which clause is last?"},
+    ]
+    client = gateway.client()
+
+    def cached_tokens() -> int:
+        usage = client.chat.completions.create(
+            model=MODEL, messages=messages, max_tokens=4, temperature=0
+        ).usage
+        assert usage is not None
+        assert usage.prompt_tokens_details is not None
+        return usage.prompt_tokens_details.cached_tokens or 0
+
+    warm = [cached_tokens() for _ in range(4)]
+    assert max(warm) >= 128, warm  # the prompt is in the cache (at some k)
+    with gateway.http() as http:
+        assert http.post("/admin/prefix-cache/reset").status_code == 403
+    with gateway.http(ADMIN_KEY) as http:
+        answer = http.post("/admin/prefix-cache/reset")
+    assert answer.status_code == 200
+    assert answer.json() == {"object": "prefix_cache", "reset": True}
+    assert cached_tokens() == 0
+
+
 def test_stream_matches_non_stream_and_ends_with_done(gateway: GatewayProcess) -> None:
     client = gateway.client()
     full = client.chat.completions.create(
