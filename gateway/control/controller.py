@@ -117,8 +117,17 @@ class Controller:
                 return SpeculationDecision(static, "static", False, cid, label, bucket)
             return SpeculationDecision(static, "shadow", False, cid, label, bucket, shadow_k=k)
         share = self._s.exploration_share if o.exploration_share is None else o.exploration_share
-        if k == 0 and share > 0 and state.buckets[bucket].hopeful:
-            share = max(share, self._s.zero_probe_share)
+        if k == 0 and share > 0:
+            if state.buckets[bucket].hopeful:
+                share = max(share, self._s.zero_probe_share)
+            elif bucket > 1:
+                # k = 1 cannot pay here even at its acceptance's upper bound, and the
+                # probe is dear for the whole batch: every mate drafts, and the probe's
+                # prompt, salted apart from the class's k = 0 blocks (`engine.scheduler`),
+                # is prefilled cold (tool-call probes at concurrency 4: 0.6 to 0.8 s to
+                # their first token, the other three requests waiting behind them). The
+                # drift floor stays at batch 1, where only the probe pays.
+                share = 0.0
         # A probe deeper than its batch makes the drafter draft for every request in
         # it, so the shares are per batch, not per request: at batch b, share / b.
         share /= bucket

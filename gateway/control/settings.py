@@ -65,7 +65,8 @@ class ControllerSettings(BaseSettings):
         le=1,
         description="Share of requests of a class at k=0 that probe k=1, so it can recover, "
         "while k=1 could still pay at the upper bound of its acceptance (else "
-        "`exploration_share`; at batch 1, divided by the batch size above it).",
+        "`exploration_share` at batch 1 and no probe under load); at batch 1, divided by "
+        "the batch size above it.",
     )
     prior_output_tokens: float = Field(
         128.0,
