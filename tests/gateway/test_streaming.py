@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 
 import pytest
 
@@ -23,8 +23,10 @@ async def _source(items: list[str], hang: bool = False) -> AsyncIterator[str]:
         await asyncio.sleep(3600)
 
 
-async def _collect(items: list[str], hang: bool = False) -> tuple[list[str], StreamEnd]:
-    ends: list[StreamEnd] = []
+def _relay(
+    source: AsyncIterator[str], idle_timeout_s: float, ends: list[StreamEnd]
+) -> AsyncGenerator[str, None]:
+    """`relay` with a fixed speculation object; each stream's end lands in `ends`."""
 
     async def speculation() -> dict[str, object]:
         return {"k": 2}
@@ -32,15 +34,12 @@ async def _collect(items: list[str], hang: bool = False) -> tuple[list[str], Str
     async def on_end(end: StreamEnd) -> None:
         ends.append(end)
 
-    out = [
-        c
-        async for c in relay(
-            _source(items, hang),
-            idle_timeout_s=0.1,
-            speculation=speculation,
-            on_end=on_end,
-        )
-    ]
+    return relay(source, idle_timeout_s=idle_timeout_s, speculation=speculation, on_end=on_end)
+
+
+async def _collect(items: list[str], hang: bool = False) -> tuple[list[str], StreamEnd]:
+    ends: list[StreamEnd] = []
+    out = [c async for c in _relay(_source(items, hang), 0.1, ends)]
     assert len(ends) == 1
     return out, ends[0]
 
@@ -76,20 +75,8 @@ async def test_engine_error_event_is_relayed_once_without_done() -> None:
 async def test_a_slow_reader_is_not_a_stalled_engine() -> None:
     """The idle bound covers waits for the engine, not the time the client takes to read."""
     ends: list[StreamEnd] = []
-
-    async def speculation() -> dict[str, object]:
-        return {"k": 0}
-
-    async def on_end(end: StreamEnd) -> None:
-        ends.append(end)
-
     out = []
-    async for chunk in relay(
-        _source([CHUNK, CHUNK, FINISH, USAGE, DONE]),
-        idle_timeout_s=0.05,
-        speculation=speculation,
-        on_end=on_end,
-    ):
+    async for chunk in _relay(_source([CHUNK, CHUNK, FINISH, USAGE, DONE]), 0.05, ends):
         out.append(chunk)
         await asyncio.sleep(0.12)  # each send takes over twice the bound
     assert ends[0].status == "complete"
@@ -105,17 +92,9 @@ async def test_a_stall_after_slow_reads_is_still_caught() -> None:
         await asyncio.sleep(3600)
         yield FINISH
 
-    async def speculation() -> dict[str, object]:
-        return {"k": 0}
-
-    async def on_end(end: StreamEnd) -> None:
-        ends.append(end)
-
     out = []
     async with asyncio.timeout(5):
-        async for chunk in relay(
-            slow_then_hang(), idle_timeout_s=0.05, speculation=speculation, on_end=on_end
-        ):
+        async for chunk in _relay(slow_then_hang(), 0.05, ends):
             out.append(chunk)
             await asyncio.sleep(0.08)
     assert ends[0].status == "error"
@@ -126,22 +105,8 @@ async def test_cancelling_the_stream_is_not_reported_as_a_stall() -> None:
     """A client that leaves cancels the relay's task: that cancellation propagates."""
     ends: list[StreamEnd] = []
 
-    async def speculation() -> dict[str, object]:
-        return {"k": 0}
-
-    async def on_end(end: StreamEnd) -> None:
-        ends.append(end)
-
     async def consume() -> list[str]:
-        return [
-            c
-            async for c in relay(
-                _source([CHUNK], hang=True),
-                idle_timeout_s=30,
-                speculation=speculation,
-                on_end=on_end,
-            )
-        ]
+        return [c async for c in _relay(_source([CHUNK], hang=True), 30, ends)]
 
     task = asyncio.ensure_future(consume())
     await asyncio.sleep(0.05)
