@@ -51,15 +51,42 @@ class CalibrationPoint:
         return asdict(self)
 
 
-async def _one(engine: Engine, request_id: str, k: int, tokens: int) -> RequestOutcome | None:
+#: Repeated (with a unique first line) into a prompt no cache holds: the cold prefill.
+COLD_REPEATS = 8
+
+
+async def _one(
+    engine: Engine, request_id: str, k: int, tokens: int, prompt: str = PROMPT
+) -> RequestOutcome | None:
     request = GenerateRequest(
-        request_id=request_id, prompt=PROMPT, max_tokens=tokens, ignore_eos=True, k=k
+        request_id=request_id, prompt=prompt, max_tokens=tokens, ignore_eos=True, k=k
     )
     outcome = None
     async for chunk in engine.generate(request):
         if chunk.outcome is not None:
             outcome = chunk.outcome
     return outcome
+
+
+async def _calibrate_prefill(engine: Engine, cost: CostModel, nonce: float) -> None:
+    """Seconds per cold prompt token: a long prompt no cache holds against the short one.
+
+    A class at k = 0 that probes k = 1 prefills, outside the k = 0 requests' prefix
+    cache (`engine.scheduler`), the prompt tokens its k = 0 runs find cached; the
+    probe gate prices that (`class_state.may_pay_at_one`). Both requests at k = 0,
+    one after the other; the short one is the calibration's own prompt.
+    """
+    cold = f"Calibration {nonce:.6f}.\n" + "\n".join([PROMPT] * COLD_REPEATS)
+    short = await _one(engine, f"specgw-calibrate-prefill-short-{nonce:.0f}", 0, 2)
+    long = await _one(engine, f"specgw-calibrate-prefill-cold-{nonce:.0f}", 0, 2, cold)
+    if short is None or long is None:
+        return
+    fresh = long.prompt_tokens - long.cached_prompt_tokens
+    fresh_short = short.prompt_tokens - short.cached_prompt_tokens
+    if fresh - fresh_short >= 32 and long.ttft_s > short.ttft_s:
+        per_token = (long.ttft_s - short.ttft_s) / (fresh - fresh_short)
+        cost.calibrate_prefill(per_token)
+        log.info("cold prefill: %.2f ms per prompt token", per_token * 1000)
 
 
 async def calibrate(
@@ -106,6 +133,7 @@ async def calibrate(
                         k, batch, statistics.median(seconds) * 1000, len(seconds), first * 1000
                     )
                 )
+    await _calibrate_prefill(engine, cost, started)
     log.info(
         "step costs calibrated in %.1f s: %s",
         time.monotonic() - started,

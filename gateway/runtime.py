@@ -225,6 +225,7 @@ async def _control_plane(
         cost_report=lambda: {
             "calibration": [p.to_dict() for p in calibration],
             "buckets": controller.cost_model.report(),
+            "prefill_ms_per_token": round(controller.cost_model.prefill_s * 1000, 4),
         },
         extra_readiness=readiness_extra,
         flag_view=view,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from engine.interface import RequestOutcome
 from gateway.control.classify import RequestClass
 from gateway.control.cost_model import CostModel
 from gateway.control.decision import SpeculationDecision
@@ -30,8 +31,13 @@ def gains_at(expected: list[float], k: int) -> tuple[float, ...]:
     return tuple(expected[d if d < k else k] for d in range(len(expected)))
 
 
-def may_pay_at_one(inp: PolicyInput, prior_strength: float) -> bool:
+def may_pay_at_one(inp: PolicyInput, prior_strength: float, cold_steps: float = 0.0) -> bool:
     """Whether k = 1 beats k = 0 with position 1's acceptance at its upper bound.
+
+    `cold_steps`: what the probe's first token costs beyond the calibrated one, in
+    steps at k = 0: the prompt tokens the class's k = 0 runs find cached, which a
+    k = 1 request prefills again outside their cache namespace (long context at
+    concurrency 1: 1.99 s to a probe's first token against 0.06 s at k = 0).
 
     The bound is two standard deviations of the posterior mean over the position's
     trials plus the prior's `prior_strength` pseudo-trials. A class at k = 0 learns
@@ -54,7 +60,7 @@ def may_pay_at_one(inp: PolicyInput, prior_strength: float) -> bool:
         1,
         inp.since_change,
         inp.relative_cost[:2],
-        inp.first_token[:2],
+        (inp.first_token[0], inp.first_token[1] + cold_steps) if len(inp.first_token) > 1 else (),
         inp.output_tokens,
     )
     goodput = goodput_of(optimistic, 1)
@@ -106,6 +112,31 @@ class ClassState:
     #: Estimate when the drift detector was last quiet (the "before" of a drift).
     stable_profile: tuple[float, ...] = ()
     stable_length: float | None = None
+    #: Moving mean of the class's prompt tokens (0 until its first request).
+    prompt_tokens: float = 0.0
+    #: Moving share of its k = 0 runs' prompt tokens found in the prefix cache. It
+    #: starts at 1: a class's first run is cold whatever repeats, and a probe right
+    #: after it would pay the whole prompt again (long context at concurrency 1: a k = 1
+    #: probe in its second run took 1.99 s to the first token, 0.06 s at k = 0).
+    zero_cached_share: float = 1.0
+
+    def note_prompt(self, outcome: RequestOutcome) -> None:
+        tokens = outcome.prompt_tokens
+        if tokens <= 0:
+            return
+        mean = self.prompt_tokens
+        self.prompt_tokens = float(tokens) if mean <= 0 else mean + 0.2 * (tokens - mean)
+        if outcome.speculation.k == 0:
+            share = outcome.cached_prompt_tokens / tokens
+            self.zero_cached_share += 0.2 * (share - self.zero_cached_share)
+
+    def cold_tokens(self) -> float:
+        """Prompt tokens a k = 1 probe is expected to prefill beyond a k = 0 run's.
+
+        k = 0 requests cache under their own salt (`engine.scheduler`), so what the
+        class's k = 0 runs find cached, its probe prefills again.
+        """
+        return self.prompt_tokens * self.zero_cached_share
 
     def current_k(self) -> int:
         state = self.buckets.get(self.last_bucket)
@@ -198,7 +229,9 @@ class ClassState:
                     tuple(round(g, 4) for g in choice.goodput),
                 )
             )
-        state.hopeful = state.k > 0 or may_pay_at_one(inp, self.estimator.prior_strength)
+        state.hopeful = state.k > 0 or may_pay_at_one(
+            inp, self.estimator.prior_strength, self.cold_tokens() * cost.prefill_steps(bucket)
+        )
         gains = gains_at(profile.expected_tokens(), state.k)
         old_gains = state.gains
         # Kept while within 5 %: a new tuple makes the next `decide` build its decision anew.

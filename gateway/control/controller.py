@@ -192,6 +192,7 @@ class Controller:
             state.stable_length = state.estimator.ewma_length
         state.estimator.observe(outcome, counts)
         state.pending.add_outcome(outcome, counts)
+        state.note_prompt(outcome)
         state.observed += 1
         state.version += 1
         state.explored += int(decision.explored)

@@ -143,6 +143,8 @@ class CostModel:
     #: Per bucket: seconds of a step at k = 0 (the unit of `first_token`).
     _step0: dict[int, float] = field(default_factory=dict)
     _first: dict[int, tuple[float, ...]] = field(default_factory=dict)
+    #: Seconds to prefill one prompt token cold, at batch 1 (calibration); 0 = unknown.
+    prefill_s: float = 0.0
 
     def observe(
         self, k: int, batch: int, seconds: float, depth: float | None = None, clean: bool = True
@@ -323,6 +325,17 @@ class CostModel:
         self._first.clear()  # buckets without calibration borrow the nearest one's
         for known in list(self._versioned):
             self._refresh(known)
+
+    def calibrate_prefill(self, seconds_per_token: float) -> None:
+        """Record the measured seconds to prefill one prompt token that is not cached."""
+        self.prefill_s = max(0.0, seconds_per_token)
+
+    def prefill_steps(self, bucket: int) -> float:
+        """One cold prompt token's prefill in steps at k = 0 of this bucket (0: unknown)."""
+        if self.prefill_s <= 0.0:
+            return 0.0
+        self.relative_costs(bucket)
+        return self.prefill_s / self._step0[bucket]
 
     def first_token(self, batch: int) -> tuple[float, ...]:
         """Time to the first token at k = 0..K, in steps at k = 0 of this bucket.

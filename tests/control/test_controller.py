@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -325,3 +326,33 @@ def test_a_class_is_held_to_the_depth_its_batch_gains_from() -> None:
     # The flags' k_min still binds, and an idle engine has no batch-mates to weigh.
     assert controller.decide(cls, plain, ControlOverrides(k_min=2, exploration_share=0.0)).k == 2
     assert controller.decide(cls, plain._replace(running=0), off).k == 5
+
+
+def _probe_share_after(cached_share: float) -> float:
+    """Share of k = 1 probes at batch 1 of a cold-start class held at k = 0, after 20
+    k = 0 runs of 1,300-token prompts with `cached_share` of them found cached, on an
+    engine calibrated at 1.5 ms a cold prompt token (20 ms steps)."""
+    controller = Controller(ControllerSettings(default_k=0, min_samples=1000), rng=random.Random(5))
+    cost = controller.cost_model
+    _calibrate(controller, IDLE, 0.37)
+    for k, seconds in enumerate((0.03, 0.07, 0.07, 0.07, 0.07, 0.07)):
+        cost.calibrate_first_token(k, 1, seconds)
+    cost.calibrate_prefill(0.0015)
+    cls = controller.classify(RequestFeatures("chat", length=2048))
+    rng = random.Random(6)
+    for _ in range(20):
+        decision = controller.decide(cls, IDLE, ControlOverrides(exploration_share=0.0))
+        outcome = simulate(rng, HIGH, decision.k, prompt_tokens=1300)
+        outcome = dataclasses.replace(outcome, cached_prompt_tokens=int(1300 * cached_share))
+        controller.observe(cls, decision, outcome, IDLE)
+    n = 4000
+    return sum(controller.decide(cls, IDLE).explored for _ in range(n)) / n
+
+
+def test_a_probe_is_priced_by_the_prompt_it_prefills_again() -> None:
+    """k = 0 requests cache apart (`engine.scheduler`): a probe of k = 1 prefills again
+    what the class's k = 0 runs find cached. Long cached prompts: the probe cannot pay,
+    the class probes at `exploration_share` (0.05); long prompts never cached (each one
+    new): it may, at `zero_probe_share` (0.2)."""
+    assert 0.03 < _probe_share_after(0.98) < 0.07
+    assert 0.16 < _probe_share_after(0.0) < 0.24

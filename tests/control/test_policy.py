@@ -134,3 +134,14 @@ def test_a_class_at_k0_probes_hard_only_while_k1_could_pay() -> None:
     assert not hopeful(0.2, 400.0)
     assert not hopeful(0.2, 10.0)
     assert hopeful(0.5, 10.0)  # 0.5 +- 0.27: may pay
+
+
+def test_a_probe_that_prefills_a_cached_prompt_again_cannot_pay() -> None:
+    """The same batch-1 costs; a class whose k = 0 runs find 1,300 prompt tokens cached,
+    which its k = 1 probe prefills again (0.14 steps a token on this CPU: 180 steps), does
+    not probe hard even at the prior's 0.7; with nothing cached it does."""
+    cost, first = (1.0, 1.37), (2.2, 6.1)
+    prof = DepthProfile((0.7,), (0.0,))
+    inp = PolicyInput(prof, 50, 0, 0, 1, 50, cost, first, 30.0)
+    assert may_pay_at_one(inp, 4.0, cold_steps=0.0)
+    assert not may_pay_at_one(inp, 4.0, cold_steps=1300 * 0.14)

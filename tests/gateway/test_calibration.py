@@ -19,13 +19,16 @@ from engine.interface import (
     RequestOutcome,
     SpeculationOutcome,
 )
-from gateway.calibration import calibrate
+from gateway.calibration import PROMPT, calibrate
 from gateway.control.cost_model import CostModel
 
 #: Step seconds at depth k: the first draft is dear (a drafter pass), later ones cheap.
 STEP = (0.010, 0.018, 0.020, 0.022, 0.024)
 #: Seconds to the first token at depth k: the drafter's prefill and first drafts.
 FIRST = (0.030, 0.070, 0.071, 0.072, 0.073)
+#: Seconds per prompt token beyond the calibration prompt's (a cold prefill).
+PREFILL = 0.0015
+SHORT = len(PROMPT) // 4
 
 
 class StepClock:
@@ -41,14 +44,16 @@ class StepClock:
         self.requests.append(request)
         await asyncio.sleep(0)
         steps = request.max_tokens // 2
+        prompt_tokens = len(request.prompt or "") // 4
+        first = FIRST[request.k] + PREFILL * max(0, prompt_tokens - SHORT)
         outcome = RequestOutcome(
             request.request_id,
-            prompt_tokens=20,
+            prompt_tokens=prompt_tokens,
             output_tokens=request.max_tokens,
             finish_reason="length",
             speculation=SpeculationOutcome(k=request.k),
-            ttft_s=FIRST[request.k],
-            e2e_s=FIRST[request.k] + STEP[request.k] * (steps - 1),
+            ttft_s=first,
+            e2e_s=first + STEP[request.k] * (steps - 1),
             decode_steps=steps,
         )
         yield GenerationChunk(request.request_id, "", (), True, "length", outcome)
@@ -71,8 +76,13 @@ def test_calibration_measures_every_depth_at_each_batch() -> None:
     cost = CostModel(4, 0.02, 0.08, 16.0, 2.0, 0.01)
     points = asyncio.run(calibrate(engine, cost, [1, 4], tokens=16, samples=3))
     assert [(p.batch, p.k) for p in points] == [(b, k) for b in (1, 4) for k in range(5)]
-    assert all(r.ignore_eos and r.max_tokens == 16 for r in engine.requests)
-    assert len(engine.requests) == 5 * 3 + 5 * 4  # 3 rounds of 1, then 1 round of 4
+    assert all(r.ignore_eos and r.max_tokens == 16 for r in engine.requests[:-2])
+    # 3 rounds of 1, then 1 round of 4; then a short and a cold long prompt at k = 0.
+    assert len(engine.requests) == 5 * 3 + 5 * 4 + 2
+    short, cold = engine.requests[-2:]
+    assert (short.k, cold.k) == (0, 0)
+    assert len(cold.prompt or "") > 4 * len(short.prompt or "")
+    assert cost.prefill_s == pytest.approx(PREFILL)
     for p in points:
         assert p.step_ms == pytest.approx(STEP[p.k] * 1000)
         assert p.ttft_ms == pytest.approx(FIRST[p.k] * 1000)

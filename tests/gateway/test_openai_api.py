@@ -400,6 +400,8 @@ def test_step_costs_are_calibrated_before_ready(gateway: GatewayProcess) -> None
         assert buckets[bucket]["relative_cost"][0] == 1.0
         assert min(buckets[bucket]["samples"]) >= 3  # no depth left for traffic to probe
         assert len(buckets[bucket]["first_token"]) == len(depths)
+    # A cold prompt token's prefill, which prices a k = 0 class's probe of k = 1.
+    assert report["prefill_ms_per_token"] > 0
     with gateway.http() as http:  # a user key does not reach it
         assert http.get("/admin/costs").status_code == 403
 
