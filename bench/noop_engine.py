@@ -36,6 +36,17 @@ OVERHEAD_MESSAGES = [
 ]
 OVERHEAD_MAX_TOKENS = 16
 
+
+def overhead_body(model: str) -> dict[str, Any]:
+    """The overhead benchmark's request body, as every client and path sends it."""
+    return {
+        "model": model,
+        "messages": OVERHEAD_MESSAGES,
+        "max_tokens": OVERHEAD_MAX_TOKENS,
+        "stream": True,
+    }
+
+
 OnReady = Callable[[Any, Any], Awaitable[None]]
 
 
@@ -167,14 +178,7 @@ async def time_serving(noop: Any, model: str, served_name: str, n: int) -> list[
     from engine.protocol import ChatCompletionRequest
 
     frontend = await OpenAIFrontend.create(noop, FrontendConfig(model, served_name))
-    body = json.dumps(
-        {
-            "model": served_name,
-            "messages": OVERHEAD_MESSAGES,
-            "max_tokens": OVERHEAD_MAX_TOKENS,
-            "stream": True,
-        }
-    )
+    body = json.dumps(overhead_body(served_name))
     out: list[float] = []
     for i in range(n + 20):  # the first 20: warm-up (first renders, caches)
         t0 = time.perf_counter()

@@ -39,7 +39,7 @@ from typing import Any
 import httpx
 
 from bench.gateway_proc import BENCH_ADMIN_KEY, BENCH_KEY, REPO, free_port
-from bench.noop_engine import OVERHEAD_MAX_TOKENS, OVERHEAD_MESSAGES
+from bench.noop_engine import OVERHEAD_MAX_TOKENS, overhead_body
 from bench.stats import percentile
 from gateway.auth import digest
 
@@ -47,14 +47,7 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 def _raw_request(host: str, model: str) -> bytes:
-    body = json.dumps(
-        {
-            "model": model,
-            "messages": OVERHEAD_MESSAGES,
-            "max_tokens": OVERHEAD_MAX_TOKENS,
-            "stream": True,
-        }
-    ).encode()
+    body = json.dumps(overhead_body(model)).encode()
     head = (
         f"POST /v1/chat/completions HTTP/1.1\r\nhost: {host}\r\n"
         f"authorization: Bearer {BENCH_KEY}\r\ncontent-type: application/json\r\n"
@@ -99,14 +92,8 @@ def _cpu_seconds(pid: int) -> float:
 
 
 async def _one(client: httpx.AsyncClient, model: str) -> float:
-    body = {
-        "model": model,
-        "messages": OVERHEAD_MESSAGES,
-        "max_tokens": OVERHEAD_MAX_TOKENS,
-        "stream": True,
-    }
     t0 = time.perf_counter()
-    async with client.stream("POST", "/v1/chat/completions", json=body) as resp:
+    async with client.stream("POST", "/v1/chat/completions", json=overhead_body(model)) as resp:
         resp.raise_for_status()
         async for line in resp.aiter_lines():
             if line == "data: [DONE]":

@@ -297,8 +297,6 @@ def _overhead_lines(ovh: dict[str, Any] | None) -> list[str]:
         "|---|---|---|",
         *[r for r in rows if r],
         "",
-    ]
-    lines += [
         "| server | concurrency | requests/s | server CPU s | requests per server CPU second "
         "| client CPU s |",
         "|---|---|---|---|---|---|",

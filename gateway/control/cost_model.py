@@ -334,8 +334,12 @@ class CostModel:
         """One cold prompt token's prefill in steps at k = 0 of this bucket (0: unknown)."""
         if self.prefill_s <= 0.0:
             return 0.0
-        self.relative_costs(bucket)
-        return self.prefill_s / self._step0[bucket]
+        return self.prefill_s / self._step_zero(bucket)
+
+    def _step_zero(self, bucket: int) -> float:
+        """Seconds of a step at k = 0 of this bucket (the unit of the first-token terms)."""
+        self.relative_costs(bucket)  # computes and caches `_step0` with the costs
+        return self._step0[bucket]
 
     def first_token(self, batch: int) -> tuple[float, ...]:
         """Time to the first token at k = 0..K, in steps at k = 0 of this bucket.
@@ -353,8 +357,7 @@ class CostModel:
             near = min(self._first_s, key=lambda b: (abs(b.bit_length() - bucket.bit_length()), b))
             row = self._first_s[near]
             measured = [(d, s) for d, s in enumerate(row) if s is not None]
-            self.relative_costs(bucket)
-            step0 = self._step0[bucket]
+            step0 = self._step_zero(bucket)
             cached = tuple(
                 min(measured, key=lambda m: (abs(m[0] - d), m[0]))[1] / step0
                 for d in range(self.max_k + 1)
