@@ -31,11 +31,11 @@ def gains_at(expected: list[float], k: int) -> tuple[float, ...]:
     return tuple(expected[d if d < k else k] for d in range(len(expected)))
 
 
-def may_pay_at_one(inp: PolicyInput, prior_strength: float, cold_steps: float = 0.0) -> bool:
+def may_pay_at_one(inp: PolicyInput, prior_strength: float) -> bool:
     """Whether k = 1 beats k = 0 with position 1's acceptance at its upper bound.
 
-    `cold_steps`: what the probe's first token costs beyond the calibrated one, in
-    steps at k = 0: the prompt tokens the class's k = 0 runs find cached, which a
+    `inp.switch_steps` prices what the probe's first token costs beyond the
+    calibrated one: the prompt tokens the class's k = 0 runs find cached, which a
     k = 1 request prefills again outside their cache namespace (long context at
     concurrency 1: 1.99 s to a probe's first token against 0.06 s at k = 0).
 
@@ -60,8 +60,9 @@ def may_pay_at_one(inp: PolicyInput, prior_strength: float, cold_steps: float = 
         1,
         inp.since_change,
         inp.relative_cost[:2],
-        (inp.first_token[0], inp.first_token[1] + cold_steps) if len(inp.first_token) > 1 else (),
+        inp.first_token[:2],
         inp.output_tokens,
+        inp.switch_steps,
     )
     goodput = goodput_of(optimistic, 1)
     return goodput[1] > goodput[0]
@@ -119,6 +120,9 @@ class ClassState:
     #: after it would pay the whole prompt again (long context at concurrency 1: a k = 1
     #: probe in its second run took 1.99 s to the first token, 0.06 s at k = 0).
     zero_cached_share: float = 1.0
+    #: The same share of its k > 0 runs (None until it has run at k > 0): what of the
+    #: class's prompts the k > 0 namespace already holds, which a move there keeps.
+    spec_cached_share: float | None = None
 
     def note_prompt(self, outcome: RequestOutcome) -> None:
         tokens = outcome.prompt_tokens
@@ -126,17 +130,24 @@ class ClassState:
             return
         mean = self.prompt_tokens
         self.prompt_tokens = float(tokens) if mean <= 0 else mean + 0.2 * (tokens - mean)
+        share = outcome.cached_prompt_tokens / tokens
         if outcome.speculation.k == 0:
-            share = outcome.cached_prompt_tokens / tokens
             self.zero_cached_share += 0.2 * (share - self.zero_cached_share)
+        elif self.spec_cached_share is None:
+            self.spec_cached_share = share
+        else:
+            self.spec_cached_share += 0.2 * (share - self.spec_cached_share)
 
     def cold_tokens(self) -> float:
-        """Prompt tokens a k = 1 probe is expected to prefill beyond a k = 0 run's.
+        """Prompt tokens a request at k > 0 is expected to prefill beyond a k = 0 run's.
 
         k = 0 requests cache under their own salt (`engine.scheduler`), so what the
-        class's k = 0 runs find cached, its probe prefills again.
+        class's k = 0 runs find cached, a request at k > 0 prefills again, less what
+        its k > 0 runs found cached there (a class that ran deep before, at this
+        load or another, still has its prompts in that namespace).
         """
-        return self.prompt_tokens * self.zero_cached_share
+        spec = self.spec_cached_share or 0.0
+        return self.prompt_tokens * max(0.0, self.zero_cached_share - spec)
 
     def current_k(self) -> int:
         state = self.buckets.get(self.last_bucket)
@@ -203,6 +214,7 @@ class ClassState:
             return state.k
         state.evaluated = key
         profile = self.estimator.profile()
+        switch = self.cold_tokens() * cost.prefill_steps(bucket)
         inp = PolicyInput(
             profile=profile,
             samples=self.estimator.samples_since_reset,
@@ -213,6 +225,7 @@ class ClassState:
             relative_cost=cost.relative_costs(bucket),
             first_token=cost.first_token(bucket),
             output_tokens=self.estimator.mean_output_tokens(self.prior_output_tokens),
+            switch_steps=switch if state.k == 0 else 0.0,
         )
         choice = policy.choose(inp)
         if choice.k != state.k:
@@ -229,9 +242,11 @@ class ClassState:
                     tuple(round(g, 4) for g in choice.goodput),
                 )
             )
-        state.hopeful = state.k > 0 or may_pay_at_one(
-            inp, self.estimator.prior_strength, self.cold_tokens() * cost.prefill_steps(bucket)
-        )
+        if state.k > 0:
+            state.hopeful = True
+        else:  # the probe from the k = 0 the policy chose pays the switch too
+            inp.switch_steps = switch
+            state.hopeful = may_pay_at_one(inp, self.estimator.prior_strength)
         gains = gains_at(profile.expected_tokens(), state.k)
         old_gains = state.gains
         # Kept while within 5 %: a new tuple makes the next `decide` build its decision anew.

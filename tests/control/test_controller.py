@@ -356,3 +356,39 @@ def test_a_probe_is_priced_by_the_prompt_it_prefills_again() -> None:
     new): it may, at `zero_probe_share` (0.2)."""
     assert 0.03 < _probe_share_after(0.98) < 0.07
     assert 0.16 < _probe_share_after(0.0) < 0.24
+
+
+def _k_after_cold_start(zero_cached: float, spec_runs: int = 0) -> int:
+    """The k of a class held at k = 0 through cold start (8 requests, no probes) after
+    12 k = 0 runs of 1,300-token prompts with `zero_cached` of them found cached, then
+    `spec_runs` pinned k = 1 runs that found theirs cached too, on the calibration of
+    `_probe_share_after`. Acceptance evidence: the prior's 0.7 only."""
+    controller = Controller(ControllerSettings(default_k=0, min_samples=8), rng=random.Random(5))
+    cost = controller.cost_model
+    _calibrate(controller, IDLE, 0.37)
+    for k, seconds in enumerate((0.03, 0.07, 0.07, 0.07, 0.07, 0.07)):
+        cost.calibrate_first_token(k, 1, seconds)
+    cost.calibrate_prefill(0.0015)
+    cls = controller.classify(RequestFeatures("chat", length=2048))
+    rng = random.Random(6)
+    quiet = ControlOverrides(exploration_share=0.0)
+    prior = (0.7, 0.665, 0.632, 0.6, 0.57)
+    runs = [quiet] * 12 + [ControlOverrides(pin_k=1)] * spec_runs
+    for overrides in runs:
+        decision = controller.decide(cls, IDLE, overrides)
+        outcome = simulate(rng, prior, decision.k, prompt_tokens=1300)
+        cached = int(1300 * (zero_cached if decision.k == 0 else 0.98))
+        controller.observe(
+            cls, decision, dataclasses.replace(outcome, cached_prompt_tokens=cached), IDLE
+        )
+    return controller.decide(cls, IDLE, quiet).k
+
+
+def test_leaving_k0_is_priced_by_the_prompts_prefilled_again() -> None:
+    """k = 0 requests cache apart (`engine.scheduler`): a class whose k = 0 runs find
+    their long prompts cached stays at k = 0 when it leaves cold start on the prior
+    alone (at k > 0 each request would prefill its prompt again); with prompts never
+    cached, or once its k > 0 runs find them cached there too, it moves."""
+    assert _k_after_cold_start(0.98) == 0
+    assert _k_after_cold_start(0.0) > 0
+    assert _k_after_cold_start(0.98, spec_runs=3) > 0

@@ -142,6 +142,26 @@ def test_a_probe_that_prefills_a_cached_prompt_again_cannot_pay() -> None:
     not probe hard even at the prior's 0.7; with nothing cached it does."""
     cost, first = (1.0, 1.37), (2.2, 6.1)
     prof = DepthProfile((0.7,), (0.0,))
-    inp = PolicyInput(prof, 50, 0, 0, 1, 50, cost, first, 30.0)
-    assert may_pay_at_one(inp, 4.0, cold_steps=0.0)
-    assert not may_pay_at_one(inp, 4.0, cold_steps=1300 * 0.14)
+    assert may_pay_at_one(PolicyInput(prof, 50, 0, 0, 1, 50, cost, first, 30.0, 0.0), 4.0)
+    cached = PolicyInput(prof, 50, 0, 0, 1, 50, cost, first, 30.0, 1300 * 0.14)
+    assert not may_pay_at_one(cached, 4.0)
+
+
+def test_leaving_k0_pays_the_prompt_a_deeper_request_prefills_again() -> None:
+    """Concurrency 1 on this CPU (2026-11-24): tool calls held at k = 0 left cold start
+    on the prior's 0.7 alone and moved to k = 1, whose requests prefilled their ~400
+    cached prompt tokens again (0.5 to 0.6 s to the first token; 61 tokens/s against
+    88 without speculation). With the switch priced (0.14 steps a token) the class
+    stays at k = 0; with nothing to prefill again it moves. A class already deep is not
+    held there by the price (it is paid only to leave k = 0)."""
+    prof = profile(0.7, 0.665, 0.632, 0.6, 0.57)
+    cost = (1.0, 1.37, 1.6, 1.8, 2.0, 2.2)
+    first = (2.2, 6.1, 6.2, 6.3, 6.4, 6.5)
+    policy = GoodputPolicy(min_samples=8, hysteresis=0.03, min_dwell=0)
+
+    def choose(current: int, switch: float) -> int:
+        return policy.choose(PolicyInput(prof, 20, current, 0, 5, 50, cost, first, 48.0, switch)).k
+
+    assert choose(0, 0.0) > 0
+    assert choose(0, 400 * 0.14) == 0
+    assert choose(3, 400 * 0.14) == choose(3, 0.0) > 0

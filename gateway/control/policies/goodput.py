@@ -11,6 +11,12 @@ online cost model at batch bucket b, f(k, b) the time to the first token in step
 at k = 0 (start-up calibration) and L the class's mean reply length. For long
 replies this is E / c; for short ones the first token's price of speculation
 (the drafter's prefill and first drafts) can outweigh what the steps save.
+A class at k = 0 also pays, at any k > 0, the prompt tokens its k = 0 runs find
+cached and a k > 0 request prefills again (`PolicyInput.switch_steps`): k = 0
+requests cache apart, so leaving k = 0 costs each request whose prompt (its
+conversation so far, a repeated prompt) was cached there one cold prefill. Not
+priced the other way: k = 0 is the floor of the no-loss promise, and under load
+a class kept at k > 0 makes every batch-mate draft.
 Parameters:
 
 - `min_samples`: below it the class keeps its current (cold-start) k, or steps
@@ -81,4 +87,10 @@ def goodput_of(inp: PolicyInput, k_max: int) -> tuple[float, ...]:
         return tuple([expected[k] / cost[k] for k in range(k_max + 1)])
     # Normalised so that long replies give E / c, as without the first-token term.
     rest = length - 1.0
-    return tuple([length / (first[k] + rest * cost[k] / expected[k]) for k in range(k_max + 1)])
+    switch = inp.switch_steps if inp.current_k == 0 else 0.0
+    return tuple(
+        [
+            length / (first[k] + (switch if k else 0.0) + rest * cost[k] / expected[k])
+            for k in range(k_max + 1)
+        ]
+    )
