@@ -13,6 +13,7 @@ no-drafter and batch-schedule baselines need their own engine.
 | `static-kN` | drafter | static, pin-k N, for every class |
 | `batch-schedule` | drafter + `num_speculative_tokens_per_batch_size` | static, no pin |
 | `adaptive` | drafter | adaptive |
+| `adaptive-floor` | drafter (own process: cold controller) | adaptive, `batch-floor` 0.98 |
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from bench.gateway_proc import GatewayConfig
 BATCH_SCHEDULE: list[list[int]] = [[1, 1, 4], [2, 4, 3], [5, 8, 2], [9, 1024, 1]]
 BATCH_SCHEDULE_FIELD = "spec_tokens_per_batch_size"
 BATCH_SCHEDULE_ENV = "SPECGW_ENGINE_SPEC_TOKENS_PER_BATCH_SIZE"
+#: `batch-floor` of the adaptive-floor mode: the issue's "no class below 0.98x".
+FLOOR = 0.98
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +70,17 @@ def default_modes(max_depth: int, batch_schedule: bool = True) -> list[Mode]:
         )
         modes.append(Mode("batch-schedule", sched, {"controller-mode": "static", "pin-k": -1}))
     modes.append(Mode("adaptive", spec, {"controller-mode": "adaptive", "pin-k": -1}))
+    # Its own process, so that it starts as cold as adaptive (the controller would
+    # otherwise inherit adaptive's classes); placed here, each engine still starts once.
+    floor = GatewayConfig("spec-floor", drafter=True, max_depth=max_depth)
+    modes.insert(
+        len(modes) - 1,
+        Mode(
+            "adaptive-floor",
+            floor,
+            {"controller-mode": "adaptive", "pin-k": -1, "batch-floor": FLOOR},
+        ),
+    )
     modes.append(Mode("k0", spec, {"controller-mode": "static", "pin-k": 0}, expect_k=0))
     modes += [
         Mode(f"static-k{n}", spec, {"controller-mode": "static", "pin-k": n}, expect_k=n)

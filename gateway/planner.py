@@ -38,6 +38,8 @@ class Plan(NamedTuple):
     handle: Any = None
     #: Expected tokens per step were the batch to run at depth D (`BatchLoad.enter`).
     gains: tuple[float, ...] = ()
+    #: The class's `batch-floor` flag: what it keeps when a deeper request joins (0 = off).
+    floor: float = 0.0
 
 
 #: Load at decision time (requests running in the engine, waiting for admission): the
@@ -76,7 +78,13 @@ class ControllerPlanner:
         overrides = self._overrides(cls.class_id, cls.label) if self._overrides else None
         decision = self.controller.decide(cls, load, overrides)
         return Plan(
-            cls.class_id, cls.label, decision.k, decision.reason, (cls, decision), decision.gains
+            cls.class_id,
+            cls.label,
+            decision.k,
+            decision.reason,
+            (cls, decision),
+            decision.gains,
+            overrides.batch_floor if overrides is not None else 0.0,
         )
 
     def plan_chat(self, body: dict[str, Any], prompt_tokens: int, load: Load) -> Plan:
@@ -133,4 +141,5 @@ def overrides_from_flags(values: FlagValues) -> ControlOverrides:
         k_min=values.k_min,
         k_max=values.k_max,
         exploration_share=values.exploration_share,
+        batch_floor=values.batch_floor,
     )

@@ -243,4 +243,5 @@ def flag_gauges(values: FlagValues) -> list[tuple[str, float]]:
         ("k-min", float(values.k_min)),
         ("k-max", float(values.k_max)),
         ("exploration-share", float(values.exploration_share)),
+        ("batch-floor", float(values.batch_floor)),
     ]

@@ -200,7 +200,16 @@ class InferenceService:
         self._admission.leave()
 
     def load(self) -> Load:
-        return Load(self._admission.running, self._admission.queued, None, self._batch.gains)
+        batch = self._batch
+        return Load(
+            self._admission.running,
+            self._admission.queued,
+            None,
+            batch.gains,
+            None,
+            batch.guarded,
+            batch.deepest,
+        )
 
     async def chat(self, request: ChatCompletionRequest) -> JsonReply | StreamReply:
         limits.reject_reserved_xargs(request.vllm_xargs, RESERVED_XARGS)
@@ -276,7 +285,7 @@ class InferenceService:
         gid = uuid.uuid4().hex
         started = time.monotonic()
         await self._admission.acquire(plan.class_id)
-        ticket = self._batch.enter(plan.k, plan.gains, prompt_tokens)
+        ticket = self._batch.enter(plan.k, plan.gains, prompt_tokens, plan.floor)
         released = False
         try:
             self._board.expect(gid)

@@ -24,6 +24,13 @@ So the batch also sums, over the requests in flight, the tokens per step each
 would yield were the batch to run at depth D (`gains`; its class's choice capped
 at D), and the controller caps a new request's k at the depth that maximises the
 batch's tokens per unit of step cost (`Controller.decide`).
+
+That maximum is the batch's, not each request's: at concurrency 4, with chat at
+k = 4 beside them, tool calls at k = 0 ran at 0.6x their speed without
+speculation while the batch's tokens/s rose (2026-11-24). A class whose requests
+must not pay for others' depth has a `batch_floor`; the batch keeps its requests
+in flight, by (gains, floor), in `guarded`, and the controller holds a newcomer
+at a depth that leaves each of them at least its floor (`Controller.decide`).
 """
 
 from __future__ import annotations
@@ -46,6 +53,8 @@ class Ticket(NamedTuple):
     gains: tuple[float, ...] = ()
     #: Prompt tokens that had entered the engine when this request did (its own included).
     entered: int = 0
+    #: Its class's `batch_floor` (0: none), filed in `guarded` while it is in flight.
+    floor: float = 0.0
 
 
 class BatchMeans(NamedTuple):
@@ -73,6 +82,7 @@ class BatchLoad:
         self._depth_area = 0.0
         self._gains = [0.0] * SLOTS
         self._entered = 0
+        self._guarded: dict[tuple[tuple[float, ...], float], int] = {}
 
     def _advance(self) -> float:
         now = self._clock()
@@ -91,15 +101,21 @@ class BatchLoad:
             self._at.pop(k, None)
         self._deepest = max(self._at) if self._at else 0
 
-    def enter(self, k: int, gains: tuple[float, ...] = (), prompt_tokens: int = 0) -> Ticket:
+    def enter(
+        self, k: int, gains: tuple[float, ...] = (), prompt_tokens: int = 0, floor: float = 0.0
+    ) -> Ticket:
         """A request enters the engine at depth k; `gains[D]` is its expected tokens per
-        step were the batch to run at depth D (beyond the tuple: its last value)."""
+        step were the batch to run at depth D (beyond the tuple: its last value);
+        `floor` its class's `batch_floor`."""
         now = self._advance()
         self._n += 1
         self._move(k, 1)
         self._add(gains, 1.0)
         self._entered += prompt_tokens
-        return Ticket(k, now, self._size_area, self._depth_area, gains, self._entered)
+        if floor > 0.0:
+            key = (gains, floor)
+            self._guarded[key] = self._guarded.get(key, 0) + 1
+        return Ticket(k, now, self._size_area, self._depth_area, gains, self._entered, floor)
 
     def _add(self, gains: tuple[float, ...], sign: float) -> None:
         totals = self._gains
@@ -125,6 +141,13 @@ class BatchLoad:
             )
         self._n = max(0, self._n - 1)
         self._move(ticket.k, -1)
+        if ticket.floor > 0.0:
+            key = (ticket.gains, ticket.floor)
+            left = self._guarded.get(key, 0) - 1
+            if left > 0:
+                self._guarded[key] = left
+            else:
+                self._guarded.pop(key, None)
         if self._n:
             self._add(ticket.gains, -1.0)
         else:  # empty: no rounding left behind
@@ -142,3 +165,13 @@ class BatchLoad:
     @property
     def in_flight(self) -> int:
         return self._n
+
+    @property
+    def deepest(self) -> int:
+        """The largest k in flight: the depth the batch's steps run at now."""
+        return self._deepest
+
+    @property
+    def guarded(self) -> dict[tuple[tuple[float, ...], float], int]:
+        """(gains, floor) -> requests in flight with a `batch_floor`; live, do not mutate."""
+        return self._guarded

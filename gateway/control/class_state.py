@@ -273,17 +273,28 @@ class ClassState:
             state.decision = decision
         return decision
 
-    def held_at(self, decision: SpeculationDecision, depth: int) -> SpeculationDecision:
-        """`decision` held at a smaller depth for its batch; cached like `decision_at`."""
+    def held_at(
+        self, decision: SpeculationDecision, depth: int, floor: bool = False
+    ) -> SpeculationDecision:
+        """`decision` held at a smaller depth for its batch; cached like `decision_at`.
+
+        `floor`: held for a batch-mate's `batch_floor`, not for the batch's tokens.
+        """
         state = self.buckets[decision.bucket]
         if state.capped_for is not decision:
             state.capped.clear()
             state.capped_for = decision
-        held = state.capped.get(depth)
+        key = -1 - depth if floor else depth
+        held = state.capped.get(key)
         if held is None:
-            held = state.capped[depth] = SpeculationDecision(
+            why = (
+                "keeps the requests in flight at their batch floor"
+                if floor
+                else "pays more for the requests in flight"
+            )
+            held = state.capped[key] = SpeculationDecision(
                 depth,
-                f"batch: k={depth}, not {decision.k}, pays more for the requests in flight",
+                f"batch: k={depth}, not {decision.k}, {why}",
                 False,
                 decision.class_id,
                 decision.label,

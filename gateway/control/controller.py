@@ -142,7 +142,9 @@ class Controller:
             probes = thin or [p for p in (k - 1, k + 1) if k_min <= p <= k_max]
             if probes:
                 probe = probes[0] if len(probes) == 1 else self._rng.choice(probes)
-                return state.probe(probe, bucket)
+                # Not past a guarded batch-mate's floor: the probe's depth is theirs too.
+                if not load.guarded or self._floor_depth(load, bucket, probe, k_min) == probe:
+                    return state.probe(probe, bucket)
         decision = state.decision_at(bucket)
         mates = load.mates
         if mates is not None and k > k_min and load.running > 0:
@@ -163,8 +165,38 @@ class Controller:
                     if value > top:
                         best, top = d, value
                 if best != k:
+                    if load.guarded:
+                        floored = self._floor_depth(load, bucket, best, k_min)
+                        if floored < best:
+                            return state.held_at(decision, floored, floor=True)
                     return state.held_at(decision, best)
+        if load.guarded and k > k_min:
+            floored = self._floor_depth(load, bucket, k, k_min)
+            if floored < k:
+                return state.held_at(decision, floored, floor=True)
         return decision
+
+    def _floor_depth(self, load: LoadSnapshot, bucket: int, k: int, k_min: int) -> int:
+        """The deepest D <= k at which every guarded request in flight keeps its floor.
+
+        A request in flight yields `gains[D]` tokens a step at batch depth D, each
+        step costing c(D) = cost(D) / cost(0) of a step at k = 0: that share of its
+        speed at k = 0, which must stay at or above its class's `batch_floor`. Only
+        depths beyond the batch's present one are weighed (those are the newcomer's
+        doing); `k_min` (the newcomer's own flags) still binds.
+        """
+        guarded = load.guarded
+        lowest = max(load.deepest, k_min)
+        if not guarded or k <= lowest:
+            return k
+        costs = self._cost.relative_costs_in(bucket)
+        d = k
+        while d > lowest:
+            c = costs[d] if d < len(costs) else costs[-1]
+            if all((g[min(d, len(g) - 1)] if g else 1.0) >= f * c for g, f in guarded):
+                break
+            d -= 1
+        return d
 
     def observe(
         self,

@@ -7,7 +7,7 @@ the settings' exploration share.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
@@ -34,6 +34,11 @@ class LoadSnapshot(NamedTuple):
     #: Prompt tokens that entered the engine during a finished request's life
     #: (`BatchMeans.prefill`); None at decision time and where no one tracks it.
     prefill: int | None = None
+    #: The requests in flight whose class has a `batch_floor`: (their gains per
+    #: batch depth, the floor) -> how many (`BatchLoad.guarded`); None or empty: none.
+    guarded: Mapping[tuple[tuple[float, ...], float], int] | None = None
+    #: The largest k among the requests in flight (the depth the batch runs at now).
+    deepest: int = 0
 
     @property
     def batch(self) -> int:
@@ -53,6 +58,9 @@ class ControlOverrides:
     k_max: int = 64
     #: None = the controller's configured share.
     exploration_share: float | None = None
+    #: This class's requests in flight may not be slowed below this share of their
+    #: speed at k = 0 by a deeper request joining their batch (0 = off).
+    batch_floor: float = 0.0
 
 
 NO_OVERRIDES = ControlOverrides()

@@ -8,6 +8,9 @@
 | `pin-k`               | int   | fixed k for the targeted class; -1 = no pin; 0 = no speculation|
 | `k-min`, `k-max`      | int   | bounds on the k the controller may choose                      |
 | `exploration-share`   | float | share of requests that probe a k other than the best, 0..1     |
+| `batch-floor`         | float | the targeted class's requests in flight may not be slowed below |
+|                       |       | this share of their speed at k = 0 by a deeper request joining  |
+|                       |       | their batch; 0 = off (the batch's tokens per step decide alone) |
 
 Per-class values come from OpenFeature evaluation contexts carrying the
 attributes `class` (class id) and `label`.
@@ -39,6 +42,7 @@ class FlagValues:
     k_min: int = 0
     k_max: int = 16
     exploration_share: float = 0.05
+    batch_floor: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +84,14 @@ SPECS: dict[str, FlagSpec] = {
             "exploration_share",
             lambda v: isinstance(v, float) and 0.0 <= v <= 1.0,
             "share of requests that explore another k (0..1)",
+        ),
+        FlagSpec(
+            "batch-floor",
+            float,
+            "batch_floor",
+            lambda v: isinstance(v, float) and 0.0 <= v <= 1.0,
+            "least share of its k = 0 speed a request in flight keeps when a deeper one "
+            "joins its batch (0..1; 0 = off)",
         ),
     )
 }

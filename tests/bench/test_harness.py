@@ -202,6 +202,16 @@ def test_modes_cover_no_spec_static_depths_and_adaptive() -> None:
     assert {"k0", "static-k1", "static-k4", "batch-schedule", "adaptive"} <= set(names)
     assert not modes[0].gateway.drafter
     assert {m.gateway.name for m in modes if m.name.startswith("static")} == {"spec"}
+    # The floor variant starts its own controller cold, as adaptive does.
+    floor = next(m for m in modes if m.name == "adaptive-floor")
+    assert floor.flags["batch-floor"] == 0.98
+    assert floor.gateway.drafter
+    assert floor.gateway.name not in {m.gateway.name for m in modes if m.name != floor.name}
+    # Each engine configuration starts once: modes sharing one are adjacent.
+    order = [m.gateway.name for m in modes]
+    assert all(
+        order.index(g) + order.count(g) - 1 == len(order) - 1 - order[::-1].index(g) for g in order
+    )
     assert [m.static_k for m in modes if m.static_k is not None] == [1, 2, 3, 4]
     assert [m.name for m in select_modes(modes, ["static-k2", "no-spec"])] == [
         "no-spec",

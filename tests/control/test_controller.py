@@ -392,3 +392,35 @@ def test_leaving_k0_is_priced_by_the_prompts_prefilled_again() -> None:
     assert _k_after_cold_start(0.98) == 0
     assert _k_after_cold_start(0.0) > 0
     assert _k_after_cold_start(0.98, spec_runs=3) > 0
+
+
+def test_a_batch_floor_holds_a_newcomer_at_a_depth_its_mates_can_bear() -> None:
+    """At batch 4 with steps 1.4x dearer per drafted token, a class that chose k = 5
+    beside a guarded tool call at k = 0 (one token a step at any depth, floor 0.98) is
+    held at the batch's present depth: any deeper step would cost the tool call its
+    floor. A mate that gains from depth up to 2 (1.95 tokens at D = 2 for steps 1.8x
+    dearer: 1.08 of its k = 0 speed; 2.0 for 2.2x at D = 3: 0.91) bears D = 2. Without
+    the floor (or once the batch already runs deep) the class keeps its k."""
+    controller = trained(HIGH)
+    cls = controller.classify(RequestFeatures("chat"))
+    off = ControlOverrides(exploration_share=0.0)
+    _calibrate(controller, LoadSnapshot(running=3), 0.4)
+    alone = controller.decide(cls, LoadSnapshot(running=3), off)
+    assert alone.k == 5
+    # Three deep mates of its kind: the batch's tokens alone would keep k = 5.
+    mates = [3 * g for g in alone.gains] + [3 * alone.gains[-1]] * 11
+    tool = {((1.0,), 0.98): 1}
+    held = controller.decide(cls, LoadSnapshot(running=3, mates=mates, guarded=tool), off)
+    assert held.k == 0
+    assert "batch floor" in held.reason
+    gaining = {((1.0, 1.9, 1.95, 2.0, 2.0, 2.0), 0.98): 1}
+    assert controller.decide(cls, LoadSnapshot(3, mates=mates, guarded=gaining), off).k == 2
+    unguarded = LoadSnapshot(running=3, mates=mates)
+    assert controller.decide(cls, unguarded, off).k == 5
+    already_deep = LoadSnapshot(running=3, mates=mates, guarded=tool, deepest=3)
+    assert controller.decide(cls, already_deep, off).k == 3
+    # Probes do not cross the floor either.
+    probing = ControlOverrides(exploration_share=1.0)
+    for _ in range(20):
+        k = controller.decide(cls, LoadSnapshot(3, mates=mates, guarded=tool), probing).k
+        assert k == 0

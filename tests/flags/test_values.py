@@ -20,6 +20,8 @@ from gateway.flags.overrides import Target, candidate_fields, field_name, parse_
         ("k-max", "8", 8),
         ("exploration-share", "0.25", 0.25),
         ("exploration-share", 0, 0.0),
+        ("batch-floor", "0.98", 0.98),
+        ("batch-floor", 0, 0.0),
     ],
 )
 def test_coerce_accepts(flag: str, given: object, expected: object) -> None:
@@ -41,6 +43,8 @@ def test_coerce_accepts(flag: str, given: object, expected: object) -> None:
         ("k-min", 65),
         ("exploration-share", 1.5),
         ("exploration-share", "a lot"),
+        ("batch-floor", 1.2),
+        ("batch-floor", -0.1),
     ],
 )
 def test_coerce_rejects(flag: str, given: object) -> None:

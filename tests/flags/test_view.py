@@ -12,9 +12,14 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from gateway.control.batch_load import BatchLoad
+from gateway.control.controller import Controller
+from gateway.control.decision import LoadSnapshot
+from gateway.control.features import RequestFeatures
+from gateway.control.settings import ControllerSettings
 from gateway.flags import FlagAdmin, FlagSettings, FlagValues, FlagView, Target
 from gateway.flags.document import flags_document
-from gateway.planner import FlagOverrides
+from gateway.planner import ControllerPlanner, FlagOverrides
 from tests.flags.configmap import flagd_document, static_flag, write_configmap
 from tests.redis_fixtures import RedisServer
 
@@ -227,3 +232,31 @@ async def test_controller_overrides_are_built_once_per_flag_state(tmp_path: Path
         changed = overrides("c2", "code")
         assert changed is not first
         assert changed.pin_k is None
+
+
+async def test_a_batch_floor_flag_reaches_the_plan_and_the_batch(tmp_path: Path) -> None:
+    """`batch-floor` for one label travels flags -> overrides -> `Plan.floor`, and the
+    batch files a request of that class under `guarded` while it is in flight."""
+    features = RequestFeatures("chat", tools=True)
+    label = Controller(ControllerSettings()).classify(features).label  # chat/tools/len:64
+    floor_by_label = {
+        "state": "ENABLED",
+        "variants": {"off": 0.0, "strict": 0.98},
+        "defaultVariant": "off",
+        "targeting": {"if": [{"==": [{"var": "label"}, label]}, "strict", "off"]},
+    }
+    flags_dir = tmp_path / "flags"
+    write_configmap(flags_dir, {"flags.json": flagd_document({"batch-floor": floor_by_label})})
+    async with running_view(flag_settings(flags_dir=flags_dir)) as view:
+        planner = ControllerPlanner(
+            Controller(ControllerSettings()), FlagOverrides(view.overrides_for)
+        )
+        tool = planner.plan_features(features, LoadSnapshot())
+        chat = planner.plan_features(RequestFeatures("chat"), LoadSnapshot())
+    assert (tool.floor, chat.floor) == (0.98, 0.0)
+    batch = BatchLoad()
+    ticket = batch.enter(tool.k, tool.gains, 100, tool.floor)
+    batch.enter(chat.k, chat.gains, 100, chat.floor)
+    assert batch.guarded == {(tool.gains, 0.98): 1}
+    batch.leave(ticket)
+    assert batch.guarded == {}
