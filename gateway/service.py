@@ -208,7 +208,6 @@ class InferenceService:
             batch.gains,
             None,
             batch.guarded,
-            batch.deepest,
         )
 
     async def chat(self, request: ChatCompletionRequest) -> JsonReply | StreamReply:

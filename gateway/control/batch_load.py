@@ -167,11 +167,6 @@ class BatchLoad:
         return self._n
 
     @property
-    def deepest(self) -> int:
-        """The largest k in flight: the depth the batch's steps run at now."""
-        return self._deepest
-
-    @property
     def guarded(self) -> dict[tuple[tuple[float, ...], float], int]:
         """(gains, floor) -> requests in flight with a `batch_floor`; live, do not mutate."""
         return self._guarded

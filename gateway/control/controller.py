@@ -181,12 +181,15 @@ class Controller:
 
         A request in flight yields `gains[D]` tokens a step at batch depth D, each
         step costing c(D) = cost(D) / cost(0) of a step at k = 0: that share of its
-        speed at k = 0, which must stay at or above its class's `batch_floor`. Only
-        depths beyond the batch's present one are weighed (those are the newcomer's
-        doing); `k_min` (the newcomer's own flags) still binds.
+        speed at k = 0, which must stay at or above its class's `batch_floor`.
+        Weighed whatever depth the batch runs at now: excusing depths the batch
+        already had let each deep newcomer keep the batch deep for the next one, and
+        guarded tool calls at concurrency 4 still ran at 0.7x (2026-11-24). Requests
+        in flight keep their k, so the batch comes down as they finish; `k_min` (the
+        newcomer's own flags) still binds.
         """
         guarded = load.guarded
-        lowest = max(load.deepest, k_min)
+        lowest = k_min
         if not guarded or k <= lowest:
             return k
         costs = self._cost.relative_costs_in(bucket)

@@ -37,8 +37,6 @@ class LoadSnapshot(NamedTuple):
     #: The requests in flight whose class has a `batch_floor`: (their gains per
     #: batch depth, the floor) -> how many (`BatchLoad.guarded`); None or empty: none.
     guarded: Mapping[tuple[tuple[float, ...], float], int] | None = None
-    #: The largest k among the requests in flight (the depth the batch runs at now).
-    deepest: int = 0
 
     @property
     def batch(self) -> int:

@@ -106,17 +106,15 @@ def test_prefill_counts_the_prompts_that_entered_during_a_life() -> None:
 
 def test_requests_with_a_floor_are_guarded_while_in_flight() -> None:
     """Only requests whose class has a `batch_floor` are filed, by (gains, floor), and
-    each leaves with its own ticket; the batch's present depth is the deepest k in flight."""
+    each leaves with its own ticket."""
     load = BatchLoad(Clock())
     tool = (1.0, 1.2, 1.25)
     a = load.enter(0, tool, 300, floor=0.98)
     b = load.enter(0, tool, 300, floor=0.98)
     chat = load.enter(4, (1.0, 1.8, 2.4, 2.9, 3.3), 40)  # no floor: not guarded
     assert load.guarded == {(tool, 0.98): 2}
-    assert load.deepest == 4
     load.leave(a)
     assert load.guarded == {(tool, 0.98): 1}
     load.leave(chat)
-    assert load.deepest == 0
     load.leave(b)
     assert load.guarded == {}

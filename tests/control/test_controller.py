@@ -397,10 +397,11 @@ def test_leaving_k0_is_priced_by_the_prompts_prefilled_again() -> None:
 def test_a_batch_floor_holds_a_newcomer_at_a_depth_its_mates_can_bear() -> None:
     """At batch 4 with steps 1.4x dearer per drafted token, a class that chose k = 5
     beside a guarded tool call at k = 0 (one token a step at any depth, floor 0.98) is
-    held at the batch's present depth: any deeper step would cost the tool call its
-    floor. A mate that gains from depth up to 2 (1.95 tokens at D = 2 for steps 1.8x
-    dearer: 1.08 of its k = 0 speed; 2.0 for 2.2x at D = 3: 0.91) bears D = 2. Without
-    the floor (or once the batch already runs deep) the class keeps its k."""
+    held at k = 0: any deeper step would cost the tool call its floor (also where the
+    batch already runs deep: the newcomer would keep it so). A mate that gains from
+    depth up to 2 (1.95 tokens at D = 2 for steps 1.8x dearer: 1.08 of its k = 0
+    speed; 2.0 for 2.2x at D = 3: 0.91) bears D = 2. Without the floor the class keeps
+    its k."""
     controller = trained(HIGH)
     cls = controller.classify(RequestFeatures("chat"))
     off = ControlOverrides(exploration_share=0.0)
@@ -417,8 +418,6 @@ def test_a_batch_floor_holds_a_newcomer_at_a_depth_its_mates_can_bear() -> None:
     assert controller.decide(cls, LoadSnapshot(3, mates=mates, guarded=gaining), off).k == 2
     unguarded = LoadSnapshot(running=3, mates=mates)
     assert controller.decide(cls, unguarded, off).k == 5
-    already_deep = LoadSnapshot(running=3, mates=mates, guarded=tool, deepest=3)
-    assert controller.decide(cls, already_deep, off).k == 3
     # Probes do not cross the floor either.
     probing = ControlOverrides(exploration_share=1.0)
     for _ in range(20):
