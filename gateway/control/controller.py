@@ -189,12 +189,11 @@ class Controller:
         newcomer's own flags) still binds.
         """
         guarded = load.guarded
-        lowest = k_min
-        if not guarded or k <= lowest:
+        if not guarded or k <= k_min:
             return k
         costs = self._cost.relative_costs_in(bucket)
         d = k
-        while d > lowest:
+        while d > k_min:
             c = costs[d] if d < len(costs) else costs[-1]
             if all((g[min(d, len(g) - 1)] if g else 1.0) >= f * c for g, f in guarded):
                 break
