@@ -7,6 +7,7 @@ import random
 
 import pytest
 
+from gateway.control.classify import RequestClass
 from gateway.control.controller import COST_ID, Controller
 from gateway.control.cost_model import CostModel
 from gateway.control.decision import ControlOverrides, LoadSnapshot
@@ -328,17 +329,26 @@ def test_a_class_is_held_to_the_depth_its_batch_gains_from() -> None:
     assert controller.decide(cls, plain._replace(running=0), off).k == 5
 
 
-def _probe_share_after(cached_share: float) -> float:
-    """Share of k = 1 probes at batch 1 of a cold-start class held at k = 0, after 20
-    k = 0 runs of 1,300-token prompts with `cached_share` of them found cached, on an
-    engine calibrated at 1.5 ms a cold prompt token (20 ms steps)."""
-    controller = Controller(ControllerSettings(default_k=0, min_samples=1000), rng=random.Random(5))
+def _held_at_zero(min_samples: int) -> tuple[Controller, RequestClass]:
+    """A controller starting classes at k = 0 on batch-1 costs calibrated like this CPU's
+    (20 ms steps, 0.37 of one a draft; first token 30 ms at k = 0, 70 ms deeper; 1.5 ms a
+    cold prompt token), and its long-prompt chat class."""
+    controller = Controller(
+        ControllerSettings(default_k=0, min_samples=min_samples), rng=random.Random(5)
+    )
     cost = controller.cost_model
     _calibrate(controller, IDLE, 0.37)
     for k, seconds in enumerate((0.03, 0.07, 0.07, 0.07, 0.07, 0.07)):
         cost.calibrate_first_token(k, 1, seconds)
     cost.calibrate_prefill(0.0015)
-    cls = controller.classify(RequestFeatures("chat", length=2048))
+    return controller, controller.classify(RequestFeatures("chat", length=2048))
+
+
+def _probe_share_after(cached_share: float) -> float:
+    """Share of k = 1 probes at batch 1 of a cold-start class held at k = 0, after 20
+    k = 0 runs of 1,300-token prompts with `cached_share` of them found cached, on an
+    engine calibrated at 1.5 ms a cold prompt token (20 ms steps)."""
+    controller, cls = _held_at_zero(1000)
     rng = random.Random(6)
     for _ in range(20):
         decision = controller.decide(cls, IDLE, ControlOverrides(exploration_share=0.0))
@@ -363,13 +373,7 @@ def _k_after_cold_start(zero_cached: float, spec_runs: int = 0) -> int:
     12 k = 0 runs of 1,300-token prompts with `zero_cached` of them found cached, then
     `spec_runs` pinned k = 1 runs that found theirs cached too, on the calibration of
     `_probe_share_after`. Acceptance evidence: the prior's 0.7 only."""
-    controller = Controller(ControllerSettings(default_k=0, min_samples=8), rng=random.Random(5))
-    cost = controller.cost_model
-    _calibrate(controller, IDLE, 0.37)
-    for k, seconds in enumerate((0.03, 0.07, 0.07, 0.07, 0.07, 0.07)):
-        cost.calibrate_first_token(k, 1, seconds)
-    cost.calibrate_prefill(0.0015)
-    cls = controller.classify(RequestFeatures("chat", length=2048))
+    controller, cls = _held_at_zero(8)
     rng = random.Random(6)
     quiet = ControlOverrides(exploration_share=0.0)
     prior = (0.7, 0.665, 0.632, 0.6, 0.57)
@@ -410,11 +414,12 @@ def test_a_batch_floor_holds_a_newcomer_at_a_depth_its_mates_can_bear() -> None:
     assert alone.k == 5
     # Three deep mates of its kind: the batch's tokens alone would keep k = 5.
     mates = [3 * g for g in alone.gains] + [3 * alone.gains[-1]] * 11
-    tool = {((1.0,), 0.98): 1}
+    Guarded = dict[tuple[tuple[float, ...], float], int]
+    tool: Guarded = {((1.0,), 0.98): 1}
     held = controller.decide(cls, LoadSnapshot(running=3, mates=mates, guarded=tool), off)
     assert held.k == 0
     assert "batch floor" in held.reason
-    gaining = {((1.0, 1.9, 1.95, 2.0, 2.0, 2.0), 0.98): 1}
+    gaining: Guarded = {((1.0, 1.9, 1.95, 2.0, 2.0, 2.0), 0.98): 1}
     assert controller.decide(cls, LoadSnapshot(3, mates=mates, guarded=gaining), off).k == 2
     unguarded = LoadSnapshot(running=3, mates=mates)
     assert controller.decide(cls, unguarded, off).k == 5
