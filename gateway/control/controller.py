@@ -146,6 +146,7 @@ class Controller:
                 if not load.guarded or self._floor_depth(load, bucket, probe, k_min) == probe:
                     return state.probe(probe, bucket)
         decision = state.decision_at(bucket)
+        depth = k
         mates = load.mates
         if mates is not None and k > k_min and load.running > 0:
             # A step costs what the batch's deepest request asks (`batch_load`), so
@@ -164,17 +165,12 @@ class Controller:
                     value = (mates[d] + gains[d]) / costs[d]
                     if value > top:
                         best, top = d, value
-                if best != k:
-                    if load.guarded:
-                        floored = self._floor_depth(load, bucket, best, k_min)
-                        if floored < best:
-                            return state.held_at(decision, floored, floor=True)
-                    return state.held_at(decision, best)
-        if load.guarded and k > k_min:
-            floored = self._floor_depth(load, bucket, k, k_min)
-            if floored < k:
+                depth = best
+        if load.guarded:
+            floored = self._floor_depth(load, bucket, depth, k_min)
+            if floored < depth:
                 return state.held_at(decision, floored, floor=True)
-        return decision
+        return decision if depth == k else state.held_at(decision, depth)
 
     def _floor_depth(self, load: LoadSnapshot, bucket: int, k: int, k_min: int) -> int:
         """The deepest D <= k at which every guarded request in flight keeps its floor.
