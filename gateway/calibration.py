@@ -89,6 +89,40 @@ async def _calibrate_prefill(engine: Engine, cost: CostModel, nonce: float) -> N
         log.info("cold prefill: %.2f ms per prompt token", per_token * 1000)
 
 
+#: Timed rounds per depth at each batch size, at least; always an even number. The order
+#: of depths alternates between rounds (0..K, then K..0), so a host that speeds up or
+#: slows down steadily during the calibration biases every depth alike instead of the
+#: last ones measured (each depth's rounds then sit at the same mean time).
+MIN_ROUNDS = 2
+
+
+async def _round(
+    engine: Engine, name: str, k: int, batch: int, tokens: int
+) -> list[RequestOutcome]:
+    outcomes = await asyncio.gather(
+        *(_one(engine, f"specgw-calibrate-{name}-{i}", k, tokens) for i in range(batch))
+    )
+    return [o for o in outcomes if o is not None]
+
+
+async def _warm_up(engine: Engine, batches: Sequence[int], tokens: int) -> None:
+    """Untimed: one request at every depth, then one round at the deepest k per batch size.
+
+    The first request after start-up and the first at each depth pay one-off costs
+    (buffers, the cold prefill of the calibration prompt in each cache namespace).
+    Measured as part of k = 0 at batch 1, the first depth timed, they made a step at
+    k = 0 look dearer than at batch 2 and its first token twice that of k = 1
+    (2026-11-24: 9.9 ms against 8.8 at batch 2; 25 ms against 13.5 at k = 1), so
+    speculation looked cheap at concurrency 1 and the controller ran tool calls,
+    whose drafts are seldom accepted, at k = 1 to 3 (0.86 of no speculation).
+    """
+    for k in range(engine.max_depth + 1):
+        await _round(engine, f"warm-k{k}", k, 1, tokens)
+    for batch in batches:
+        if batch > 1:
+            await _round(engine, f"warm-b{batch}", engine.max_depth, batch, tokens)
+
+
 async def calibrate(
     engine: Engine,
     cost: CostModel,
@@ -99,38 +133,40 @@ async def calibrate(
     """Feed `cost` at least `samples` step times per depth 0..K at each batch size.
 
     A batch of b requests runs concurrently (all at the same k), so each round gives b
-    samples at bucket b; rounds repeat until `samples` are in.
+    samples at bucket b; rounds repeat until `samples` are in (MIN_ROUNDS at least, an
+    even number), each round visiting every depth in alternating order, after an
+    untimed warm-up.
     """
-    points: list[CalibrationPoint] = []
     started = time.monotonic()
+    await _warm_up(engine, batches, tokens)
+    points: list[CalibrationPoint] = []
+    depths = list(range(engine.max_depth + 1))
     for batch in batches:
-        rounds = max(1, math.ceil(samples / batch))
-        for k in range(engine.max_depth + 1):
-            seconds: list[float] = []
-            firsts: list[float] = []
-            for r in range(rounds):
-                outcomes = await asyncio.gather(
-                    *(
-                        _one(engine, f"specgw-calibrate-b{batch}-k{k}-{r}-{i}", k, tokens)
-                        for i in range(batch)
-                    )
-                )
-                for outcome in outcomes:
-                    if outcome is None:
-                        continue
+        rounds = max(MIN_ROUNDS, math.ceil(samples / batch))
+        rounds += rounds % 2
+        seconds: dict[int, list[float]] = {k: [] for k in depths}
+        firsts: dict[int, list[float]] = {k: [] for k in depths}
+        for r in range(rounds):
+            for k in depths if r % 2 == 0 else depths[::-1]:
+                for outcome in await _round(engine, f"b{batch}-k{k}-{r}", k, batch, tokens):
                     step = step_seconds(outcome)
                     if step is not None:
                         cost.observe(k, batch, step)
-                        seconds.append(step)
+                        seconds[k].append(step)
                     if outcome.ttft_s > 0:
-                        firsts.append(outcome.ttft_s)
-            first = statistics.median(firsts) if firsts else 0.0
+                        firsts[k].append(outcome.ttft_s)
+        for k in depths:
+            first = statistics.median(firsts[k]) if firsts[k] else 0.0
             if first > 0:
                 cost.calibrate_first_token(k, batch, first)
-            if seconds:
+            if seconds[k]:
                 points.append(
                     CalibrationPoint(
-                        k, batch, statistics.median(seconds) * 1000, len(seconds), first * 1000
+                        k,
+                        batch,
+                        statistics.median(seconds[k]) * 1000,
+                        len(seconds[k]),
+                        first * 1000,
                     )
                 )
     await _calibrate_prefill(engine, cost, started)

@@ -32,20 +32,29 @@ SHORT = len(PROMPT) // 4
 
 
 class StepClock:
-    """Answers every request with an outcome whose steps took STEP[k] seconds each."""
+    """Answers every request with an outcome whose steps took STEP[k] seconds each.
+
+    `drift`: every request's times grow by this share of STEP per request sent before
+    it (a host slowing down); `cold`: the first request at each depth takes this many
+    times as long (one-off start-up costs).
+    """
 
     max_depth = 4
     lossless_sampling = True
 
-    def __init__(self) -> None:
+    def __init__(self, drift: float = 0.0, cold: float = 1.0) -> None:
         self.requests: list[GenerateRequest] = []
+        self.drift, self.cold = drift, cold
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerationChunk]:
+        slower = 1.0 + self.drift * len(self.requests)
+        if all(r.k != request.k for r in self.requests):
+            slower *= self.cold
         self.requests.append(request)
         await asyncio.sleep(0)
         steps = request.max_tokens // 2
         prompt_tokens = len(request.prompt or "") // 4
-        first = FIRST[request.k] + PREFILL * max(0, prompt_tokens - SHORT)
+        first = (FIRST[request.k] + PREFILL * max(0, prompt_tokens - SHORT)) * slower
         outcome = RequestOutcome(
             request.request_id,
             prompt_tokens=prompt_tokens,
@@ -53,7 +62,7 @@ class StepClock:
             finish_reason="length",
             speculation=SpeculationOutcome(k=request.k),
             ttft_s=first,
-            e2e_s=first + STEP[request.k] * (steps - 1),
+            e2e_s=first + STEP[request.k] * slower * (steps - 1),
             decode_steps=steps,
         )
         yield GenerationChunk(request.request_id, "", (), True, "length", outcome)
@@ -77,8 +86,14 @@ def test_calibration_measures_every_depth_at_each_batch() -> None:
     points = asyncio.run(calibrate(engine, cost, [1, 4], tokens=16, samples=3))
     assert [(p.batch, p.k) for p in points] == [(b, k) for b in (1, 4) for k in range(5)]
     assert all(r.ignore_eos and r.max_tokens == 16 for r in engine.requests[:-2])
-    # 3 rounds of 1, then 1 round of 4; then a short and a cold long prompt at k = 0.
-    assert len(engine.requests) == 5 * 3 + 5 * 4 + 2
+    # Untimed: one request per depth, one round of 4 at k = 4. Timed: 4 rounds of 1 (3
+    # rounded up to even), 2 rounds of 4; then a short and a cold long prompt at k = 0.
+    warm = 5 + 4
+    assert len(engine.requests) == warm + 5 * 4 + 5 * 2 * 4 + 2
+    assert [r.k for r in engine.requests[:warm]] == [0, 1, 2, 3, 4, 4, 4, 4, 4]
+    # Timed rounds alternate the order of depths: 0..4, then 4..0.
+    timed = engine.requests[warm : warm + 20]
+    assert [r.k for r in timed] == [0, 1, 2, 3, 4, 4, 3, 2, 1, 0] * 2
     short, cold = engine.requests[-2:]
     assert (short.k, cold.k) == (0, 0)
     assert len(cold.prompt or "") > 4 * len(short.prompt or "")
@@ -86,9 +101,9 @@ def test_calibration_measures_every_depth_at_each_batch() -> None:
     for p in points:
         assert p.step_ms == pytest.approx(STEP[p.k] * 1000)
         assert p.ttft_ms == pytest.approx(FIRST[p.k] * 1000)
-        assert p.samples == (3 if p.batch == 1 else 4)
-    # The first token in steps at k = 0 of the bucket: 3 samples of 10 ms, shrunk towards
-    # the line by 2 prior pseudo-samples (11.3 ms), so within 15 %.
+        assert p.samples == (4 if p.batch == 1 else 8)
+    # The first token in steps at k = 0 of the bucket: 4 samples of 10 ms, shrunk towards
+    # the line by 2 prior pseudo-samples, so within 15 %.
     assert cost.first_token(1) == pytest.approx([f / STEP[0] for f in FIRST], rel=0.15)
     assert cost.thin_depths(1, 3) == []
     assert cost.thin_depths(4, 3) == []
@@ -108,3 +123,25 @@ def test_no_drafter_means_nothing_to_calibrate_but_k0() -> None:
     cost = CostModel(0, 0.02, 0.08, 16.0, 2.0, 0.01)
     points = asyncio.run(calibrate(engine, cost, [1], tokens=8, samples=1))
     assert [(p.batch, p.k) for p in points] == [(1, 0)]
+
+
+def test_a_host_that_slows_during_calibration_biases_no_depth() -> None:
+    """Each depth's timed rounds sit at the same mean time, so a steady drift scales every
+    depth's measured step alike and the relative costs stay true (measured one depth
+    after the other, k = 4 came out 1 % dearer per request of drift than k = 0)."""
+    engine = StepClock(drift=0.01)
+    cost = CostModel(4, 0.02, 0.08, 16.0, 2.0, 0.01)
+    points = asyncio.run(calibrate(engine, cost, [4], tokens=16, samples=3))
+    at = {p.k: p.step_ms for p in points}
+    for k in range(1, 5):
+        assert at[k] / at[0] == pytest.approx(STEP[k] / STEP[0], rel=0.01)
+
+
+def test_one_off_costs_of_the_first_requests_are_not_measured() -> None:
+    """The first request at each depth is three times as slow: the warm-up takes it."""
+    engine = StepClock(cold=3.0)
+    cost = CostModel(4, 0.02, 0.08, 16.0, 2.0, 0.01)
+    points = asyncio.run(calibrate(engine, cost, [1], tokens=16, samples=3))
+    for p in points:
+        assert p.step_ms == pytest.approx(STEP[p.k] * 1000)
+        assert p.ttft_ms == pytest.approx(FIRST[p.k] * 1000)
