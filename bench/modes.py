@@ -3,8 +3,10 @@
 A mode is a gateway configuration (which engine: no drafter, the EAGLE 3.1
 drafter, vLLM's batch-size schedule) plus the ops flags written into the
 gateway's `flags.json`. Modes sharing a configuration share one process, so
-static k = 1..K, k = 0 and adaptive run on the very same engine; only the
-no-drafter and batch-schedule baselines need their own engine.
+static k = 1..K and k = 0 run on the very same engine. The adaptive modes each
+have their own (same engine configuration): the runner interleaves repeats across
+modes, and a controller sharing the static modes' process would learn from their
+traffic between its own repeats.
 
 | mode | engine | flags |
 |---|---|---|
@@ -12,7 +14,7 @@ no-drafter and batch-schedule baselines need their own engine.
 | `k0` | drafter | static, pin-k 0 (the cost of a speculative engine at k = 0) |
 | `static-kN` | drafter | static, pin-k N, for every class |
 | `batch-schedule` | drafter + `num_speculative_tokens_per_batch_size` | static, no pin |
-| `adaptive` | drafter | adaptive |
+| `adaptive` | drafter (own process: learns from its own traffic only) | adaptive |
 | `adaptive-floor` | drafter (own process: cold controller) | adaptive, `batch-floor` 0.98 |
 """
 
@@ -55,8 +57,7 @@ def batch_schedule_supported() -> bool:
 
 
 def default_modes(max_depth: int, batch_schedule: bool = True) -> list[Mode]:
-    """Ordered so each engine starts once; adaptive runs first on its engine (a cold start:
-    the controller has seen none of the static runs' traffic before its first repeat)."""
+    """In the order each repeat runs them; every configuration starts once."""
     spec = GatewayConfig("spec", drafter=True, max_depth=max_depth)
     nospec = GatewayConfig("nospec", drafter=False, max_depth=max_depth, default_k=0)
     modes = [Mode("no-spec", nospec, {"speculation-enabled": False})]
@@ -69,18 +70,11 @@ def default_modes(max_depth: int, batch_schedule: bool = True) -> list[Mode]:
             env={BATCH_SCHEDULE_ENV: json.dumps(BATCH_SCHEDULE)},
         )
         modes.append(Mode("batch-schedule", sched, {"controller-mode": "static", "pin-k": -1}))
-    modes.append(Mode("adaptive", spec, {"controller-mode": "adaptive", "pin-k": -1}))
-    # Its own process, so that it starts as cold as adaptive (the controller would
-    # otherwise inherit adaptive's classes); placed here, each engine still starts once.
+    adaptive = GatewayConfig("spec-adaptive", drafter=True, max_depth=max_depth)
     floor = GatewayConfig("spec-floor", drafter=True, max_depth=max_depth)
-    modes.insert(
-        len(modes) - 1,
-        Mode(
-            "adaptive-floor",
-            floor,
-            {"controller-mode": "adaptive", "pin-k": -1, "batch-floor": FLOOR},
-        ),
-    )
+    floor_flags = {"controller-mode": "adaptive", "pin-k": -1, "batch-floor": FLOOR}
+    modes.append(Mode("adaptive-floor", floor, floor_flags))
+    modes.append(Mode("adaptive", adaptive, {"controller-mode": "adaptive", "pin-k": -1}))
     modes.append(Mode("k0", spec, {"controller-mode": "static", "pin-k": 0}, expect_k=0))
     modes += [
         Mode(f"static-k{n}", spec, {"controller-mode": "static", "pin-k": n}, expect_k=n)

@@ -4,8 +4,13 @@ Modes that share an engine configuration share one gateway process and are
 switched through `flags.json`; before a static mode is timed, a probe request
 checks that the gateway really applies its k (`x-specgw-k`), so a flag that did
 not take effect shows up as an error in the results instead of a wrong number.
-Modes run one after another, ordered so that modes sharing a process are
-adjacent (no-spec first, then everything on the speculative engine).
+
+Repeats are interleaved: repeat 0 of every mode, then repeat 1 of every mode, and
+so on, every gateway process staying up (idle) between its turns. Run mode by
+mode, a host whose speed drifts during the quarter hour of a whole run (this VM's
+repeats of one mode differ by up to 25 %, 2026-11-24) gave each mode its own
+stretch of that drift, a bias between modes that no number of repeats removes;
+interleaved, the drift lands in every mode's spread instead.
 """
 
 from __future__ import annotations
@@ -127,62 +132,68 @@ async def _reset_prefix_cache(gw: GatewayProcess) -> bool:
     return answer.status_code == 200 and bool(answer.json().get("reset"))
 
 
-async def _run_mode(
+async def _run_repeat(
     gw: GatewayProcess,
     mode: Mode,
     plan: RunPlan,
+    repeat: int,
     bar: tqdm[Any],
     sink: Callable[[RunResult], None],
     notes: list[str],
 ) -> None:
-    # Untimed warm-up on this mode's settings (first-step costs, connection set-up).
-    client = _client(gw, plan.request_timeout_s)
-    try:
-        await replay(client, plan.warmup_items(), ClosedLoop(4), gw.model)
-    finally:
-        await client.close()
-    # Modes share an engine and run one after another, so without this the first
-    # mode on an engine paid the cold prefills of the whole workload and the later
-    # ones found it cached: a 1,337-token prompt took 1.9 s to its first token cold
-    # against 0.07 s cached on this CPU (2026-11-24), and only in the first mode's
-    # first repeat. k = 0 and k > 0 requests use separate cache namespaces
-    # (`engine.scheduler`), so the mode that switches depths (adaptive) paid it
-    # again where a class first ran at the other. Now each mode's first repeat
-    # starts cold and its later repeats find what it cached itself.
-    if not await _reset_prefix_cache(gw):
-        notes.append(f"{mode.name}: the prefix cache was not reset before its runs")
-    for repeat in range(plan.repeats):
-        for arrival in plan.arrivals:
-            bar.set_postfix_str(f"{mode.name} {arrival.label} r{repeat}")
-            client = _client(gw, plan.request_timeout_s)
-            try:
-                records, wall = await replay(
-                    client, plan.items, arrival, gw.model, on_done=lambda _r: bar.update(1)
-                )
-            finally:
-                await client.close()
-            sink(RunResult(RunKey(mode.name, arrival.label, repeat), wall, records, notes))
+    if repeat == 0:
+        # Untimed warm-up on this mode's settings (first-step costs, connection set-up).
+        client = _client(gw, plan.request_timeout_s)
+        try:
+            await replay(client, plan.warmup_items(), ClosedLoop(4), gw.model)
+        finally:
+            await client.close()
+        # Modes share an engine, so without this the first mode on an engine paid the
+        # cold prefills of the whole workload and the later ones found it cached: a
+        # 1,337-token prompt took 1.9 s to its first token cold against 0.07 s cached
+        # on this CPU (2026-11-24), and only in the first mode's first repeat. k = 0
+        # and k > 0 requests use separate cache namespaces (`engine.scheduler`), so
+        # the mode that switches depths (adaptive) paid it again where a class first
+        # ran at the other. Now each mode's first repeat starts cold; later repeats
+        # find the workload cached (by the mode itself, or by a mode sharing its
+        # process, which replays the same prompts).
+        if not await _reset_prefix_cache(gw):
+            notes.append(f"{mode.name}: the prefix cache was not reset before its runs")
+    for arrival in plan.arrivals:
+        bar.set_postfix_str(f"{mode.name} {arrival.label} r{repeat}")
+        client = _client(gw, plan.request_timeout_s)
+        try:
+            records, wall = await replay(
+                client, plan.items, arrival, gw.model, on_done=lambda _r: bar.update(1)
+            )
+        finally:
+            await client.close()
+        sink(RunResult(RunKey(mode.name, arrival.label, repeat), wall, records, notes))
 
 
 class _Gateways:
-    """The one gateway process alive at a time (two engines do not fit on two cores)."""
+    """One gateway process per configuration, started on first use and kept up (idle
+    while other modes run: only one replays at a time) until the run ends."""
 
     def __init__(self, models: ModelPaths, workdir: Path) -> None:
         self.models, self.workdir = models, workdir
-        self.config: GatewayConfig | None = None
-        self.gw: GatewayProcess | None = None
+        #: By configuration name (names are unique: a restart with k fixed renames).
+        self.running: dict[str, tuple[GatewayConfig, GatewayProcess]] = {}
 
     def get(self, config: GatewayConfig) -> GatewayProcess:
-        if self.gw is None or self.config != config:
-            self.close()
-            self.gw = start_gateway(config, self.models, self.workdir)
-            self.config = config
-        return self.gw
+        known = self.running.get(config.name)
+        if known is not None and known[0] == config:
+            return known[1]
+        if known is not None:
+            known[1].stop()
+        gw = start_gateway(config, self.models, self.workdir)
+        self.running[config.name] = (config, gw)
+        return gw
 
     def close(self) -> None:
-        if self.gw is not None:
-            self.gw.stop()
-        self.gw, self.config = None, None
+        for _, gw in self.running.values():
+            gw.stop()
+        self.running.clear()
 
 
 def _prepare(gateways: _Gateways, mode: Mode, plan: RunPlan) -> tuple[GatewayProcess, list[str]]:
@@ -208,24 +219,37 @@ def _prepare(gateways: _Gateways, mode: Mode, plan: RunPlan) -> tuple[GatewayPro
 def run_all(
     plan: RunPlan, models: ModelPaths, workdir: Path, sink: Callable[[RunResult], None]
 ) -> list[str]:
-    """Run the plan mode by mode; returns notes on modes that could not run as asked."""
+    """Run the plan, repeats interleaved across modes (module docstring); returns notes on
+    modes that could not run as asked."""
     notes: list[str] = []
-    per_mode = len(plan.arrivals) * plan.repeats * len(plan.items)
+    per_repeat = len(plan.arrivals) * len(plan.items)
     gateways = _Gateways(models, workdir)
+    failed: set[str] = set()
+    mode_notes: dict[str, list[str]] = {}
     try:
-        with tqdm(total=len(plan.modes) * per_mode, unit="req", desc="bench") as bar:
-            for mode in plan.modes:
-                bar.set_postfix_str(f"preparing {mode.name}")
-                try:
-                    gw, mode_notes = _prepare(gateways, mode, plan)
-                except RuntimeError as exc:
-                    notes.append(f"{mode.name}: gateway did not start: {str(exc)[-600:]}")
-                    bar.update(per_mode)
-                    continue
-                notes += mode_notes
-                asyncio.run(_run_mode(gw, mode, plan, bar, sink, mode_notes))
+        with tqdm(
+            total=len(plan.modes) * plan.repeats * per_repeat, unit="req", desc="bench"
+        ) as bar:
+            for repeat in range(plan.repeats):
+                for mode in plan.modes:
+                    if mode.name in failed:
+                        bar.update(per_repeat)
+                        continue
+                    bar.set_postfix_str(f"preparing {mode.name}")
+                    try:
+                        gw, prepared = _prepare(gateways, mode, plan)
+                    except RuntimeError as exc:
+                        notes.append(f"{mode.name}: gateway did not start: {str(exc)[-600:]}")
+                        failed.add(mode.name)
+                        bar.update(per_repeat)
+                        continue
+                    run_notes = mode_notes.setdefault(mode.name, [])
+                    run_notes += [n for n in prepared if n not in run_notes]
+                    asyncio.run(_run_repeat(gw, mode, plan, repeat, bar, sink, run_notes))
     finally:
         gateways.close()
+    for run_notes in mode_notes.values():
+        notes += run_notes
     return notes
 
 
