@@ -344,7 +344,20 @@ def _class_tables(summary: dict[str, Any]) -> list[str]:
                 for c in arrivals.get(arrival, {}).get("acceptance_by_class", {})
             }
         )
-        lines += [f"### {arrival}", "", "| mode | " + " | ".join(classes) + " |"]
+        # Every mode replays the same requests; the most that succeeded in any mode.
+        counts: dict[str, float] = {}
+        for arrivals in summary["cells"].values():
+            for c, n in arrivals.get(arrival, {}).get("requests_by_class", {}).items():
+                counts[c] = max(counts.get(c, 0.0), n or 0.0)
+        lines += [f"### {arrival}", ""]
+        if counts:
+            # A class speed rests on this many requests a run: read small counts as noise.
+            lines += [
+                "Requests per run: "
+                + ", ".join(f"{c} {counts[c]:.0f}" for c in classes if c in counts),
+                "",
+            ]
+        lines.append("| mode | " + " | ".join(classes) + " |")
         lines.append("|---|" + "---|" * len(classes))
         for mode, arrivals in summary["cells"].items():
             cell = arrivals.get(arrival)

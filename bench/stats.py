@@ -94,6 +94,8 @@ class RunFigures:
     acceptance: dict[str, float | None]
     mean_k: dict[str, float | None]
     speed: dict[str, float | None]
+    #: Successful requests of each class in the run: what each class figure rests on.
+    count: dict[str, int]
 
 
 def run_figures(run: RunResult) -> RunFigures:
@@ -112,6 +114,7 @@ def run_figures(run: RunResult) -> RunFigures:
         acceptance={f: acceptance_length(rs) for f, rs in fam.items()},
         mean_k={f: _mean_k(rs) for f, rs in fam.items()},
         speed={f: class_speed(rs) for f, rs in fam.items()},
+        count={f: len(rs) for f, rs in fam.items()},
     )
 
 
@@ -152,6 +155,9 @@ def summarise_cell(runs: list[RunResult]) -> dict[str, object]:
         },
         "mean_k_by_class": {c: spread(f.mean_k.get(c) for f in figs).median for c in families},
         "speed_by_class": {c: spread(f.speed.get(c) for f in figs).median for c in families},
+        "requests_by_class": {
+            c: spread(float(f.count.get(c, 0)) for f in figs).median for c in families
+        },
         "notes": sorted({n for r in runs for n in r.notes}),
     }
 

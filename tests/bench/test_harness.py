@@ -160,8 +160,10 @@ def test_summary_checks_and_markdown_from_runs(tmp_path: Path) -> None:
     assert checks["worst class: adaptive / no speculation (c4)"]["value"] == pytest.approx(
         0.8 / 0.5 / 1
     )
+    assert cell["requests_by_class"] == {"fast": 3, "slow": 3}  # the failed one not counted
     md = render_markdown(summary)
     assert "| adaptive | c4 | 30.0 |" in md
+    assert "Requests per run: fast 3, slow 3" in md
     assert "a note" in md
     assert "validates the harness" in md  # no embedded model named in meta
     embedded = render_markdown(build_summary(_runs(), {"model_source": "embedded default model"}))
