@@ -7,7 +7,7 @@ that suits a GPU, where verification is nearly free. Elsewhere the prior can be 
 off: on this repository's 2-core CPU one drafted token costs most of a step (the
 drafter's forward pass is as dear as the target's), so until traffic has measured
 every depth at every load the controller keeps speculating where it does not pay,
-or spends real requests on probes (`cost_probe_share`). A few seconds of synthetic
+or spends real requests on probes (`cost_probe_share`). Some seconds of synthetic
 greedy requests at start-up, every k at a few batch sizes, give it measured costs
 from the first request on; traffic refines them as before. The same requests
 measure the time to the first token at each depth (`CostModel.first_token`).

@@ -140,8 +140,8 @@ class ControllerSettings(BaseSettings):
     calibrate_batches: list[int] = Field(
         default_factory=lambda: [1, 2, 4, 8, 16],
         description="Batch sizes at which the gateway measures the step time of every depth "
-        "at start-up, before it is ready (a few seconds; `[]` = off: the cost model starts "
-        "from its prior).",
+        "at start-up, before it is ready (about 30 s on 2 CPU cores; `[]` = off: the cost "
+        "model starts from its prior).",
     )
     # 48, not 16: a 16-token greedy request at k = 4 ended in about four verify steps, and
     # on 2026-11-24 the start-up calibration measured a step at k = 4 as cheaper than one
