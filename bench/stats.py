@@ -5,7 +5,13 @@ Definitions (all from the records, nothing assumed):
 - class speed = a class's output tokens / the sum of its requests' end-to-end times:
   the rate at which one request of that class receives tokens, queueing included.
   It is what a mixed run can say per class, and it lets the per-class hindsight
-  oracle be assembled from static runs of the same traffic.
+  oracle be assembled from static runs of the same traffic. A mode's class speed
+  pools the requests of all its repeats (a class has 2 to 13 requests a run; a
+  median of per-run speeds of 2 requests each is one request's luck).
+- class ratio (mode A / mode B, one class) = the two pooled class speeds' ratio,
+  with a paired bootstrap interval: both modes replay the same requests, so a
+  draw resamples request slots (repeat, index) and takes both modes' results of
+  each slot.
 - acceptance length of a class = 1 + accepted / verify steps over its requests
   (vLLM's definition, bonus token included); 1.0 when it never speculated.
 - oracle (hindsight, per arrival): for every (class, phase), the static k (0..K;
@@ -19,6 +25,7 @@ Definitions (all from the records, nothing assumed):
 
 from __future__ import annotations
 
+import random
 import statistics
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
@@ -154,12 +161,88 @@ def summarise_cell(runs: list[RunResult]) -> dict[str, object]:
             c: spread(f.acceptance.get(c) for f in figs).median for c in families
         },
         "mean_k_by_class": {c: spread(f.mean_k.get(c) for f in figs).median for c in families},
-        "speed_by_class": {c: spread(f.speed.get(c) for f in figs).median for c in families},
+        "speed_by_class": pooled_class_speeds(runs),
         "requests_by_class": {
             c: spread(float(f.count.get(c, 0)) for f in figs).median for c in families
         },
         "notes": sorted({n for r in runs for n in r.notes}),
     }
+
+
+def pooled_class_speeds(runs: Iterable[RunResult]) -> dict[str, float | None]:
+    """Per class: its speed over the successful requests of all the runs given."""
+    return {
+        f: class_speed(rs) for f, rs in by_family(r for run in runs for r in run.records).items()
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class ClassRatio:
+    """Pooled class speed of mode A / of mode B, and a bootstrap interval around it."""
+
+    ratio: float
+    low: float
+    high: float
+    #: Request slots (repeat, index) both modes completed: what the ratio rests on.
+    pairs: int
+
+    def to_json(self) -> dict[str, float | int]:
+        return {"ratio": self.ratio, "low": self.low, "high": self.high, "pairs": self.pairs}
+
+
+def class_ratios(
+    a_runs: Iterable[RunResult],
+    b_runs: Iterable[RunResult],
+    draws: int = 2000,
+    level: float = 0.9,
+    seed: int = 0,
+) -> dict[str, ClassRatio]:
+    """Per class: mode A's pooled class speed / mode B's, over the slots both completed.
+
+    Paired: slot (repeat, index) is the same request in both modes, so a bootstrap
+    draw resamples slots with replacement and keeps each slot's two results
+    together; the interval is the draws' central `level` share. Seeded: a report
+    re-rendered from the same runs gives the same interval.
+    """
+
+    def slots(runs: Iterable[RunResult]) -> dict[tuple[int, int], RequestRecord]:
+        return {(run.key.repeat, r.index): r for run in runs for r in run.records if r.ok}
+
+    a, b = slots(a_runs), slots(b_runs)
+    # Per class, per slot: (A's tokens, A's seconds, B's tokens, B's seconds).
+    by_class: dict[str, list[tuple[int, float, int, float]]] = defaultdict(list)
+    for slot in sorted(a.keys() & b.keys()):
+        ra, rb = a[slot], b[slot]
+        if ra.family == rb.family:
+            by_class[ra.family].append((ra.output_tokens, ra.e2e, rb.output_tokens, rb.e2e))
+    rng = random.Random(seed)
+    out: dict[str, ClassRatio] = {}
+    for family, pairs in sorted(by_class.items()):
+        ratio = _pair_ratio(pairs)
+        if ratio is None:
+            continue
+        samples = sorted(
+            v
+            for _ in range(draws)
+            if (v := _pair_ratio(rng.choices(pairs, k=len(pairs)))) is not None
+        )
+        tail = (1.0 - level) / 2
+        low = samples[int(tail * (len(samples) - 1))] if samples else ratio
+        high = samples[int((1.0 - tail) * (len(samples) - 1))] if samples else ratio
+        out[family] = ClassRatio(ratio, low, high, len(pairs))
+    return out
+
+
+def _pair_ratio(pairs: Sequence[tuple[int, float, int, float]]) -> float | None:
+    tokens_a = seconds_a = tokens_b = seconds_b = 0.0
+    for ta, sa, tb, sb in pairs:
+        tokens_a += ta
+        seconds_a += sa
+        tokens_b += tb
+        seconds_b += sb
+    if tokens_a <= 0 or tokens_b <= 0 or seconds_a <= 0 or seconds_b <= 0:
+        return None
+    return (tokens_a / seconds_a) / (tokens_b / seconds_b)
 
 
 def median_e2e_by_index(runs: list[RunResult]) -> dict[int, tuple[float, int]]:

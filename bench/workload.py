@@ -90,19 +90,40 @@ def default_phases(per_phase: int) -> list[Phase]:
     ]
 
 
+def family_counts(mix: dict[str, float], requests: int) -> dict[str, int]:
+    """Requests of each family in a phase: the mix's shares of `requests`, rounded to whole
+    requests by largest remainder (ties to the family named first).
+
+    Counts, not independent draws: a draw per request let chance decide how much
+    evidence a rare family got (seed 1234 gave long context one request a run where
+    its 0.2 share of 12 asks for 2.4), and every per-class figure of the benchmark
+    rests on these counts.
+    """
+    total = sum(mix.values())
+    if total <= 0:
+        raise ValueError("a phase's mix needs a positive weight")
+    exact = {f: requests * w / total for f, w in mix.items()}
+    counts = {f: int(x) for f, x in exact.items()}
+    order = sorted(mix, key=lambda f: (-(exact[f] - counts[f]), list(mix).index(f)))
+    for f in order[: requests - sum(counts.values())]:
+        counts[f] += 1
+    return counts
+
+
 def build_workload(
     phases: list[Phase], pool: PromptPool, seed: int, max_tokens: int
 ) -> list[WorkItem]:
-    """Requests in order; each draws a family from its phase's mix and a prompt from the pool."""
+    """Requests in order: each phase's families in the counts its mix asks for
+    (`family_counts`), shuffled, each with a prompt drawn from the pool."""
     rng = random.Random(seed)
     items: list[WorkItem] = []
     for p, phase in enumerate(phases):
-        families = [f for f in phase.mix if pool.get(f)]
-        if not families:
+        mix = {f: w for f, w in phase.mix.items() if pool.get(f)}
+        if not mix:
             raise ValueError(f"phase {phase.name!r}: none of its families has prompts")
-        weights = [phase.mix[f] for f in families]
-        for _ in range(phase.requests):
-            family = rng.choices(families, weights)[0]
+        families = [f for f, n in family_counts(mix, phase.requests).items() for _ in range(n)]
+        rng.shuffle(families)
+        for family in families:
             prompt = rng.choice(pool[family])
             items.append(WorkItem(len(items), p, phase.name, family, prompt, max_tokens))
     return items

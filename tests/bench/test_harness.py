@@ -13,13 +13,21 @@ from bench.modes import default_modes, select_modes
 from bench.replay import RequestRecord
 from bench.report import build_summary, render_markdown, write_report
 from bench.runner import JsonlSink, RunKey, RunPlan, RunResult, load_runs
-from bench.stats import acceptance_length, oracle, percentile, settle_points, spread
+from bench.stats import (
+    acceptance_length,
+    class_ratios,
+    oracle,
+    percentile,
+    settle_points,
+    spread,
+)
 from bench.workload import (
     ClosedLoop,
     Phase,
     Poisson,
     build_workload,
     default_phases,
+    family_counts,
     phase_boundaries,
 )
 
@@ -49,6 +57,51 @@ def test_warm_up_covers_every_family_of_the_workload() -> None:
     assert warm[:4] == items[:4]
     assert {i.family for i in warm} == {i.family for i in items}
     assert len(warm) == len({i.index for i in warm})
+
+
+def test_each_phase_has_its_mix_in_whole_requests() -> None:
+    """Counts by largest remainder, not a draw per request: seed 1234 drew one long-context
+    request a run where the mix asks for 2.4."""
+    assert family_counts({"a": 0.45, "b": 0.2, "c": 0.35}, 12) == {"a": 6, "b": 2, "c": 4}
+    assert family_counts({"a": 1.0, "b": 1.0}, 3) == {"a": 2, "b": 1}  # a tie: first named
+    assert family_counts({"a": 0.5, "b": 0.0}, 4) == {"a": 4, "b": 0}
+    with pytest.raises(ValueError, match="positive weight"):
+        family_counts({"a": 0.0}, 2)
+    phases = default_phases(12)
+    items = build_workload(phases, local_pool(8, seed=3), seed=1234, max_tokens=16)
+    for p, phase in enumerate(phases):
+        drawn = [i.family for i in items if i.phase == p]
+        assert {f: drawn.count(f) for f in phase.mix} == family_counts(phase.mix, 12)
+    assert sum(i.family == "long_context" for i in items) == 2
+    # Shuffled within the phase, not in blocks of a family.
+    chat = [i.family for i in items if i.phase == 0]
+    assert chat != sorted(chat, key=list(phases[0].mix).index)
+
+
+def test_class_ratio_pairs_the_same_requests_and_brackets_the_pooled_ratio() -> None:
+    def run(mode: str, repeat: int, e2e: dict[str, list[float]]) -> RunResult:
+        recs = [
+            _rec(10 * j + i, fam, 0, 0, t)
+            for j, (fam, times) in enumerate(sorted(e2e.items()))
+            for i, t in enumerate(times)
+        ]
+        return RunResult(RunKey(mode, "c4", repeat), 1.0, recs)
+
+    # "steady": A twice as fast on every request; "noisy": 0.5x to 2x request by request.
+    a = [run("a", r, {"steady": [0.5, 1.0], "noisy": [0.5, 4.0]}) for r in range(3)]
+    b = [run("b", r, {"steady": [1.0, 2.0], "noisy": [1.0, 2.0]}) for r in range(3)]
+    failed = RequestRecord(0, 0, "noisy", False, 0.0, 0.1, error="boom")
+    b.append(RunResult(RunKey("b", "c4", 3), 1.0, [failed]))  # no slot in A: not paired
+    ratios = class_ratios(a, b)
+    steady, noisy = ratios["steady"], ratios["noisy"]
+    assert (steady.ratio, steady.low, steady.high, steady.pairs) == pytest.approx(
+        (2.0, 2.0, 2.0, 6)
+    )
+    assert noisy.ratio == pytest.approx((20 / 4.5) / (20 / 3.0))  # pooled: tokens / seconds
+    assert noisy.low < noisy.ratio < noisy.high
+    assert noisy.low >= 0.5
+    assert noisy.high <= 2.0
+    assert class_ratios(a, b) == ratios  # seeded
 
 
 def test_workload_rejects_a_phase_without_prompts() -> None:
@@ -157,13 +210,15 @@ def test_summary_checks_and_markdown_from_runs(tmp_path: Path) -> None:
         "value"
     ] == pytest.approx(1.0)
     assert checks["worst class: adaptive / no speculation (c1)"]["pass"] is None
-    assert checks["worst class: adaptive / no speculation (c4)"]["value"] == pytest.approx(
-        0.8 / 0.5 / 1
-    )
+    worst = checks["worst class: adaptive / no speculation (c4)"]
+    assert worst["value"] == pytest.approx(0.8 / 0.5)
+    assert worst["detail"].startswith("fast; 90% CI 1.60-1.60, 3 requests")
+    assert summary["class_ratios"]["adaptive"]["c4"]["slow"]["pairs"] == 3
     assert cell["requests_by_class"] == {"fast": 3, "slow": 3}  # the failed one not counted
     md = render_markdown(summary)
     assert "| adaptive | c4 | 30.0 |" in md
     assert "Requests per run: fast 3, slow 3" in md
+    assert "| 1.600 (fast; 90% CI 1.60-1.60, 3 requests) | >= 0.98 | PASS |" in md
     assert "a note" in md
     assert "validates the harness" in md  # no embedded model named in meta
     embedded = render_markdown(build_summary(_runs(), {"model_source": "embedded default model"}))
