@@ -15,6 +15,11 @@ from typing import Protocol, runtime_checkable
 #: Key of `SamplingParams.extra_args` that carries a request's speculation depth k
 #: to the scheduler. Clients must never be able to set it (the gateway strips it).
 SPEC_DEPTH_ARG = "specgw_k"
+#: Key of `SamplingParams.extra_args` that lowers every request already in the engine
+#: to at most this depth when the carrying request is added (never raises one): a
+#: newcomer whose class has a batch floor brings the batch down to a depth it can
+#: afford now, instead of waiting for its deeper batch-mates to finish. Gateway-only.
+SPEC_CAP_ARG = "specgw_cap"
 #: Key of `SamplingParams.extra_args` that carries the gateway's request id, so the
 #: engine can hand the request's outcome back to the gateway.
 GATEWAY_ID_ARG = "specgw_request_id"

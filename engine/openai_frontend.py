@@ -18,7 +18,7 @@ from typing import Any
 
 from starlette.datastructures import State
 
-from engine.interface import GATEWAY_ID_ARG, SPEC_DEPTH_ARG, InvalidRequestError
+from engine.interface import GATEWAY_ID_ARG, SPEC_CAP_ARG, SPEC_DEPTH_ARG, InvalidRequestError
 from engine.protocol import (
     ChatCompletionRequest,
     ChatCompletionResponse,
@@ -29,7 +29,7 @@ from engine.protocol import (
 )
 
 #: Keys of `vllm_xargs` reserved for the gateway; a client may never set them.
-RESERVED_XARGS = frozenset({SPEC_DEPTH_ARG, GATEWAY_ID_ARG})
+RESERVED_XARGS = frozenset({SPEC_DEPTH_ARG, SPEC_CAP_ARG, GATEWAY_ID_ARG})
 
 #: vLLM's own bound (`SamplingParams`): a temperature below it is greedy decoding.
 GREEDY_EPS = 1e-5
@@ -129,15 +129,25 @@ class OpenAIFrontend:
         return bool(model_type == "gpt_oss")
 
     @staticmethod
-    def _stamp(request: ChatCompletionRequest | CompletionRequest, k: int, gateway_id: str) -> None:
+    def _stamp(
+        request: ChatCompletionRequest | CompletionRequest,
+        k: int,
+        gateway_id: str,
+        cap: int | None,
+    ) -> None:
         xargs: dict[str, Any] = dict(request.vllm_xargs or {})
         xargs[SPEC_DEPTH_ARG] = k
         xargs[GATEWAY_ID_ARG] = gateway_id
+        if cap is not None:
+            xargs[SPEC_CAP_ARG] = cap
         request.vllm_xargs = xargs
         request.request_id = gateway_id
 
-    async def chat(self, request: ChatCompletionRequest, *, k: int, gateway_id: str) -> ChatResult:
-        self._stamp(request, k, gateway_id)
+    async def chat(
+        self, request: ChatCompletionRequest, *, k: int, gateway_id: str, cap: int | None = None
+    ) -> ChatResult:
+        """Run a chat request at depth k; `cap`: lower the requests in flight to it first."""
+        self._stamp(request, k, gateway_id, cap)
         with _client_errors():
             result: ChatResult = await self._state.openai_serving_chat.create_chat_completion(
                 request, None
@@ -145,9 +155,9 @@ class OpenAIFrontend:
         return result
 
     async def completion(
-        self, request: CompletionRequest, *, k: int, gateway_id: str
+        self, request: CompletionRequest, *, k: int, gateway_id: str, cap: int | None = None
     ) -> CompletionResult:
-        self._stamp(request, k, gateway_id)
+        self._stamp(request, k, gateway_id, cap)
         with _client_errors():
             serving = self._state.openai_serving_completion
             result: CompletionResult = await serving.create_completion(request, None)

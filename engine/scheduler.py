@@ -18,6 +18,16 @@ dynamic-SD path uses; the model runner passes it to the drafter's `propose`) to
 the largest k among the requests in the step, so a batch of only k = 0 requests
 runs the drafter's single KV-sync pass and no autoregressive draft steps.
 
+A request may also carry `extra_args[SPEC_CAP_ARG]` = c: when it is added, every
+request already in the scheduler is lowered to at most depth c for the rest of its
+life (`_DepthCap._cap_in_flight`). A depth only ever goes down, so a request never
+drafts again from drafter KV that steps at depth 0 skipped. Why: the batch's
+deepest request sets every step's cost (`gateway.control.batch_load`), and a
+request whose class may not be slowed below a floor of its own speed at k = 0
+otherwise paid for its deeper batch-mates until they finished: at concurrency 4 a
+14-token long-context request lives about 0.2 s, a chat request beside it at
+k = 3 about 0.5 s, so it never saw the batch come down (2026-11-24).
+
 Prefix caching keeps k = 0 requests apart (`_DepthCap.add_request`): with the
 drafter skipped at depth 0 (`engine.draft_skip`), blocks a k = 0 request fills
 hold target KV but no drafter KV, and a later k > 0 request reusing them drafts
@@ -41,7 +51,7 @@ from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.outputs import DraftTokenIds
 from vllm.v1.request import Request
 
-from engine.interface import SPEC_DEPTH_ARG
+from engine.interface import SPEC_CAP_ARG, SPEC_DEPTH_ARG
 
 #: Appended to a k = 0 request's cache salt: its blocks lack drafter KV (see above).
 DEPTH_ZERO_SALT = "specgw:k0"
@@ -58,6 +68,19 @@ def requested_depth(request: Request, max_depth: int) -> int:
     except (TypeError, ValueError):
         return max_depth
     return max(0, min(k, max_depth))
+
+
+def requested_cap(request: Request, max_depth: int) -> int | None:
+    """The depth a request lowers the requests in flight to (`SPEC_CAP_ARG`), or None."""
+    params = request.sampling_params
+    extra = params.extra_args if params is not None else None
+    if not extra or extra.get(SPEC_CAP_ARG) is None:
+        return None
+    try:
+        cap = int(extra[SPEC_CAP_ARG])
+    except (TypeError, ValueError):
+        return None
+    return max(0, min(cap, max_depth))
 
 
 class _DepthCap:
@@ -80,9 +103,36 @@ class _DepthCap:
 
     def add_request(self, request: Request) -> None:
         new = request.request_id not in self.requests
-        if self.num_spec_tokens > 0 and new and self._depth(request) == 0:
-            _salt_depth_zero(request)
+        if self.num_spec_tokens > 0 and new:
+            cap = requested_cap(request, self.num_spec_tokens)
+            if cap is not None:
+                self._cap_in_flight(cap)
+            if self._depth(request) == 0:
+                _salt_depth_zero(request)
         super().add_request(request)  # type: ignore[misc]
+
+    #: Requests lowered by a newcomer's cap since the scheduler started (for tests, logs).
+    specgw_capped: int = 0
+
+    def _cap_in_flight(self, cap: int) -> None:
+        """Lower every unfinished request deeper than `cap` to `cap`, drafts included.
+
+        One that has not been scheduled yet and comes down to 0 moves to the k = 0
+        prefix-cache namespace, as if it had asked for 0 (`_salt_depth_zero`); one
+        already running keeps the namespace its blocks were filled in, so blocks of
+        its later output, filled in steps that skipped the drafter, may be reused by
+        a k > 0 request that then drafts from stale drafter KV there: lower
+        acceptance for that stretch, never a different output (the target verifies).
+        """
+        for request in self.requests.values():
+            if request.is_finished() or self._depth(request) <= cap:
+                continue
+            request._specgw_k = cap  # type: ignore[attr-defined]
+            if cap == 0 and request.num_computed_tokens == 0:
+                _salt_depth_zero(request)
+            if request.spec_token_ids:
+                self._cap_drafts(request)
+            self.specgw_capped += 1
 
     def _depth_zero_hits_whole_blocks(self) -> None:
         """Look up a k = 0 request's cache hit without vLLM's EAGLE last-block drop.
@@ -118,7 +168,8 @@ class _DepthCap:
         manager.get_computed_blocks = get_computed_blocks
 
     def _depth(self, request: Request) -> int:
-        # Cached on the request: extra_args never changes after admission.
+        # Cached on the request: extra_args never changes after admission; a newcomer's
+        # cap lowers the cached value (`_cap_in_flight`).
         cached: int | None = getattr(request, "_specgw_k", None)
         if cached is None:
             cached = requested_depth(request, self.num_spec_tokens)

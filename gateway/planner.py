@@ -40,6 +40,8 @@ class Plan(NamedTuple):
     gains: tuple[float, ...] = ()
     #: The class's `batch-floor` flag: what it keeps when a deeper request joins (0 = off).
     floor: float = 0.0
+    #: Lower the requests in flight to at most this depth as this one enters (None: no).
+    cap: int | None = None
 
 
 #: Load at decision time (requests running in the engine, waiting for admission): the
@@ -85,6 +87,7 @@ class ControllerPlanner:
             (cls, decision),
             decision.gains,
             overrides.batch_floor if overrides is not None else 0.0,
+            decision.batch_cap,
         )
 
     def plan_chat(self, body: dict[str, Any], prompt_tokens: int, load: Load) -> Plan:

@@ -208,6 +208,7 @@ class InferenceService:
             batch.gains,
             None,
             batch.guarded,
+            batch.deepest,
         )
 
     async def chat(self, request: ChatCompletionRequest) -> JsonReply | StreamReply:
@@ -241,7 +242,7 @@ class InferenceService:
             plan,
             tokens,
             bool(request.stream),
-            lambda gid: self._frontend.chat(request, k=plan.k, gateway_id=gid),
+            lambda gid: self._frontend.chat(request, k=plan.k, gateway_id=gid, cap=plan.cap),
         )
 
     async def completion(self, request: CompletionRequest) -> JsonReply | StreamReply:
@@ -268,7 +269,7 @@ class InferenceService:
             plan,
             tokens,
             bool(request.stream),
-            lambda gid: self._frontend.completion(request, k=plan.k, gateway_id=gid),
+            lambda gid: self._frontend.completion(request, k=plan.k, gateway_id=gid, cap=plan.cap),
         )
 
     async def _run(
@@ -284,6 +285,8 @@ class InferenceService:
         gid = uuid.uuid4().hex
         started = time.monotonic()
         await self._admission.acquire(plan.class_id)
+        if plan.cap is not None:
+            self._batch.cap(plan.cap)  # what the engine does as the request is added
         ticket = self._batch.enter(plan.k, plan.gains, prompt_tokens, plan.floor)
         released = False
         try:

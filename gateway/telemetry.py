@@ -33,6 +33,8 @@ class GatewayTelemetry:
         else:
             self._metrics.record_request(label, 499, "client_disconnected")
         self._metrics.record_depth(label, plan.k)
+        if plan.cap is not None:
+            self._metrics.record_batch_lowered(label)
         if outcome is not None:
             self._metrics.record_outcome(label, outcome)
         spec = outcome.speculation if outcome is not None else None

@@ -55,6 +55,8 @@ class Ticket(NamedTuple):
     entered: int = 0
     #: Its class's `batch_floor` (0: none), filed in `guarded` while it is in flight.
     floor: float = 0.0
+    #: Caps applied before it entered (`BatchLoad.cap`): the later ones lowered it.
+    caps_seen: int = 0
 
 
 class BatchMeans(NamedTuple):
@@ -83,6 +85,8 @@ class BatchLoad:
         self._gains = [0.0] * SLOTS
         self._entered = 0
         self._guarded: dict[tuple[tuple[float, ...], float], int] = {}
+        #: Depths the batch was lowered to (`cap`), in order; emptied with the batch.
+        self._caps: list[int] = []
 
     def _advance(self) -> float:
         now = self._clock()
@@ -115,7 +119,22 @@ class BatchLoad:
         if floor > 0.0:
             key = (gains, floor)
             self._guarded[key] = self._guarded.get(key, 0) + 1
-        return Ticket(k, now, self._size_area, self._depth_area, gains, self._entered, floor)
+        return Ticket(
+            k, now, self._size_area, self._depth_area, gains, self._entered, floor, len(self._caps)
+        )
+
+    def cap(self, depth: int) -> None:
+        """Every request in flight deeper than `depth` now runs at `depth` (the engine
+        lowered them for a newcomer's floor: `engine.scheduler`); never raises one."""
+        if self._deepest <= depth:
+            return
+        self._advance()
+        lowered = sum(n for k, n in self._at.items() if k > depth)
+        kept = {k: n for k, n in self._at.items() if k <= depth}
+        kept[depth] = kept.get(depth, 0) + lowered
+        self._at = kept
+        self._deepest = max(self._at)
+        self._caps.append(depth)
 
     def _add(self, gains: tuple[float, ...], sign: float) -> None:
         totals = self._gains
@@ -140,7 +159,12 @@ class BatchLoad:
                 prefill,
             )
         self._n = max(0, self._n - 1)
-        self._move(ticket.k, -1)
+        k = ticket.k
+        for capped in self._caps[ticket.caps_seen :]:
+            k = min(k, capped)
+        self._move(k, -1)
+        if not self._n:
+            self._caps.clear()
         if ticket.floor > 0.0:
             key = (ticket.gains, ticket.floor)
             left = self._guarded.get(key, 0) - 1
@@ -165,6 +189,11 @@ class BatchLoad:
     @property
     def in_flight(self) -> int:
         return self._n
+
+    @property
+    def deepest(self) -> int:
+        """The largest k among the requests in flight (0 when none)."""
+        return self._deepest
 
     @property
     def guarded(self) -> dict[tuple[tuple[float, ...], float], int]:

@@ -10,6 +10,7 @@ Nothing here is global; randomness comes from the injected `random.Random`.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import time
 from collections.abc import Callable, Mapping
@@ -169,8 +170,39 @@ class Controller:
         if load.guarded:
             floored = self._floor_depth(load, bucket, depth, k_min)
             if floored < depth:
-                return state.held_at(decision, floored, floor=True)
-        return decision if depth == k else state.held_at(decision, depth)
+                decision, depth = state.held_at(decision, floored, floor=True), floored
+        if depth != k and decision.k != depth:
+            decision = state.held_at(decision, depth)
+        if o.batch_floor > 0.0 and load.deepest > depth:
+            return self._lower_batch(decision, o.batch_floor, bucket, load.deepest)
+        return decision
+
+    def _lower_batch(
+        self, decision: SpeculationDecision, floor: float, bucket: int, deepest: int
+    ) -> SpeculationDecision:
+        """`decision` with the batch cap its class's floor needs among deeper requests.
+
+        The floor guards a request against batch-mates that join deeper
+        (`_floor_depth`); this guards it against those already there, which
+        otherwise keep their depth until they finish, longer than a short request
+        lives. The cap is the deepest D (between this request's k and the batch's
+        deepest) at which its expected tokens per step at its own k, over a step's
+        relative cost c(D) at batch depth D, stay at or above the floor; the engine
+        lowers every request in flight to D as this one enters (`engine.scheduler`).
+        """
+        costs = self._cost.relative_costs_in(bucket)
+        gains = decision.gains
+        own = gains[min(decision.k, len(gains) - 1)] if gains else 1.0
+        d = deepest
+        while d > decision.k and own < floor * (costs[d] if d < len(costs) else costs[-1]):
+            d -= 1
+        if d >= deepest:
+            return decision
+        return dataclasses.replace(
+            decision,
+            batch_cap=d,
+            reason=f"{decision.reason}; lowers the batch from k={deepest} to k={d} for its floor",
+        )
 
     def _floor_depth(self, load: LoadSnapshot, bucket: int, k: int, k_min: int) -> int:
         """The deepest D <= k at which every guarded request in flight keeps its floor.

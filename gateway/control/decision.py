@@ -37,6 +37,9 @@ class LoadSnapshot(NamedTuple):
     #: The requests in flight whose class has a `batch_floor`: (their gains per
     #: batch depth, the floor) -> how many (`BatchLoad.guarded`); None or empty: none.
     guarded: Mapping[tuple[tuple[float, ...], float], int] | None = None
+    #: The largest k among the requests in flight at decision time (`BatchLoad.deepest`);
+    #: 0 where no one tracks the batch.
+    deepest: int = 0
 
     @property
     def batch(self) -> int:
@@ -80,3 +83,6 @@ class SpeculationDecision:
     #: Expected tokens per step of this request were its batch to run at depth D = 0..K:
     #: E[tokens | min(k the class chose, D)] (empty: one token per step at any depth).
     gains: tuple[float, ...] = ()
+    #: Lower the requests already in flight to at most this depth as this one enters
+    #: (its class's `batch_floor` cannot afford the batch's depth); None: leave them.
+    batch_cap: int | None = None

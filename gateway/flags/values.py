@@ -10,7 +10,9 @@
 | `exploration-share`   | float | share of requests that probe a k other than the best, 0..1     |
 | `batch-floor`         | float | the targeted class's requests in flight may not be slowed below |
 |                       |       | this share of their speed at k = 0 by a deeper request joining  |
-|                       |       | their batch; 0 = off (the batch's tokens per step decide alone) |
+|                       |       | their batch, and one entering a deeper batch lowers the requests |
+|                       |       | already there to what it can afford; 0 = off (the batch's tokens |
+|                       |       | per step decide alone)                                          |
 
 Per-class values come from OpenFeature evaluation contexts carrying the
 attributes `class` (class id) and `label`.

@@ -155,6 +155,11 @@ class GatewayMetrics:
         self.fallback_requests = _counter(
             r, "fallback_requests", "Finished requests that ran with k = 0 (no drafts)."
         )
+        self.batch_lowered = _counter(
+            r,
+            "batch_lowered_requests",
+            "Requests that lowered the deeper requests in flight to their class's batch floor.",
+        )
         self.drafted_per_position = Counter(
             "specgw_draft_tokens_per_position",
             "Draft tokens proposed at each draft position (0-indexed), by class.",
@@ -249,6 +254,10 @@ class GatewayMetrics:
         """The k given to a request of `cls` (call once per request, after `decide`)."""
         self.speculation_depth.labels(cls).set(k)
 
+    def record_batch_lowered(self, cls: str) -> None:
+        """A request of `cls` lowered the batch for its floor (`Plan.cap`)."""
+        self.batch_lowered.labels(cls).inc()
+
     def record_outcome(self, cls: str, outcome: RequestOutcome) -> None:
         """Fold one finished request's engine outcome in (latency, tokens, speculation).
 
@@ -292,6 +301,7 @@ class GatewayMetrics:
             self.ttft, self.tpot, self.e2e, self.acceptance_length, self.prompt_tokens,
             self.output_tokens, self.draft_tokens, self.accepted_tokens, self.verify_steps,
             self.fallback_requests, self.speculation_depth, self.drift_score,
+            self.batch_lowered,
         ):  # fmt: skip
             _remove_matching(family, {"class": cls})
         for family in (

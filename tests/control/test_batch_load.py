@@ -118,3 +118,30 @@ def test_requests_with_a_floor_are_guarded_while_in_flight() -> None:
     load.leave(chat)
     load.leave(b)
     assert load.guarded == {}
+
+
+def test_a_cap_lowers_the_requests_in_flight_and_each_leaves_at_its_lowered_depth() -> None:
+    """The engine lowers every request in flight to a newcomer's cap (`engine.scheduler`);
+    the batch follows: its deepest k drops at once, a request that entered deep leaves
+    at the cap, one that entered after the cap keeps its own k."""
+    clock = Clock()
+    load = BatchLoad(clock)
+    deep = load.enter(4)
+    two = load.enter(2)
+    clock.now += 1.0
+    load.cap(1)
+    assert load.deepest == 1
+    late = load.enter(3)
+    assert load.deepest == 3
+    load.cap(5)  # above every k: nothing moves
+    assert load.deepest == 3
+    clock.now += 1.0
+    means = load.leave(deep)
+    assert means.depth == pytest.approx((4.0 + 3.0) / 2)  # 4 for a second, then 1 then 3
+    assert load.deepest == 3
+    load.leave(late)
+    assert load.deepest == 1  # "two", lowered to 1
+    load.leave(two)
+    assert (load.deepest, load.in_flight) == (0, 0)
+    again = load.enter(4)  # the cap log went with the batch
+    assert load.leave(again).depth == pytest.approx(4.0)

@@ -428,3 +428,37 @@ def test_a_batch_floor_holds_a_newcomer_at_a_depth_its_mates_can_bear() -> None:
     for _ in range(20):
         k = controller.decide(cls, LoadSnapshot(3, mates=mates, guarded=tool), probing).k
         assert k == 0
+
+
+def test_a_guarded_newcomer_lowers_a_deeper_batch_to_what_its_floor_allows() -> None:
+    """Requests already in flight keep their depth, so a short guarded request entering a
+    batch at k = 5 paid for it all its life. With a floor it asks the engine to lower
+    them (`batch_cap`): to 0 where it gains nothing from depth (each draft adds 0.4 of
+    a step), to the deepest depth its own tokens per step still pay for; none without
+    a floor, or where the batch is no deeper than it."""
+    controller = trained(LOW)
+    cls = controller.classify(RequestFeatures("chat"))
+    _calibrate(controller, LoadSnapshot(running=3), 0.4)
+    floor = ControlOverrides(exploration_share=0.0, batch_floor=0.98)
+    deep = LoadSnapshot(running=3, deepest=5)
+    decision = controller.decide(cls, deep, floor)
+    assert decision.k == 0
+    assert decision.batch_cap == 0
+    assert "lowers the batch from k=5 to k=0" in decision.reason
+    assert controller.decide(cls, deep, ControlOverrides(exploration_share=0.0)).batch_cap is None
+    assert controller.decide(cls, LoadSnapshot(running=3), floor).batch_cap is None
+    # A class held at k = 2 yielding about 2.7 tokens a step bears steps up to 2.7 / 0.98
+    # of a k = 0 step: the batch comes down from 5 to about 4, not to 2.
+    high = trained(HIGH)
+    chat = high.classify(RequestFeatures("chat"))
+    _calibrate(high, LoadSnapshot(running=3), 0.4)
+    bounded = ControlOverrides(exploration_share=0.0, batch_floor=0.98, k_max=2)
+    held = high.decide(chat, deep, bounded)
+    own = held.gains[held.k]
+    costs = high.cost_model.relative_costs_in(4)
+    assert held.k == 2
+    assert held.batch_cap is not None
+    assert 2 < held.batch_cap < 5
+    assert own >= 0.98 * costs[held.batch_cap]
+    if held.batch_cap < 5:
+        assert own < 0.98 * costs[held.batch_cap + 1]

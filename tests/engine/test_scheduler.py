@@ -19,7 +19,7 @@ from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
 from vllm.v1.request import Request
 from vllm.v1.structured_output import StructuredOutputManager
 
-from engine.interface import SPEC_DEPTH_ARG
+from engine.interface import SPEC_CAP_ARG, SPEC_DEPTH_ARG
 from engine.scheduler import (
     AsyncSpecDepthScheduler,
     AutoSpecDepthScheduler,
@@ -71,8 +71,10 @@ def _scheduler(cls: type[Any], tiny: TinyModels, async_scheduling: bool = False)
     )
 
 
-def _request(rid: str, k: int | None) -> Request:
-    extra = {SPEC_DEPTH_ARG: k} if k is not None else None
+def _request(rid: str, k: int | None, cap: int | None = None) -> Request:
+    extra: dict[str, Any] | None = {SPEC_DEPTH_ARG: k} if k is not None else None
+    if cap is not None:
+        extra = {**(extra or {}), SPEC_CAP_ARG: cap}
     params = SamplingParams(max_tokens=50, temperature=0.0, extra_args=extra)
     return Request(rid, list(range(10, 30)), params, None)
 
@@ -151,6 +153,42 @@ def test_capped_requests_record_no_verify_step(cls: type[Any], tiny: TinyModels)
         assert two.spec_decode_metrics.num_draft_tokens == 2 * sum(
             two.spec_decode_metrics.histogram
         )
+
+
+@pytest.mark.parametrize("cls", [SpecDepthScheduler, AsyncSpecDepthScheduler])
+def test_a_newcomers_cap_lowers_the_requests_in_flight_for_good(
+    cls: type[Any], tiny: TinyModels
+) -> None:
+    """A request carrying a cap lowers every request already there to it (drafts of the
+    next step included), never raises one, and leaves later requests their own k."""
+    sched = _scheduler(cls, tiny)
+    sched.add_request(_request("deep", 4))
+    sched.add_request(_request("two", 2))
+    for _ in range(3):
+        _run_step(sched, sched.schedule())
+    sched.add_request(_request("guarded", 0, cap=1))
+    assert sched.specgw_capped == 2
+    sched.add_request(_request("late", 3))  # after the cap: keeps its own k
+    drafts: dict[str, list[int]] = {rid: [] for rid in ("deep", "two", "guarded", "late")}
+    for _ in range(3):
+        out = sched.schedule()
+        for rid in out.num_scheduled_tokens:
+            drafts[rid].append(len(out.scheduled_spec_decode_tokens.get(rid, [])))
+        _run_step(sched, out)
+    assert drafts["deep"] == [1, 1, 1]
+    assert drafts["two"] == [1, 1, 1]
+    assert drafts["guarded"] == [0, 0, 0]
+    assert drafts["late"][1:] == [3, 3]  # its first step is its prefill
+    sched.add_request(_request("floor", 0, cap=0))
+    assert sched.specgw_capped == 5  # deep and two (1 -> 0), late (3 -> 0); not guarded
+    sched.add_request(_request("higher", 4, cap=4))  # a cap above every k: no change
+    assert sched.specgw_capped == 5
+    out = sched.schedule()
+    assert all(
+        not out.scheduled_spec_decode_tokens.get(rid)
+        for rid in ("deep", "two", "guarded", "late", "floor")
+    )
+    assert out.num_spec_tokens_to_schedule == 4  # only for "higher", which asked for 4
 
 
 def test_resumed_request_is_not_padded_to_k(tiny: TinyModels) -> None:

@@ -14,7 +14,13 @@ import pytest_asyncio
 from vllm import SamplingParams
 from vllm.sampling_params import RequestOutputKind
 
-from engine.interface import GATEWAY_ID_ARG, SPEC_DEPTH_ARG, GenerateRequest, RequestOutcome
+from engine.interface import (
+    GATEWAY_ID_ARG,
+    SPEC_CAP_ARG,
+    SPEC_DEPTH_ARG,
+    GenerateRequest,
+    RequestOutcome,
+)
 from engine.vllm_engine import VLLMEngine
 from tests.engine.contract import CONTRACT, collect
 from tests.engine.engines import (
@@ -205,6 +211,57 @@ async def test_depth_zero_requests_keep_their_own_prefix_cache(engine: VLLMEngin
     assert await cached(0, "k0-again") == (whole_blocks, n)  # no EAGLE drop at k = 0
     assert await cached(2, "k2-first") == (0, n)  # the k = 0 blocks are not reused
     assert await cached(2, "k2-again") == (whole_blocks - block, n)  # k > 0: drop kept
+
+
+async def test_a_guarded_newcomer_lowers_the_batch_mid_stream(
+    engine: VLLMEngine, reference: dict[str, list[int]]
+) -> None:
+    """A request at k = 4 drafts until a k = 0 request with cap 0 enters; from then on
+    every step is plain (the drafter skipped), and both outputs stay exactly greedy."""
+    deep = GenerateRequest(
+        request_id="cap-deep", prompt=GREEDY_PROMPTS[0], max_tokens=MAX_TOKENS, k=4
+    )
+    guard = GenerateRequest(
+        request_id="cap-guard",
+        prompt=GREEDY_PROMPTS[1],
+        max_tokens=MAX_TOKENS,
+        k=0,
+        extra={SPEC_CAP_ARG: 0},
+    )
+    started = asyncio.Event()
+    tokens: list[int] = []
+    outcome: RequestOutcome | None = None
+
+    async def run_deep() -> None:
+        nonlocal outcome
+        async for chunk in engine.generate(deep):
+            tokens.extend(chunk.token_ids_delta)
+            if len(tokens) >= 4:
+                started.set()
+            if chunk.outcome is not None:
+                outcome = chunk.outcome
+
+    async def run_guard() -> Greedy:
+        await started.wait()
+        return await _greedy_request(engine, guard)
+
+    skips = await engine.drafter_skips()
+    _, (guard_tokens, _guard_outcome) = await asyncio.gather(run_deep(), run_guard())
+    assert tokens == reference[GREEDY_PROMPTS[0]]
+    assert guard_tokens == reference[GREEDY_PROMPTS[1]]
+    assert outcome is not None
+    spec = outcome.speculation
+    # It drafted before the guard came (at least one verify step of 4 drafts) and
+    # stopped after: fewer verify steps than the steps it took to reach 48 tokens.
+    assert spec.verify_steps > 0
+    assert spec.draft_tokens == 4 * spec.verify_steps
+    assert 1 + spec.verify_steps + spec.accepted_tokens < outcome.output_tokens
+    assert await engine.drafter_skips() > skips  # plain steps after the cap
+
+
+async def _greedy_request(engine: VLLMEngine, request: GenerateRequest) -> Greedy:
+    chunks, outcome = await collect(engine, request)
+    return [t for c in chunks for t in c.token_ids_delta], outcome
 
 
 @pytest.mark.parametrize("check", sorted(CONTRACT))

@@ -24,7 +24,7 @@ def finish(telemetry: GatewayTelemetry, **fields: object) -> dict[str, object]:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    plan = Plan("0123456789abcdef", LABEL, 3, "goodput")
+    plan = fields.pop("plan", None) or Plan("0123456789abcdef", LABEL, 3, "goodput")
     defaults: dict[str, object] = {"status": "complete", "error": None, "outcome": None}
     with provider.get_tracer("test").start_as_current_span("POST /v1/chat/completions"):
         telemetry.request_finished(
@@ -49,6 +49,10 @@ def test_a_finished_request_reaches_metrics_and_its_span() -> None:
     assert value("specgw_requests_total", {"class": LABEL, "status": "200", "error_type": "none"})
     assert value("specgw_verify_steps_total", {"class": LABEL}) == 10
     assert value("specgw_speculation_depth", {"class": LABEL}) == 3
+    assert value("specgw_batch_lowered_requests_total", {"class": LABEL}) is None
+    lowered = Plan("0123456789abcdef", LABEL, 0, "goodput; lowers the batch", cap=0)
+    finish(GatewayTelemetry(metrics, "specgw-default"), plan=lowered)
+    assert value("specgw_batch_lowered_requests_total", {"class": LABEL}) == 1
 
 
 def test_an_error_is_counted_with_its_status_and_type() -> None:
