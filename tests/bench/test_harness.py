@@ -206,6 +206,8 @@ def test_summary_checks_and_markdown_from_runs(tmp_path: Path) -> None:
     ratio = checks["adaptive tokens/s / best static k, k0 included (c4)"]
     assert ratio["value"] == pytest.approx((60 / 2.0) / best_static)
     assert ratio["pass"] is True
+    # Repeat by repeat against the best static mode (static-k1 ran twice, adaptive once).
+    assert ratio["detail"] == f"static-k1; by repeat {(60 / 2.0) / (60 / 3.0):.2f}"
     assert checks["adaptive / hindsight per-class oracle (c4, estimated)"][
         "value"
     ] == pytest.approx(1.0)
