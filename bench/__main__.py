@@ -44,9 +44,8 @@ class Size:
     ceiling_s: float
 
 
-# Full: 7 modes x 4 arrivals x 3 repeats x 36 requests (about 3,000 requests of up to
-# 32 tokens); a harness run on the tiny model moved about 3 requests/s of 16 tokens on
-# these 2 shared cores, so expect 30-45 minutes with the embedded model.
+# Full: 9 modes x 4 arrivals x 3 repeats x 36 requests (3,888 requests of up to 32
+# tokens); 17 to 19 minutes on these 2 shared cores with the embedded model (2026-11-25).
 FULL = Size(
     per_phase=12,
     max_tokens=32,
