@@ -20,6 +20,7 @@ from bench.stats import (
     group_runs,
     median_e2e_by_index,
     oracle,
+    run_tokens_per_s,
     settle_points,
     summarise_cell,
 )
@@ -55,9 +56,8 @@ def _by_repeat(runs: list[RunResult]) -> dict[str, dict[str, dict[str, float]]]:
     """mode -> arrival -> repeat (as text, for JSON) -> tokens/s of that run."""
     out: dict[str, dict[str, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
     for run in runs:
-        tokens = sum(r.output_tokens for r in run.records if r.ok)
         if run.wall_s > 0:
-            out[run.key.mode][run.key.arrival][str(run.key.repeat)] = tokens / run.wall_s
+            out[run.key.mode][run.key.arrival][str(run.key.repeat)] = run_tokens_per_s(run)
     return {m: dict(a) for m, a in out.items()}
 
 

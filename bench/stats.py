@@ -105,13 +105,20 @@ class RunFigures:
     count: dict[str, int]
 
 
+def run_tokens_per_s(run: RunResult) -> float:
+    """Output tokens of the run's successful requests / its wall time (0 without one)."""
+    if run.wall_s <= 0:
+        return 0.0
+    return sum(r.output_tokens for r in run.records if r.ok) / run.wall_s
+
+
 def run_figures(run: RunResult) -> RunFigures:
     ok = [r for r in run.records if r.ok]
     tpots = [r.tpot for r in ok if r.tpot is not None]
     ttfts = [r.ttft for r in ok if r.ttft is not None]
     fam = by_family(ok)
     return RunFigures(
-        tokens_per_s=sum(r.output_tokens for r in ok) / run.wall_s if run.wall_s > 0 else 0.0,
+        tokens_per_s=run_tokens_per_s(run),
         tpot_p50=percentile(tpots, 50),
         tpot_p99=percentile(tpots, 99),
         ttft_p50=percentile(ttfts, 50),

@@ -59,28 +59,26 @@ DEPTH_ZERO_SALT = "specgw:k0"
 
 def requested_depth(request: Request, max_depth: int) -> int:
     """A request's k: `extra_args[SPEC_DEPTH_ARG]`, missing = K, clamped to 0..K."""
-    params = request.sampling_params
-    extra = params.extra_args if params is not None else None
-    if not extra or SPEC_DEPTH_ARG not in extra:
-        return max_depth
-    try:
-        k = int(extra[SPEC_DEPTH_ARG])
-    except (TypeError, ValueError):
-        return max_depth
-    return max(0, min(k, max_depth))
+    k = _depth_arg(request, SPEC_DEPTH_ARG, max_depth)
+    return max_depth if k is None else k
 
 
 def requested_cap(request: Request, max_depth: int) -> int | None:
     """The depth a request lowers the requests in flight to (`SPEC_CAP_ARG`), or None."""
+    return _depth_arg(request, SPEC_CAP_ARG, max_depth)
+
+
+def _depth_arg(request: Request, key: str, max_depth: int) -> int | None:
+    """`extra_args[key]` as a depth clamped to 0..K; None when missing or not a number."""
     params = request.sampling_params
     extra = params.extra_args if params is not None else None
-    if not extra or extra.get(SPEC_CAP_ARG) is None:
+    if not extra or extra.get(key) is None:
         return None
     try:
-        cap = int(extra[SPEC_CAP_ARG])
+        value = int(extra[key])
     except (TypeError, ValueError):
         return None
-    return max(0, min(cap, max_depth))
+    return max(0, min(value, max_depth))
 
 
 class _DepthCap:
