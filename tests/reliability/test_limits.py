@@ -152,6 +152,12 @@ CASES: dict[str, tuple[str, dict[str, Any], str | None, str]] = {
         "vllm_xargs",
         "reserved",
     ),
+    "reserved_cap_xargs": (  # a client may not lower every request in the engine
+        "/v1/completions",
+        {"model": "specgw-default", "prompt": "hello", "vllm_xargs": {"specgw_cap": 0}},
+        "vllm_xargs",
+        "reserved",
+    ),
     "chat_prompt_longer_than_context": (
         "/v1/chat/completions",
         {**CHAT, "messages": [{"role": "user", "content": "hello " * 5000}], "max_tokens": 4},
