@@ -3,10 +3,12 @@ GenAI attributes and control events, never with prompt or completion text."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import httpx
 from fastapi import FastAPI
+from fastapi.responses import StreamingResponse
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from gateway.control.events import DecisionChange, DriftEvent
@@ -15,6 +17,7 @@ from gateway.observability.tracing import GenAIAttributes, annotate_span, setup_
 
 PROMPT = "the secret prompt text"
 COMPLETION = "the secret completion text"
+STREAM_CHUNKS = 40
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,15 @@ def tiny_app() -> FastAPI:
             DriftEvent("0123456789abcdef", "chat/len:512", -1, 2.5, 1.4, (0.8,), (0.4,), 30)
         )
         return {"choices": [{"message": {"content": COMPLETION}}]}
+
+    @app.post("/v1/completions")
+    async def stream() -> StreamingResponse:
+        async def chunks() -> AsyncIterator[str]:
+            for i in range(STREAM_CHUNKS):
+                yield f"data: {i}\n\n"
+            yield "data: [DONE]\n\n"
+
+        return StreamingResponse(chunks(), media_type="text/event-stream")
 
     @app.get("/metrics")
     async def metrics() -> str:
@@ -97,6 +109,23 @@ async def test_request_span_carries_genai_attributes_and_events() -> None:
     everything = repr([(s.attributes, [e.attributes for e in s.events]) for s in spans])
     assert PROMPT not in everything
     assert COMPLETION not in everything
+    provider.shutdown()
+
+
+async def test_a_streamed_reply_is_one_span_not_one_per_chunk() -> None:
+    exporter = InMemorySpanExporter()
+    app = tiny_app()
+    provider = setup_tracing(Settings(), app, exporter=exporter)
+    assert provider is not None
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
+        r = await client.post("/v1/completions", json={})
+        assert r.text.count("data: ") == STREAM_CHUNKS + 1
+    provider.force_flush()
+    spans = exporter.get_finished_spans()
+    # Without exclude_spans the ASGI instrumentation adds an internal span per `send`
+    # (STREAM_CHUNKS + 2 of them here: the start, every chunk, the end).
+    assert [(s.name, s.kind.name) for s in spans] == [("POST /v1/completions", "SERVER")]
     provider.shutdown()
 
 
