@@ -138,6 +138,43 @@ def drift_dashboard() -> Dashboard:
                 (0, 25, 24, 8),
                 "How spread the per-request acceptance length is (histogram buckets).",
             ),
+            Panel(
+                "Batch lowered for a class's floor",
+                "timeseries",
+                (Target(_rate("specgw_batch_lowered_requests_total"), "{{class}}"),),
+                (0, 33, 8, 8),
+                "Requests/s that lowered the deeper requests in flight to keep their class's "
+                "batch floor (flag batch-floor); 0 while the floor is off.",
+                unit="reqps",
+                min=0,
+            ),
+            Panel(
+                "Prompt tokens/s by class",
+                "timeseries",
+                (Target(_rate("specgw_prompt_tokens_total"), "{{class}}"),),
+                (8, 33, 8, 8),
+                "Prefill load by class: long prompts make every batch-mate's steps longer.",
+                unit="short",
+            ),
+            Panel(
+                "Draft tokens/s by class: proposed and rejected",
+                "timeseries",
+                (
+                    Target(_rate("specgw_draft_tokens_total"), "proposed {{class}}"),
+                    Target(
+                        _rate("specgw_draft_tokens_total")
+                        + "\n  - "
+                        + _rate("specgw_accepted_tokens_total"),
+                        "rejected {{class}}",
+                        "B",
+                    ),
+                ),
+                (16, 33, 8, 8),
+                "What the drafter proposed, and what the target threw away: the verify work "
+                "spent on tokens that did not become output.",
+                unit="short",
+                min=0,
+            ),
         ),
         annotations=(
             Annotation(

@@ -88,6 +88,9 @@ class _ClassChildren:
     accepted_tokens: Counter
     verify_steps: Counter
     fallback: Counter
+    #: Bound with the class, so the series exists (at 0) before the first event: the
+    #: dashboard's rate panel then draws "none lowered" instead of "no data".
+    batch_lowered: Counter
     drafted_per_position: tuple[Counter, ...]
     accepted_per_position: tuple[Counter, ...]
 
@@ -235,6 +238,7 @@ class GatewayMetrics:
                 accepted_tokens=self.accepted_tokens.labels(cls),
                 verify_steps=self.verify_steps.labels(cls),
                 fallback=self.fallback_requests.labels(cls),
+                batch_lowered=self.batch_lowered.labels(cls),
                 drafted_per_position=tuple(
                     self.drafted_per_position.labels(cls, str(p)) for p in positions
                 ),
@@ -256,7 +260,7 @@ class GatewayMetrics:
 
     def record_batch_lowered(self, cls: str) -> None:
         """A request of `cls` lowered the batch for its floor (`Plan.cap`)."""
-        self.batch_lowered.labels(cls).inc()
+        self._children(cls).batch_lowered.inc()
 
     def record_outcome(self, cls: str, outcome: RequestOutcome) -> None:
         """Fold one finished request's engine outcome in (latency, tokens, speculation).

@@ -49,7 +49,7 @@ def test_a_finished_request_reaches_metrics_and_its_span() -> None:
     assert value("specgw_requests_total", {"class": LABEL, "status": "200", "error_type": "none"})
     assert value("specgw_verify_steps_total", {"class": LABEL}) == 10
     assert value("specgw_speculation_depth", {"class": LABEL}) == 3
-    assert value("specgw_batch_lowered_requests_total", {"class": LABEL}) is None
+    assert value("specgw_batch_lowered_requests_total", {"class": LABEL}) == 0
     lowered = Plan("0123456789abcdef", LABEL, 0, "goodput; lowers the batch", cap=0)
     finish(GatewayTelemetry(metrics, "specgw-default"), plan=lowered)
     assert value("specgw_batch_lowered_requests_total", {"class": LABEL}) == 1
