@@ -42,6 +42,8 @@ class Plan(NamedTuple):
     floor: float = 0.0
     #: Lower the requests in flight to at most this depth as this one enters (None: no).
     cap: int | None = None
+    #: The depth its class chose, where it rides deeper at the batch's (None: k).
+    anchor: int | None = None
 
 
 #: Load at decision time (requests running in the engine, waiting for admission): the
@@ -88,6 +90,7 @@ class ControllerPlanner:
             decision.gains,
             overrides.batch_floor if overrides is not None else 0.0,
             decision.batch_cap,
+            decision.anchor,
         )
 
     def plan_chat(self, body: dict[str, Any], prompt_tokens: int, load: Load) -> Plan:
@@ -145,4 +148,5 @@ def overrides_from_flags(values: FlagValues) -> ControlOverrides:
         k_max=values.k_max,
         exploration_share=values.exploration_share,
         batch_floor=values.batch_floor,
+        batch_ride=values.batch_ride,
     )

@@ -209,6 +209,7 @@ class InferenceService:
             None,
             batch.guarded,
             batch.deepest,
+            batch.anchored,
         )
 
     async def chat(self, request: ChatCompletionRequest) -> JsonReply | StreamReply:
@@ -287,7 +288,7 @@ class InferenceService:
         await self._admission.acquire(plan.class_id)
         if plan.cap is not None:
             self._batch.cap(plan.cap)  # what the engine does as the request is added
-        ticket = self._batch.enter(plan.k, plan.gains, prompt_tokens, plan.floor)
+        ticket = self._batch.enter(plan.k, plan.gains, prompt_tokens, plan.floor, plan.anchor)
         released = False
         try:
             self._board.expect(gid)

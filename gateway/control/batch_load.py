@@ -31,6 +31,14 @@ speculation while the batch's tokens/s rose (2026-11-24). A class whose requests
 must not pay for others' depth has a `batch_floor`; the batch keeps its requests
 in flight, by (gains, floor), in `guarded`, and the controller holds a newcomer
 at a depth that leaves each of them at least its floor (`Controller.decide`).
+
+The other way round, a newcomer whose class chose less than the batch's depth
+pays that depth anyway (the drafter drafts it for every request in the step, and
+its first pass takes the newcomer's prompt too), so it rides at the batch's depth
+and keeps the tokens its drafts give (`Controller.decide`). It rides at the
+depth a request in flight *chose* for its class (`anchored`), never at one
+another rider holds: riders following riders would keep a batch of low-acceptance
+classes deep after the class that wanted the depth has left.
 """
 
 from __future__ import annotations
@@ -57,6 +65,8 @@ class Ticket(NamedTuple):
     floor: float = 0.0
     #: Caps applied before it entered (`BatchLoad.cap`): the later ones lowered it.
     caps_seen: int = 0
+    #: The depth its class chose (k, or less where it rides deeper: `anchored`).
+    anchor: int = 0
 
 
 class BatchMeans(NamedTuple):
@@ -87,6 +97,9 @@ class BatchLoad:
         self._guarded: dict[tuple[tuple[float, ...], float], int] = {}
         #: Depths the batch was lowered to (`cap`), in order; emptied with the batch.
         self._caps: list[int] = []
+        #: depth its class chose -> requests in flight (a rider counts at its class's).
+        self._anchors: dict[int, int] = {}
+        self._anchored = 0
 
     def _advance(self) -> float:
         now = self._clock()
@@ -106,22 +119,46 @@ class BatchLoad:
         self._deepest = max(self._at) if self._at else 0
 
     def enter(
-        self, k: int, gains: tuple[float, ...] = (), prompt_tokens: int = 0, floor: float = 0.0
+        self,
+        k: int,
+        gains: tuple[float, ...] = (),
+        prompt_tokens: int = 0,
+        floor: float = 0.0,
+        anchor: int | None = None,
     ) -> Ticket:
         """A request enters the engine at depth k; `gains[D]` is its expected tokens per
         step were the batch to run at depth D (beyond the tuple: its last value);
-        `floor` its class's `batch_floor`."""
+        `floor` its class's `batch_floor`; `anchor` the depth its class chose where
+        it rides deeper than that (None: k)."""
         now = self._advance()
         self._n += 1
         self._move(k, 1)
+        anchor = k if anchor is None else min(anchor, k)
+        self._anchor(anchor, 1)
         self._add(gains, 1.0)
         self._entered += prompt_tokens
         if floor > 0.0:
             key = (gains, floor)
             self._guarded[key] = self._guarded.get(key, 0) + 1
         return Ticket(
-            k, now, self._size_area, self._depth_area, gains, self._entered, floor, len(self._caps)
+            k,
+            now,
+            self._size_area,
+            self._depth_area,
+            gains,
+            self._entered,
+            floor,
+            len(self._caps),
+            anchor,
         )
+
+    def _anchor(self, depth: int, step: int) -> None:
+        count = self._anchors.get(depth, 0) + step
+        if count > 0:
+            self._anchors[depth] = count
+        else:
+            self._anchors.pop(depth, None)
+        self._anchored = max(self._anchors) if self._anchors else 0
 
     def cap(self, depth: int) -> None:
         """Every request in flight deeper than `depth` now runs at `depth` (the engine
@@ -135,6 +172,13 @@ class BatchLoad:
         self._at = kept
         self._deepest = max(self._at)
         self._caps.append(depth)
+        if self._anchored > depth:
+            anchors = {d: n for d, n in self._anchors.items() if d <= depth}
+            anchors[depth] = anchors.get(depth, 0) + sum(
+                n for d, n in self._anchors.items() if d > depth
+            )
+            self._anchors = anchors
+            self._anchored = max(anchors)
 
     def _add(self, gains: tuple[float, ...], sign: float) -> None:
         totals = self._gains
@@ -159,10 +203,11 @@ class BatchLoad:
                 prefill,
             )
         self._n = max(0, self._n - 1)
-        k = ticket.k
+        k, anchor = ticket.k, ticket.anchor
         for capped in self._caps[ticket.caps_seen :]:
-            k = min(k, capped)
+            k, anchor = min(k, capped), min(anchor, capped)
         self._move(k, -1)
+        self._anchor(anchor, -1)
         if not self._n:
             self._caps.clear()
         if ticket.floor > 0.0:
@@ -194,6 +239,12 @@ class BatchLoad:
     def deepest(self) -> int:
         """The largest k among the requests in flight (0 when none)."""
         return self._deepest
+
+    @property
+    def anchored(self) -> int:
+        """The largest depth a request in flight chose for its class (0 when none):
+        the depth a newcomer of a shallower class rides at."""
+        return self._anchored
 
     @property
     def guarded(self) -> dict[tuple[tuple[float, ...], float], int]:

@@ -23,6 +23,9 @@ from gateway.control.policies.goodput import goodput_of
 from gateway.control.stats import ClassStats
 
 _NEVER = -(10**9)
+#: `BucketState.capped` keys of raised decisions (`rides_at`): RIDE_KEY + depth, apart
+#: from the held ones (depth, and -1 - depth for a floor).
+RIDE_KEY = 1 << 16
 
 
 def gains_at(expected: list[float], k: int) -> tuple[float, ...]:
@@ -302,6 +305,30 @@ class ClassState:
                 gains=decision.gains,
             )
         return held
+
+    def rides_at(self, decision: SpeculationDecision, depth: int) -> SpeculationDecision:
+        """`decision` raised to the batch's depth, which it pays for anyway; cached like
+        `held_at`. Its gains are those of a request at `depth`; it anchors at its
+        class's k (`BatchLoad.anchored`)."""
+        state = self.buckets[decision.bucket]
+        if state.capped_for is not decision:
+            state.capped.clear()
+            state.capped_for = decision
+        key = RIDE_KEY + depth
+        ride = state.capped.get(key)
+        if ride is None:
+            ride = state.capped[key] = SpeculationDecision(
+                depth,
+                f"batch: rides at k={depth}, the depth the batch drafts anyway "
+                f"(its class's k={decision.k})",
+                False,
+                decision.class_id,
+                decision.label,
+                decision.bucket,
+                gains=gains_at(self.estimator.profile().expected_tokens(), depth),
+                anchor=decision.k,
+            )
+        return ride
 
     def probe(self, k: int, bucket: int) -> SpeculationDecision:
         """An exploration decision at depth k."""

@@ -40,6 +40,9 @@ class LoadSnapshot(NamedTuple):
     #: The largest k among the requests in flight at decision time (`BatchLoad.deepest`);
     #: 0 where no one tracks the batch.
     deepest: int = 0
+    #: The largest depth a request in flight chose for its class, riders not counted
+    #: (`BatchLoad.anchored`); 0 where no one tracks the batch.
+    anchored: int = 0
 
     @property
     def batch(self) -> int:
@@ -59,6 +62,9 @@ class ControlOverrides:
     k_max: int = 64
     #: None = the controller's configured share.
     exploration_share: float | None = None
+    #: A request whose class chose less than the batch's depth runs at that depth
+    #: (it pays for it anyway); False: at its class's k.
+    batch_ride: bool = True
     #: This class's requests in flight may not be slowed below this share of their
     #: speed at k = 0 by a deeper request joining their batch (0 = off).
     batch_floor: float = 0.0
@@ -86,3 +92,6 @@ class SpeculationDecision:
     #: Lower the requests already in flight to at most this depth as this one enters
     #: (its class's `batch_floor` cannot afford the batch's depth); None: leave them.
     batch_cap: int | None = None
+    #: Where the request rides deeper than its class chose (`BatchLoad.anchored`): the
+    #: depth its class chose, which is what it anchors in the batch; None: k.
+    anchor: int | None = None

@@ -13,6 +13,9 @@
 |                       |       | their batch, and one entering a deeper batch lowers the requests |
 |                       |       | already there to what it can afford; 0 = off (the batch's tokens |
 |                       |       | per step decide alone)                                          |
+| `batch-ride`          | bool  | a request whose class chose less than the depth a request in    |
+|                       |       | flight chose runs at that depth (it pays for it anyway); false =|
+|                       |       | at its class's k; ignored where `batch-floor` is set            |
 
 Per-class values come from OpenFeature evaluation contexts carrying the
 attributes `class` (class id) and `label`.
@@ -45,6 +48,7 @@ class FlagValues:
     k_max: int = 16
     exploration_share: float = 0.05
     batch_floor: float = 0.0
+    batch_ride: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +98,14 @@ SPECS: dict[str, FlagSpec] = {
             lambda v: isinstance(v, float) and 0.0 <= v <= 1.0,
             "least share of its k = 0 speed a request in flight keeps when a deeper one "
             "joins its batch (0..1; 0 = off)",
+        ),
+        FlagSpec(
+            "batch-ride",
+            bool,
+            "batch_ride",
+            lambda v: isinstance(v, bool),
+            "a request whose class chose less than the batch's depth runs at it "
+            "(false: at its class's k)",
         ),
     )
 }

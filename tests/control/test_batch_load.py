@@ -145,3 +145,27 @@ def test_a_cap_lowers_the_requests_in_flight_and_each_leaves_at_its_lowered_dept
     assert (load.deepest, load.in_flight) == (0, 0)
     again = load.enter(4)  # the cap log went with the batch
     assert load.leave(again).depth == pytest.approx(4.0)
+
+
+def test_riders_follow_the_depth_a_request_chose_and_never_anchor_it() -> None:
+    """A request whose class chose k = 3 anchors the batch at 3; a rider (class k = 0,
+    running at 3) keeps the batch's depth while it runs but not the anchor, so once the
+    anchor has left the next newcomer is told 0; a cap lowers anchors with the depths."""
+    load = BatchLoad(Clock())
+    anchor = load.enter(3)
+    rider = load.enter(3, anchor=0)
+    assert (load.deepest, load.anchored) == (3, 3)
+    load.leave(anchor)
+    assert (load.deepest, load.anchored) == (3, 0)
+    load.leave(rider)
+    assert (load.deepest, load.anchored) == (0, 0)
+    deep = load.enter(4)
+    riding = load.enter(4, anchor=1)
+    load.cap(2)
+    assert (load.deepest, load.anchored) == (2, 2)
+    later = load.enter(1)
+    load.leave(deep)
+    assert load.anchored == 1  # the rider's class chose 1, the newcomer 1
+    load.leave(riding)
+    load.leave(later)
+    assert (load.deepest, load.anchored, load.in_flight) == (0, 0, 0)

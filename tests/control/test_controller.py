@@ -430,6 +430,35 @@ def test_a_batch_floor_holds_a_newcomer_at_a_depth_its_mates_can_bear() -> None:
         assert k == 0
 
 
+def test_a_shallow_class_rides_at_the_depth_a_request_in_flight_chose() -> None:
+    """A class at k = 0 (little acceptance) entering a batch that a request in flight
+    chose to run at k = 4 pays for depth 4 anyway (the drafter drafts it for every
+    request in the step), so it runs at 4 and keeps what its drafts give; it anchors at
+    its class's 0. Not where no request in flight chose the depth (riders only), not
+    past its flags' k_max, not with `batch-ride` off or a `batch-floor`, not alone."""
+    controller = trained(LOW)
+    cls = controller.classify(RequestFeatures("chat"))
+    _calibrate(controller, LoadSnapshot(running=3), 0.4)
+    off = ControlOverrides(exploration_share=0.0)
+    assert controller.decide(cls, LoadSnapshot(running=3), off).k == 0
+    deep = LoadSnapshot(running=3, deepest=4, anchored=4)
+    ride = controller.decide(cls, deep, off)
+    assert (ride.k, ride.anchor) == (4, 0)
+    assert "rides at k=4" in ride.reason
+    assert ride.gains[4] > ride.gains[0] == 1.0  # its tokens per step at depth 4
+    assert controller.decide(cls, deep, off) is ride  # cached like the held decisions
+    assert controller.decide(cls, deep._replace(anchored=0), off).k == 0
+    assert controller.decide(cls, deep, dataclasses.replace(off, k_max=2)).k == 2
+    assert controller.decide(cls, deep, dataclasses.replace(off, batch_ride=False)).k == 0
+    floored = controller.decide(cls, deep, dataclasses.replace(off, batch_floor=0.98))
+    assert (floored.k, floored.anchor) == (0, None)
+    assert controller.decide(cls, deep._replace(running=0), off).anchor is None
+    # A class that chose deeper than the anchor is not raised or lowered by it.
+    high = trained(HIGH)
+    chat = high.classify(RequestFeatures("chat"))
+    assert high.decide(chat, LoadSnapshot(running=3, deepest=2, anchored=2), off).k == 5
+
+
 def test_a_guarded_newcomer_lowers_a_deeper_batch_to_what_its_floor_allows() -> None:
     """Requests already in flight keep their depth, so a short guarded request entering a
     batch at k = 5 paid for it all its life. With a floor it asks the engine to lower
