@@ -176,7 +176,7 @@ class Controller:
         if o.batch_floor > 0.0:
             if load.deepest > depth:
                 return self._lower_batch(decision, o.batch_floor, bucket, load.deepest)
-        elif o.batch_ride and load.anchored > depth and load.running > 0:
+        elif o.batch_ride and depth == k and load.anchored > k and load.running > 0:
             # The batch drafts at the depth a request in flight chose, whatever this one
             # asks: the drafter drafts that deep for every request in the step and its
             # first pass takes this request's prompt too, so at k < D this request pays
@@ -184,7 +184,9 @@ class Controller:
             # (concurrency 4, 2026-11-25: tool calls at k = 0 beside chat at k = 3 to 4
             # decoded at 12.5 ms a token, at 11.0 with every request at k = 2). It rides
             # at D instead; riders anchor at their class's k, so a batch of riders comes
-            # down once the request that wanted D has left (`BatchLoad.anchored`).
+            # down once the request that wanted D has left (`BatchLoad.anchored`). Not
+            # where the batch's tokens held it below its class's k: there the batch is
+            # to come down, and a rider at D would keep it at D for its own life.
             ride = min(load.anchored, k_max)
             if load.guarded:
                 ride = self._floor_depth(load, bucket, ride, k_min)

@@ -435,7 +435,8 @@ def test_a_shallow_class_rides_at_the_depth_a_request_in_flight_chose() -> None:
     chose to run at k = 4 pays for depth 4 anyway (the drafter drafts it for every
     request in the step), so it runs at 4 and keeps what its drafts give; it anchors at
     its class's 0. Not where no request in flight chose the depth (riders only), not
-    past its flags' k_max, not with `batch-ride` off or a `batch-floor`, not alone."""
+    past its flags' k_max, not with `batch-ride` off or a `batch-floor`, not alone, not
+    where the batch's tokens held it below its class's k."""
     controller = trained(LOW)
     cls = controller.classify(RequestFeatures("chat"))
     _calibrate(controller, LoadSnapshot(running=3), 0.4)
@@ -453,10 +454,17 @@ def test_a_shallow_class_rides_at_the_depth_a_request_in_flight_chose() -> None:
     floored = controller.decide(cls, deep, dataclasses.replace(off, batch_floor=0.98))
     assert (floored.k, floored.anchor) == (0, None)
     assert controller.decide(cls, deep._replace(running=0), off).anchor is None
-    # A class that chose deeper than the anchor is not raised or lowered by it.
+    # A class that chose deeper than the anchor is not raised or lowered by it; one the
+    # batch's tokens hold below its k (three mates that gain nothing from depth) is not
+    # raised either: the batch is to come down, and a rider would keep it deep.
     high = trained(HIGH)
     chat = high.classify(RequestFeatures("chat"))
+    _calibrate(high, LoadSnapshot(running=3), 0.4)
     assert high.decide(chat, LoadSnapshot(running=3, deepest=2, anchored=2), off).k == 5
+    plain = LoadSnapshot(running=3, mates=[3.0] * 17, deepest=4, anchored=4)
+    held = high.decide(chat, plain, off)
+    assert (held.k, held.anchor) == (0, None)
+    assert held.reason.startswith("batch: k=0")
 
 
 def test_a_guarded_newcomer_lowers_a_deeper_batch_to_what_its_floor_allows() -> None:
