@@ -80,6 +80,23 @@ class BatchMeans(NamedTuple):
     prefill: int = 0
 
 
+def _tally(counts: dict[int, int], depth: int, step: int) -> int:
+    """Add `step` requests at `depth` (a count at 0 is dropped); the deepest left, or 0."""
+    count = counts.get(depth, 0) + step
+    if count > 0:
+        counts[depth] = count
+    else:
+        counts.pop(depth, None)
+    return max(counts) if counts else 0
+
+
+def _lowered(counts: dict[int, int], depth: int) -> dict[int, int]:
+    """`counts` with every request deeper than `depth` moved to `depth`."""
+    kept = {d: n for d, n in counts.items() if d <= depth}
+    kept[depth] = kept.get(depth, 0) + sum(n for d, n in counts.items() if d > depth)
+    return kept
+
+
 class BatchLoad:
     """In-flight requests' count and largest k, integrated over time."""
 
@@ -111,12 +128,7 @@ class BatchLoad:
         return now
 
     def _move(self, k: int, step: int) -> None:
-        count = self._at.get(k, 0) + step
-        if count > 0:
-            self._at[k] = count
-        else:
-            self._at.pop(k, None)
-        self._deepest = max(self._at) if self._at else 0
+        self._deepest = _tally(self._at, k, step)
 
     def enter(
         self,
@@ -153,12 +165,7 @@ class BatchLoad:
         )
 
     def _anchor(self, depth: int, step: int) -> None:
-        count = self._anchors.get(depth, 0) + step
-        if count > 0:
-            self._anchors[depth] = count
-        else:
-            self._anchors.pop(depth, None)
-        self._anchored = max(self._anchors) if self._anchors else 0
+        self._anchored = _tally(self._anchors, depth, step)
 
     def cap(self, depth: int) -> None:
         """Every request in flight deeper than `depth` now runs at `depth` (the engine
@@ -166,19 +173,12 @@ class BatchLoad:
         if self._deepest <= depth:
             return
         self._advance()
-        lowered = sum(n for k, n in self._at.items() if k > depth)
-        kept = {k: n for k, n in self._at.items() if k <= depth}
-        kept[depth] = kept.get(depth, 0) + lowered
-        self._at = kept
+        self._at = _lowered(self._at, depth)
         self._deepest = max(self._at)
         self._caps.append(depth)
         if self._anchored > depth:
-            anchors = {d: n for d, n in self._anchors.items() if d <= depth}
-            anchors[depth] = anchors.get(depth, 0) + sum(
-                n for d, n in self._anchors.items() if d > depth
-            )
-            self._anchors = anchors
-            self._anchored = max(anchors)
+            self._anchors = _lowered(self._anchors, depth)
+            self._anchored = max(self._anchors)
 
     def _add(self, gains: tuple[float, ...], sign: float) -> None:
         totals = self._gains

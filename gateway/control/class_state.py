@@ -82,8 +82,8 @@ class BucketState:
     decision: SpeculationDecision | None = None
     #: E[tokens | min(k, D)] for D = 0..K as of the last evaluation (`SpeculationDecision.gains`).
     gains: tuple[float, ...] = ()
-    #: Decisions held below k for the batch (`Controller.decide`), by depth, for
-    #: `capped_for`, the decision they stand in for.
+    #: Decisions held below k or raised above it for the batch (`Controller.decide`;
+    #: keys: `held_at`, `rides_at`), for `capped_for`, the decision they stand in for.
     capped: dict[int, SpeculationDecision] = field(default_factory=dict)
     capped_for: SpeculationDecision | None = None
     #: At k = 0: whether k = 1 could still pay within the estimate's uncertainty
@@ -283,19 +283,16 @@ class ClassState:
 
         `floor`: held for a batch-mate's `batch_floor`, not for the batch's tokens.
         """
-        state = self.buckets[decision.bucket]
-        if state.capped_for is not decision:
-            state.capped.clear()
-            state.capped_for = decision
+        capped = self._capped_for(decision)
         key = -1 - depth if floor else depth
-        held = state.capped.get(key)
+        held = capped.get(key)
         if held is None:
             why = (
                 "keeps the requests in flight at their batch floor"
                 if floor
                 else "pays more for the requests in flight"
             )
-            held = state.capped[key] = SpeculationDecision(
+            held = capped[key] = SpeculationDecision(
                 depth,
                 f"batch: k={depth}, not {decision.k}, {why}",
                 False,
@@ -310,14 +307,11 @@ class ClassState:
         """`decision` raised to the batch's depth, which it pays for anyway; cached like
         `held_at`. Its gains are those of a request at `depth`; it anchors at its
         class's k (`BatchLoad.anchored`)."""
-        state = self.buckets[decision.bucket]
-        if state.capped_for is not decision:
-            state.capped.clear()
-            state.capped_for = decision
+        capped = self._capped_for(decision)
         key = RIDE_KEY + depth
-        ride = state.capped.get(key)
+        ride = capped.get(key)
         if ride is None:
-            ride = state.capped[key] = SpeculationDecision(
+            ride = capped[key] = SpeculationDecision(
                 depth,
                 f"batch: rides at k={depth}, the depth the batch drafts anyway "
                 f"(its class's k={decision.k})",
@@ -329,6 +323,15 @@ class ClassState:
                 anchor=decision.k,
             )
         return ride
+
+    def _capped_for(self, decision: SpeculationDecision) -> dict[int, SpeculationDecision]:
+        """The bucket's cache of decisions moved from `decision` (held or raised), emptied
+        when `decision` is no longer the one they stand in for."""
+        state = self.buckets[decision.bucket]
+        if state.capped_for is not decision:
+            state.capped.clear()
+            state.capped_for = decision
+        return state.capped
 
     def probe(self, k: int, bucket: int) -> SpeculationDecision:
         """An exploration decision at depth k."""
