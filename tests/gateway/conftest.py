@@ -75,6 +75,26 @@ def model_args() -> list[str]:
 def start_gateway(
     tmp: Path, extra_env: dict[str, str] | None = None, extra_args: list[str] | None = None
 ) -> GatewayProcess:
+    """A ready gateway on a free port. `free_port` can only hand out a port that was free
+    a moment ago: another process (an engine's own sockets among them) may take it before
+    the gateway binds, so a start that fails on "address already in use" is tried again on
+    a new port (CI on 2026-11-25 lost two tests to one such race)."""
+    for attempt in range(3):
+        try:
+            return _start_gateway(tmp, extra_env, extra_args)
+        except PortTakenError:
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
+class PortTakenError(RuntimeError):
+    """The gateway could not bind the port `free_port` had found free."""
+
+
+def _start_gateway(
+    tmp: Path, extra_env: dict[str, str] | None, extra_args: list[str] | None
+) -> GatewayProcess:
     port = free_port()
     env = dict(os.environ)
     env.update(
@@ -105,7 +125,9 @@ def start_gateway(
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"gateway exited early:\n{log_path.read_text()[-4000:]}")
+            text = log_path.read_text()
+            error = PortTakenError if "address already in use" in text else RuntimeError
+            raise error(f"gateway exited early:\n{text[-4000:]}")
         try:
             if httpx.get(f"{base}/ready", timeout=2).status_code == 200:
                 return GatewayProcess(base, proc, log_path)
