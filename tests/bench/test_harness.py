@@ -192,6 +192,11 @@ def _runs() -> list[RunResult]:
     failed = RequestRecord(6, 0, "fast", False, 6.0, 0.1, error="APIError: boom")
     runs.append(RunResult(RunKey("adaptive", "c4", 0), 2.0, [*adaptive, failed]))
     runs.append(RunResult(RunKey("no-spec", "c4", 0), 2.5, nospec))
+    k0 = [
+        _rec(i, fam, 0, 0, 0.8 if fam == "fast" else 1.0)
+        for i, fam in enumerate(["fast", "slow"] * 3)
+    ]
+    runs.append(RunResult(RunKey("k0", "c4", 0), 4.0, k0))
     return runs
 
 
@@ -216,12 +221,25 @@ def test_summary_checks_and_markdown_from_runs(tmp_path: Path) -> None:
     assert worst["value"] == pytest.approx(0.8 / 0.5)
     assert worst["detail"].startswith("fast; 90% CI 1.60-1.60, 3 requests")
     assert summary["class_ratios"]["adaptive"]["c4"]["slow"]["pairs"] == 3
+    # Yardsticks: the oracle over the best static k in the same estimate; k0's worst
+    # class over no-spec (slow took 1.0 s a request in k0 against 0.8 in no-spec).
+    yard = summary["yardsticks"]
+    estimated = summary["oracle"]["c4"]["mode_estimated_speed"]
+    best = max((m for m in estimated if m.startswith("static-k") or m == "k0"), key=estimated.get)
+    assert yard["oracle_over_best_static"]["best_static"] == best
+    assert yard["oracle_over_best_static"]["value"] == pytest.approx(
+        summary["oracle"]["c4"]["estimated_speed"] / estimated[best]
+    )
+    assert yard["k0_worst_class"]["c4"]["class"] == "slow"
+    assert yard["k0_worst_class"]["c4"]["ratio"] == pytest.approx(0.8)
     assert cell["requests_by_class"] == {"fast": 3, "slow": 3}  # the failed one not counted
     md = render_markdown(summary)
     assert "| adaptive | c4 | 30.0 |" in md
     assert "Requests per run: fast 3, slow 3" in md
     assert "| 1.600 (fast; 90% CI 1.60-1.60, 3 requests) | >= 0.98 | PASS |" in md
     assert "a note" in md
+    assert "Worst class of k0 / no speculation" in md
+    assert "c4 0.800 (slow;" in md
     assert "validates the harness" in md  # no embedded model named in meta
     embedded = render_markdown(build_summary(_runs(), {"model_source": "embedded default model"}))
     assert "validates the harness" not in embedded
