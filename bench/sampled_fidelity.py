@@ -1,17 +1,21 @@
-"""Is sampled (temperature > 0) speculation lossless on this vLLM build? Both engines, one run.
+"""Is sampled (temperature > 0) speculation lossless on this vLLM build? Three engines, one run.
 
 Speculative decoding with rejection sampling must leave the target's output
 distribution unchanged. Greedy outputs are checked token for token elsewhere
 (`tests/model/`); sampling can only be checked statistically. This draws the
-same seeded samples from the default model without speculation and with EAGLE
-3.1 at k = --k, then scores every sampled continuation under the target itself
-(no speculation, `prompt_logprobs`, raw logits) and prints, per engine and
+same seeded samples from the default model without speculation, with EAGLE 3.1
+at k = --k as vLLM ships it, and with EAGLE 3.1 at k = --k and the gateway's
+worker extension (`engine.expand_fix`: the CPU rejection sampler's expand kernel
+fixed), then scores every sampled continuation under the target itself (no
+speculation, `prompt_logprobs`, raw logits) and prints, per engine and
 temperature:
 
 * the mean target log-probability per sampled token (lossless speculation gives
   the same figure within noise: the samples come from the same distribution);
 * the share of outputs containing control or U+FFFD characters (bytes a
-  well-sampled continuation of this model does not produce at low temperature).
+  well-sampled continuation of this model does not produce at low temperature);
+* the acceptance length (1 + accepted drafts / verify steps), what sampled
+  speculation yields.
 
     .venv/bin/python -m bench.sampled_fidelity [--prompts 8] [--seeds 4] [--max-tokens 48]
 
@@ -32,6 +36,9 @@ from engine.model.families import family_prompts
 from engine.model.measure import open_llm
 from engine.model.paths import ModelPaths, default_model_root
 
+#: (prompt ids, sampled ids, text, accepted drafts, verify steps) of one sample.
+Drawn = tuple[list[int], list[int], str, int, int]
+
 
 def _odd(text: str) -> bool:
     return any((ord(c) < 32 and c not in "\n\t") or c == "\ufffd" for c in text)
@@ -39,8 +46,8 @@ def _odd(text: str) -> bool:
 
 def sample(
     llm: Any, prompts: list[list[int]], temperature: float, seeds: int, max_tokens: int
-) -> list[tuple[list[int], list[int], str]]:
-    """(prompt ids, sampled ids, text) for every prompt x seed."""
+) -> list[Drawn]:
+    """(prompt ids, sampled ids, text, accepted, steps) for every prompt x seed."""
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
@@ -49,23 +56,26 @@ def sample(
         SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=s) for _, s in jobs
     ]
     outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p, _ in jobs], params, use_tqdm=False)
-    return [
-        (p, list(o.outputs[0].token_ids), o.outputs[0].text)
-        for (p, _), o in zip(jobs, outs, strict=True)
-    ]
+    drawn = []
+    for (p, _), o in zip(jobs, outs, strict=True):
+        metrics = o.outputs[0].spec_decode_metrics
+        hist = list(metrics.histogram) if metrics is not None else []
+        accepted = sum(j * c for j, c in enumerate(hist))
+        drawn.append((p, list(o.outputs[0].token_ids), o.outputs[0].text, accepted, sum(hist)))
+    return drawn
 
 
-def score(llm: Any, samples: list[tuple[list[int], list[int], str]]) -> list[float]:
+def score(llm: Any, samples: list[Drawn]) -> list[float]:
     """Mean target log-probability per sampled token, one figure per sample."""
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
     params = SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=0.0)
     outs = llm.generate(
-        [TokensPrompt(prompt_token_ids=p + s) for p, s, _ in samples], params, use_tqdm=False
+        [TokensPrompt(prompt_token_ids=p + s) for p, s, *_ in samples], params, use_tqdm=False
     )
     figures = []
-    for (p, s, _), out in zip(samples, outs, strict=True):
+    for (p, s, *_), out in zip(samples, outs, strict=True):
         rows = out.prompt_logprobs[len(p) : len(p) + len(s)]
         values = [row[tok].logprob for row, tok in zip(rows, s, strict=False) if row and tok in row]
         if values:
@@ -86,12 +96,21 @@ def main() -> None:
     paths = ModelPaths(args.root)
     chats = family_prompts(load_corpus(), "chat_main", "heldout", args.prompts)
 
-    spec_name = f"EAGLE 3.1 k={args.k}"
-    # The speculative engine samples first; the plain engine then samples and, being
-    # the target without speculation, scores both sets: two engine starts, not three.
-    drawn: dict[str, dict[float, list[tuple[list[int], list[int], str]]]] = {}
-    for name, drafter, k in ((spec_name, paths.eagle31, args.k), ("no speculation", None, 0)):
-        llm: Any = open_llm(paths.target, drafter, k)
+    shipped = f"EAGLE 3.1 k={args.k}, vLLM as shipped"
+    fixed = f"EAGLE 3.1 k={args.k}, gateway worker (expand fix)"
+    plain = "no speculation"
+    engines = (
+        (shipped, paths.eagle31, args.k, ""),
+        (fixed, paths.eagle31, args.k, "engine.worker.SpecGatewayWorker"),
+        (plain, None, 0, ""),
+    )
+    # The speculative engines sample first; the plain engine then samples and, being
+    # the target without speculation, scores every set: three engine starts, not four.
+    drawn: dict[str, dict[float, list[Drawn]]] = {}
+    for name, drafter, k, extension in engines:
+        llm: Any = open_llm(paths.target, drafter, k, worker_extension_cls=extension)
+        if extension:
+            print(f"{name}: expand kernel {llm.collective_rpc('specgw_fix_expand')}", flush=True)
         tok = llm.get_tokenizer()
         prompts = [
             tok.encode(
@@ -108,20 +127,24 @@ def main() -> None:
             gc.collect()
 
     results: dict[str, dict[str, Any]] = {}
-    for name in ("no speculation", spec_name):
+    for name, *_ in engines:
         for t, samples in drawn[name].items():
             lp = score(llm, samples)
-            odd = sum(_odd(text) for _, _, text in samples)
+            odd = sum(_odd(text) for _, _, text, _, _ in samples)
+            accepted, steps = sum(s[3] for s in samples), sum(s[4] for s in samples)
+            acceptance = round(1 + accepted / steps, 3) if steps else None
             results.setdefault(name, {})[str(t)] = {
                 "samples": len(samples),
                 "mean_target_logprob": round(statistics.mean(lp), 3),
                 "stdev_of_sample_means": round(statistics.stdev(lp), 3),
                 "odd_outputs": odd,
+                "acceptance_length": acceptance,
             }
             print(
                 f"{name}, temperature {t}: mean target log-prob per token "
                 f"{statistics.mean(lp):.3f} (sd {statistics.stdev(lp):.3f}, {len(lp)} samples), "
-                f"{odd}/{len(samples)} outputs with control/U+FFFD characters",
+                f"{odd}/{len(samples)} outputs with control/U+FFFD characters, "
+                f"acceptance length {acceptance}",
                 flush=True,
             )
     if args.json:

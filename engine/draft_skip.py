@@ -18,7 +18,8 @@ drafts from the worker afterwards (`engine.scheduler`). Together these took the
 TPOT of k = 0 requests from 1.11x to 0.97x that of a no-drafter engine at
 concurrency 1 (`python -m bench.k0_overhead --depths 0 --repeat 2`, see the README).
 
-Mechanism: vLLM's `worker_extension_cls` mixes this class into the worker;
+Mechanism: vLLM's `worker_extension_cls` mixes this class into the worker (as part of
+`engine.worker.SpecGatewayWorker`);
 `VLLMEngine` calls `specgw_install_draft_skip` once through `collective_rpc`.
 It wraps the model runner's `execute_model` and `sample_tokens` to note the step
 depth and run depth-0 steps plainly (synchronous scheduling only: with async

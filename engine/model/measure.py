@@ -39,7 +39,12 @@ class Sample:
 
 
 def open_llm(
-    target: Path, drafter: Path | None, k: int, max_model_len: int = 2048, dtype: Dtype = "bfloat16"
+    target: Path,
+    drafter: Path | None,
+    k: int,
+    max_model_len: int = 2048,
+    dtype: Dtype = "bfloat16",
+    worker_extension_cls: str = "",
 ) -> Any:
     """A vLLM `LLM` on the CPU backend; speculation only when a drafter is given."""
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
@@ -56,6 +61,7 @@ def open_llm(
         dtype=dtype,
         max_model_len=max_model_len,
         seed=0,
+        worker_extension_cls=worker_extension_cls,
     )
 
 

@@ -42,7 +42,7 @@ def class_id_of(features: RequestFeatures) -> str:
 
 
 def label_of(features: RequestFeatures) -> str:
-    """Short human label, e.g. `chat/sys:ab12/tools/json_object/len:512`."""
+    """Short human label, e.g. `chat/sys:ab12/tools/json_object/len:512/t1`."""
     parts = [features.template]
     if features.system_id:
         parts.append(f"sys:{features.system_id[:4]}")
@@ -57,6 +57,8 @@ def label_of(features: RequestFeatures) -> str:
     if features.response_format and features.response_format != "text":
         parts.append(features.response_format)
     parts.append(f"len:{features.length}")
+    if features.sampling:
+        parts.append(features.sampling)
     return "/".join(parts)
 
 

