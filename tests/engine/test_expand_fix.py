@@ -14,6 +14,7 @@ import torch
 from vllm.platforms import current_platform
 from vllm.v1.sample.rejection_sampler import GREEDY_TEMPERATURE, expand_batch_to_tokens
 
+from engine import expand_fix
 from engine.expand_fix import expand_at_caller_dtype, expand_is_correct, fix_expand_kernel
 
 
@@ -51,3 +52,13 @@ def test_the_cpu_shim_is_found_broken_and_replaced() -> None:
         torch.tensor([0.7, 0.3]), torch.tensor([1, 3], dtype=torch.int32), 3, -1, 1
     )
     assert out.tolist() == pytest.approx([0.7, 0.3, 0.3])
+
+
+def test_a_check_that_cannot_run_reports_broken(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Then `VLLMEngine.lossless_sampling` is False and sampled requests run at k = 0."""
+
+    def fails() -> str:
+        raise AttributeError("no expand_batch_to_tokens in this vLLM")
+
+    monkeypatch.setattr(expand_fix, "fix_expand_kernel", fails)
+    assert expand_fix.ExpandFixExtension().specgw_fix_expand() == "broken"
