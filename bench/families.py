@@ -43,13 +43,35 @@ class Prompt:
 
 PromptPool = dict[str, list[Prompt]]
 
+#: Main-template chat sent sampled, as most chat clients send it: the same prompts at
+#: this temperature (each request with its own seed, `bench.replay`). A sampled draft
+#: is accepted with probability min(1, p/q), so the class accepts fewer drafts than
+#: its greedy twin (default model, k = 3: 1.64 at T = 0.7 against about 3 greedy).
+SAMPLED_FAMILY = "chat_sampled"
+SAMPLED_TEMPERATURE = 0.7
+
 
 def load_pool(per_family: int, seed: int) -> tuple[PromptPool, str]:
     """(prompts by family, source name). Prefers the embedded model's families."""
     pool = _from_engine_model(per_family, seed)
     if pool is not None:
-        return pool, "engine.model.families"
-    return local_pool(per_family, seed), "bench.families (local stand-in)"
+        return with_sampled(pool), "engine.model.families"
+    return with_sampled(local_pool(per_family, seed)), "bench.families (local stand-in)"
+
+
+def with_sampled(pool: PromptPool) -> PromptPool:
+    """`pool` plus `SAMPLED_FAMILY`: its main-template chat prompts, sampled."""
+    sampled = [
+        Prompt(
+            SAMPLED_FAMILY,
+            messages=p.messages,
+            tools=p.tools,
+            prompt=p.prompt,
+            extra={**p.extra, "temperature": SAMPLED_TEMPERATURE},
+        )
+        for p in pool.get("chat_main", [])
+    ]
+    return {**pool, SAMPLED_FAMILY: sampled} if sampled else dict(pool)
 
 
 def _from_engine_model(per_family: int, seed: int) -> PromptPool | None:

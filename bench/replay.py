@@ -45,7 +45,7 @@ class RequestRecord:
         return asdict(self)
 
 
-def _request_kwargs(item: WorkItem, model: str) -> dict[str, Any]:
+def request_kwargs(item: WorkItem, model: str) -> dict[str, Any]:
     kwargs: dict[str, Any] = {
         "model": model,
         "max_tokens": item.max_tokens,
@@ -53,6 +53,10 @@ def _request_kwargs(item: WorkItem, model: str) -> dict[str, Any]:
         "stream": True,
         "stream_options": {"include_usage": True},
     }
+    if item.prompt.extra.get("temperature"):
+        # Sampled: a seed per request, so every mode and repeat sends the same request.
+        kwargs.update(item.prompt.extra)
+        kwargs["seed"] = item.index
     if item.prompt.is_chat:
         kwargs["messages"] = item.prompt.messages
         if item.prompt.tools:
@@ -96,7 +100,7 @@ async def send_one(
     rec = RequestRecord(item.index, item.phase, item.family, False, start - t0, 0.0)
     first: float | None = None
     try:
-        kwargs = _request_kwargs(item, model)
+        kwargs = request_kwargs(item, model)
         api = client.chat.completions if item.prompt.is_chat else client.completions
         raw = await api.with_raw_response.create(**kwargs)
         rec.gw_class = raw.headers.get("x-specgw-class")

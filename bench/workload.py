@@ -69,12 +69,21 @@ Arrival = ClosedLoop | Poisson
 
 
 def default_phases(per_phase: int) -> list[Phase]:
-    """Three phases: chat-heavy, then tools and foreign templates, then code and long context."""
+    """Three phases: chat-heavy, then tools and foreign templates, then code and long context.
+
+    Main-template chat comes greedy (`chat_main`) and sampled (`chat_sampled`, T = 0.7).
+    """
     return [
         Phase(
             "chat",
             per_phase,
-            {"chat_main": 0.55, "code": 0.25, "tool_call": 0.1, "chat_unfamiliar_system": 0.1},
+            {
+                "chat_main": 0.35,
+                "chat_sampled": 0.2,
+                "code": 0.25,
+                "tool_call": 0.1,
+                "chat_unfamiliar_system": 0.1,
+            },
         ),
         Phase(
             "tools+templates",
@@ -86,7 +95,11 @@ def default_phases(per_phase: int) -> list[Phase]:
                 "chat_unfamiliar_system": 0.2,
             },
         ),
-        Phase("code+long", per_phase, {"code": 0.45, "long_context": 0.2, "chat_main": 0.35}),
+        Phase(
+            "code+long",
+            per_phase,
+            {"code": 0.45, "long_context": 0.2, "chat_main": 0.2, "chat_sampled": 0.15},
+        ),
     ]
 
 

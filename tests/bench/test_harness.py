@@ -8,9 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from bench.families import FAMILIES, local_pool
+from bench.families import (
+    FAMILIES,
+    SAMPLED_FAMILY,
+    SAMPLED_TEMPERATURE,
+    local_pool,
+    with_sampled,
+)
 from bench.modes import default_modes, select_modes
-from bench.replay import RequestRecord
+from bench.replay import RequestRecord, request_kwargs
 from bench.report import build_summary, render_markdown, write_report
 from bench.runner import JsonlSink, RunKey, RunPlan, RunResult, load_runs
 from bench.stats import (
@@ -68,7 +74,7 @@ def test_each_phase_has_its_mix_in_whole_requests() -> None:
     with pytest.raises(ValueError, match="positive weight"):
         family_counts({"a": 0.0}, 2)
     phases = default_phases(12)
-    items = build_workload(phases, local_pool(8, seed=3), seed=1234, max_tokens=16)
+    items = build_workload(phases, with_sampled(local_pool(8, seed=3)), seed=1234, max_tokens=16)
     for p, phase in enumerate(phases):
         drawn = [i.family for i in items if i.phase == p]
         assert {f: drawn.count(f) for f in phase.mix} == family_counts(phase.mix, 12)
@@ -102,6 +108,19 @@ def test_class_ratio_pairs_the_same_requests_and_brackets_the_pooled_ratio() -> 
     assert noisy.low >= 0.5
     assert noisy.high <= 2.0
     assert class_ratios(a, b) == ratios  # seeded
+
+
+def test_sampled_chat_is_the_main_chat_sent_sampled_with_a_seed_per_request() -> None:
+    pool = with_sampled(local_pool(4, seed=3))
+    assert [p.messages for p in pool[SAMPLED_FAMILY]] == [p.messages for p in pool["chat_main"]]
+    items = build_workload(default_phases(12), pool, seed=1234, max_tokens=16)
+    sampled = [i for i in items if i.family == SAMPLED_FAMILY]
+    assert len(sampled) == 5  # 3 in the chat phase, 2 in code+long
+    body = request_kwargs(sampled[0], "m")
+    assert (body["temperature"], body["seed"]) == (SAMPLED_TEMPERATURE, sampled[0].index)
+    greedy = request_kwargs(next(i for i in items if i.family == "chat_main"), "m")
+    assert greedy["temperature"] == 0.0
+    assert "seed" not in greedy
 
 
 def test_workload_rejects_a_phase_without_prompts() -> None:
