@@ -220,8 +220,9 @@ def _yardstick_lines(summary: dict[str, Any]) -> list[str]:
             for a, w in sorted(worst.items())
         )
         lines.append(
-            "- Worst class of k0 / no speculation, two runs of the same work (k0 drafts "
-            f"nothing): {cells}. What the worst-class check reads with nothing to find."
+            "- Worst class of k0 / no speculation: the same requests decoded without drafts "
+            "by two gateway processes (k0's engine has the drafter loaded and skips it): "
+            f"{cells}. What the worst-class check reads with nothing to find."
         )
     return lines
 
