@@ -7,7 +7,6 @@ docstring of its settings field.
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Annotated
 
@@ -82,6 +81,7 @@ def serve(
     from engine.settings import EngineSettings
     from gateway.app import create_app
     from gateway.control.settings import ControllerSettings
+    from gateway.observability.logs import configure_logging
     from gateway.runtime import real_runtime_factory
     from gateway.server import DrainingServer
     from gateway.settings import GatewaySettings
@@ -91,10 +91,7 @@ def serve(
         ControllerSettings(default_k=default_k) if default_k is not None else ControllerSettings()
     )
     engine_settings = EngineSettings.load(config, model=model, drafter=drafter, max_depth=max_depth)
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-    )
+    configure_logging(settings.log_level)
     try:
         application = create_app(
             settings, real_runtime_factory(engine_settings, controller_settings)

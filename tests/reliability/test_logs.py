@@ -103,6 +103,13 @@ def test_logs_hold_no_prompt_or_completion_text(shared_gateway: GatewayProcess) 
     time.sleep(1.0)  # let the last request's log lines land
     log = shared_gateway.log_path.read_text(errors="replace")
     assert "request finished" in log  # the gateway does log each request, without content
+    # ... with its class, depth, the controller's reason and its status as fields.
+    finished = [line for line in log.splitlines() if " request finished " in line]
+    assert finished
+    assert all(
+        " class=" in line and " k=" in line and " reason=" in line and " status=" in line
+        for line in finished
+    ), finished[:3]
     leaked = [m for m in markers if m in log]
     assert not leaked, leaked
     assert generated, "no distinctive completion text to look for"
