@@ -12,13 +12,17 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 
-#: The attributes every LogRecord has; anything else on a record came from `extra`.
-_STANDARD = frozenset(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {
-    "message",
-    "asctime",
-    "taskName",
-}
+#: Set on a record by `Formatter.format` itself, not by the caller.
+_FORMATTED = frozenset({"message", "asctime", "taskName"})
+
+
+def _standard_keys(factory: Callable[..., logging.LogRecord]) -> frozenset[str]:
+    """The attributes every record from `factory` has. A library may install a record
+    factory that adds its own to every record (vLLM adds `vllm_process_name`): those are
+    not the caller's fields either."""
+    return frozenset(factory("", 0, "", 0, "", None, None).__dict__) | _FORMATTED
 
 
 def _value(value: object) -> str:
@@ -31,12 +35,18 @@ def _value(value: object) -> str:
 class FieldsFormatter(logging.Formatter):
     """`logging.Formatter` plus the record's `extra` fields as `key=value`."""
 
+    _factory: Callable[..., logging.LogRecord] | None = None
+    _standard: frozenset[str] = frozenset()
+
     def format(self, record: logging.LogRecord) -> str:
         line = super().format(record)
+        factory = logging.getLogRecordFactory()
+        if factory is not self._factory:  # set once, or replaced since by a library
+            self._factory, self._standard = factory, _standard_keys(factory)
         fields = [
             f"{key}={_value(value)}"
             for key, value in record.__dict__.items()
-            if key not in _STANDARD and not key.startswith("_")
+            if key not in self._standard and not key.startswith("_")
         ]
         return f"{line} {' '.join(fields)}" if fields else line
 

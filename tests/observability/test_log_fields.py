@@ -32,3 +32,19 @@ def test_a_value_with_blanks_or_quotes_is_quoted() -> None:
 
 def test_a_record_without_fields_is_the_plain_line() -> None:
     assert _line() == "INFO request finished"
+
+
+def test_attributes_a_record_factory_gives_every_record_are_not_fields() -> None:
+    """vLLM installs a record factory that adds `vllm_process_name` to every record."""
+    original = logging.getLogRecordFactory()
+
+    def factory(*args: object, **kwargs: object) -> logging.LogRecord:
+        record = original(*args, **kwargs)
+        record.process_label = "MainProcess"
+        return record
+
+    logging.setLogRecordFactory(factory)
+    try:
+        assert _line(k=2) == "INFO request finished k=2"
+    finally:
+        logging.setLogRecordFactory(original)
