@@ -41,6 +41,12 @@ class GatewayProcess:
         headers = {"authorization": f"Bearer {key}"} if key else {}
         return httpx.Client(base_url=self.base_url, headers=headers, timeout=120)
 
+    def engine_requests(self) -> int:
+        """Requests the engine itself holds (running + waiting), from /ready's detail."""
+        with self.http(None) as http:
+            detail = http.get("/ready").json()["detail"]
+        return int(detail["engine_running"]) + int(detail["engine_waiting"])
+
 
 def model_paths() -> tuple[Path, Path]:
     """(target, drafter): the embedded default model when built, else a tiny random pair."""

@@ -315,13 +315,6 @@ def test_client_cannot_set_its_own_depth(gateway: GatewayProcess) -> None:
         )
 
 
-def _running(gateway: GatewayProcess) -> int:
-    """Requests the engine itself holds (running + waiting), from /ready's detail."""
-    with gateway.http(None) as http:
-        detail = http.get("/ready").json()["detail"]
-    return int(detail["engine_running"]) + int(detail["engine_waiting"])
-
-
 def test_client_disconnect_aborts_engine_request(gateway: GatewayProcess) -> None:
     with (
         gateway.http() as http,
@@ -339,12 +332,12 @@ def test_client_disconnect_aborts_engine_request(gateway: GatewayProcess) -> Non
     ):
         for i, _ in enumerate(response.iter_lines()):
             if i == 6:
-                assert _running(gateway) >= 1
+                assert gateway.engine_requests() >= 1
                 break
     deadline = time.monotonic() + 1.5
-    while time.monotonic() < deadline and _running(gateway) > 0:
+    while time.monotonic() < deadline and gateway.engine_requests() > 0:
         time.sleep(0.1)
-    assert _running(gateway) == 0
+    assert gateway.engine_requests() == 0
 
 
 def test_step_costs_are_calibrated_before_ready(gateway: GatewayProcess) -> None:

@@ -90,13 +90,6 @@ def test_sampled_requests_run_at_k0_where_the_engine_is_set_not_to_speculate_the
     assert int(str(classes[f"{label}/t1"]["k"])) > 0  # the class's own k stands
 
 
-def _running(gateway: GatewayProcess) -> int:
-    """Requests the engine itself holds (running + waiting), from /ready's detail."""
-    with gateway.http(None) as http:
-        detail = http.get("/ready").json()["detail"]
-    return int(detail["engine_running"]) + int(detail["engine_waiting"])
-
-
 def _bucket(gateway: GatewayProcess, batch: int) -> dict[str, list[float]]:
     with gateway.http(ADMIN_KEY) as http:
         buckets = http.get("/admin/costs").json()["buckets"]
@@ -130,7 +123,7 @@ def test_a_request_is_costed_at_the_depth_of_the_batch_it_ran_in(
     with ThreadPoolExecutor(3) as pool:
         futures = [pool.submit(deep) for _ in range(3)]
         deadline = time.monotonic() + 30
-        while _running(gateway) < 3 and time.monotonic() < deadline:
+        while gateway.engine_requests() < 3 and time.monotonic() < deadline:
             time.sleep(0.05)
         before = _bucket(gateway, 4)
         sampled = client.chat.completions.with_raw_response.create(
@@ -138,7 +131,7 @@ def test_a_request_is_costed_at_the_depth_of_the_batch_it_ran_in(
         )
         after = _bucket(gateway, 4)
         # Only the sampled request finished in between, in a batch of four throughout.
-        assert _running(gateway) >= 3
+        assert gateway.engine_requests() >= 3
         ks = [f.result() for f in futures]
     assert sampled.headers["x-specgw-k"] == "0"
     depth = max(ks)
