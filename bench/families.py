@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -62,13 +62,7 @@ def load_pool(per_family: int, seed: int) -> tuple[PromptPool, str]:
 def with_sampled(pool: PromptPool) -> PromptPool:
     """`pool` plus `SAMPLED_FAMILY`: its main-template chat prompts, sampled."""
     sampled = [
-        Prompt(
-            SAMPLED_FAMILY,
-            messages=p.messages,
-            tools=p.tools,
-            prompt=p.prompt,
-            extra={**p.extra, "temperature": SAMPLED_TEMPERATURE},
-        )
+        replace(p, family=SAMPLED_FAMILY, extra={**p.extra, "temperature": SAMPLED_TEMPERATURE})
         for p in pool.get("chat_main", [])
     ]
     return {**pool, SAMPLED_FAMILY: sampled} if sampled else dict(pool)

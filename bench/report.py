@@ -172,6 +172,11 @@ def checks(summary: dict[str, Any]) -> list[dict[str, Any]]:
     return out + _overhead_checks(summary.get("overhead"))
 
 
+def _worst_class(ratios: dict[str, dict[str, Any]]) -> tuple[str, dict[str, Any]]:
+    """(class, its `class_ratios` entry) with the lowest ratio."""
+    return min(ratios.items(), key=lambda item: item[1]["ratio"])
+
+
 def yardsticks(summary: dict[str, Any]) -> dict[str, Any]:
     """What the checks can read in this run at best and with nothing to find.
 
@@ -195,7 +200,7 @@ def yardsticks(summary: dict[str, Any]) -> dict[str, Any]:
     worst: dict[str, Any] = {}
     for arrival, ratios in summary.get("class_ratios", {}).get(K0, {}).items():
         if ratios:
-            cls, r = min(ratios.items(), key=lambda item: item[1]["ratio"])
+            cls, r = _worst_class(ratios)
             worst[arrival] = {"class": cls, **r}
     return {"oracle_over_best_static": headroom, "k0_worst_class": worst}
 
@@ -268,7 +273,7 @@ def _adaptive_checks(summary: dict[str, Any], mode: str) -> list[dict[str, Any]]
         ratios = summary.get("class_ratios", {}).get(mode, {}).get(arrival, {})
         worst, detail = None, ""
         if ratios:
-            cls, r = min(ratios.items(), key=lambda item: item[1]["ratio"])
+            cls, r = _worst_class(ratios)
             worst = r["ratio"]
             detail = f"{cls}; 90% CI {r['low']:.2f}-{r['high']:.2f}, {r['pairs']} requests"
         out.append(

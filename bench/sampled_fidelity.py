@@ -33,7 +33,7 @@ from typing import Any
 
 from engine.model.corpus import load_corpus
 from engine.model.families import family_prompts
-from engine.model.measure import open_llm
+from engine.model.measure import accepted_and_steps, open_llm
 from engine.model.paths import ModelPaths, default_model_root
 
 #: (prompt ids, sampled ids, text, accepted drafts, verify steps) of one sample.
@@ -56,13 +56,10 @@ def sample(
         SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=s) for _, s in jobs
     ]
     outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p, _ in jobs], params, use_tqdm=False)
-    drawn = []
-    for (p, _), o in zip(jobs, outs, strict=True):
-        metrics = o.outputs[0].spec_decode_metrics
-        hist = list(metrics.histogram) if metrics is not None else []
-        accepted = sum(j * c for j, c in enumerate(hist))
-        drawn.append((p, list(o.outputs[0].token_ids), o.outputs[0].text, accepted, sum(hist)))
-    return drawn
+    return [
+        (p, list(o.outputs[0].token_ids), o.outputs[0].text, *accepted_and_steps(o.outputs[0]))
+        for (p, _), o in zip(jobs, outs, strict=True)
+    ]
 
 
 def score(llm: Any, samples: list[Drawn]) -> list[float]:

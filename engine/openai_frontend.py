@@ -18,13 +18,7 @@ from typing import Any
 
 from starlette.datastructures import State
 
-from engine.interface import (
-    GATEWAY_ID_ARG,
-    GREEDY_EPS,
-    SPEC_CAP_ARG,
-    SPEC_DEPTH_ARG,
-    InvalidRequestError,
-)
+from engine.interface import GATEWAY_ID_ARG, SPEC_CAP_ARG, SPEC_DEPTH_ARG, InvalidRequestError
 from engine.protocol import (
     ChatCompletionRequest,
     ChatCompletionResponse,
@@ -104,7 +98,7 @@ class OpenAIFrontend:
 
     def temperature_of(self, request: ChatCompletionRequest | CompletionRequest) -> float:
         """The temperature vLLM will sample this request at: the request's, else the
-        model's generation-config default, else 1.0 (below `GREEDY_EPS`: greedy)."""
+        model's generation-config default, else 1.0 (below vLLM's 1e-5: greedy)."""
         temperature = request.temperature
         if temperature is None:
             serving = (
@@ -115,13 +109,11 @@ class OpenAIFrontend:
             temperature = serving.default_sampling_params.get("temperature", 1.0)
         return float(temperature)
 
-    def speculation_is_exact(self, request: ChatCompletionRequest | CompletionRequest) -> bool:
-        """Whether speculating for this request leaves its output distribution unchanged.
-
-        Always for greedy decoding; for sampling only on an engine whose sampled
-        speculation is lossless.
-        """
-        return self._lossless_sampling or self.temperature_of(request) < GREEDY_EPS
+    @property
+    def lossless_sampling(self) -> bool:
+        """Whether speculation leaves a sampled request's output distribution unchanged
+        on this engine (greedy requests are exact everywhere)."""
+        return self._lossless_sampling
 
     @property
     def harmony_messages(self) -> bool:

@@ -175,13 +175,15 @@ class InferenceService:
     def served_model_name(self) -> str:
         return self._frontend.served_model_name
 
-    def _exact(self, plan: Plan, request: ChatCompletionRequest | CompletionRequest) -> Plan:
-        """k = 0 where speculation would change what the request samples.
+    def _exact(self, plan: Plan, sampling: str) -> Plan:
+        """k = 0 where speculation would change what the request samples: a sampled
+        request (`sampling`, its temperature's bucket; "" when greedy) on an engine
+        whose sampled speculation is not lossless.
 
         The controller still hears the outcome (a k = 0 run: step cost, no drafts),
         so a class of sampled requests keeps its own statistics honest.
         """
-        if plan.k > 0 and not self._frontend.speculation_is_exact(request):
+        if plan.k > 0 and sampling and not self._frontend.lossless_sampling:
             return plan._replace(k=0, reason=SAMPLED_NOT_EXACT, gains=())
         return plan
 
@@ -238,7 +240,7 @@ class InferenceService:
         tokens = _approx_tokens(chars)
         sampling = sampling_bucket(self._frontend.temperature_of(request))
         plan = self._planner.plan_chat(view, tokens, self.load(), sampling)
-        plan = self._exact(plan, request)
+        plan = self._exact(plan, sampling)
         return await self._run(
             "chat",
             "chatcmpl-",
@@ -266,7 +268,7 @@ class InferenceService:
         tokens = _approx_tokens(len(text))
         sampling = sampling_bucket(self._frontend.temperature_of(request))
         plan = self._planner.plan_completion(text, tokens, self.load(), sampling)
-        plan = self._exact(plan, request)
+        plan = self._exact(plan, sampling)
         return await self._run(
             "completions",
             "cmpl-",

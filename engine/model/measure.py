@@ -92,12 +92,18 @@ def run_prompts(llm: Any, prompts: list[FamilyPrompt], max_tokens: int) -> list[
     return [_sample(p.family, o.outputs[0]) for p, o in zip(ordered, outputs, strict=True)]
 
 
-def _sample(family: str, completion: Any) -> Sample:
-    tokens = list(completion.token_ids)
+def accepted_and_steps(completion: Any) -> tuple[int, int]:
+    """(accepted drafts, verify steps) of one vLLM completion, from its per-request
+    histogram (entry j: steps that accepted j drafts); (0, 0) without speculation."""
     metrics = completion.spec_decode_metrics
     hist = list(metrics.histogram) if metrics is not None else []
-    accepted = sum(j * c for j, c in enumerate(hist))
-    return Sample(family, accepted, sum(hist), tokens, is_looping(tokens))
+    return sum(j * c for j, c in enumerate(hist)), sum(hist)
+
+
+def _sample(family: str, completion: Any) -> Sample:
+    tokens = list(completion.token_ids)
+    accepted, steps = accepted_and_steps(completion)
+    return Sample(family, accepted, steps, tokens, is_looping(tokens))
 
 
 def summarise(samples: list[Sample]) -> dict[str, Any]:
