@@ -192,13 +192,13 @@ def report(
 def _render(out_dir: Path, publish: bool) -> None:
     from bench.plots import write_plots
     from bench.report import build_summary, write_report
-    from bench.runner import load_runs
+    from bench.runner import load_cost_models, load_runs
 
     runs = load_runs(out_dir / "runs.jsonl")
     meta = json.loads((out_dir / "meta.json").read_text())
     overhead_path = out_dir / "overhead.json"
     overhead = json.loads(overhead_path.read_text()) if overhead_path.exists() else None
-    summary = build_summary(runs, meta, overhead)
+    summary = build_summary(runs, meta, overhead, load_cost_models(out_dir))
     paths = [*write_report(summary, out_dir), *write_plots(summary, runs, out_dir)]
     if overhead is not None:
         paths.append(overhead_path)

@@ -119,7 +119,7 @@ def start_gateway(
             "SPECGW_ADMIN_KEYS": digest(BENCH_ADMIN_KEY),
             "SPECGW_FLAGS_DIR": str(flags_dir),
             "SPECGW_ENGINE_KV_CACHE_GIB": env.get("SPECGW_ENGINE_KV_CACHE_GIB", "1"),
-            "SPECGW_LOG_LEVEL": "warning",
+            "SPECGW_LOG_LEVEL": env.get("SPECGW_LOG_LEVEL", "warning"),
         }
     )
     env.update(config.env)

@@ -16,6 +16,7 @@ from typing import Any
 from bench.runner import RunResult
 from bench.stats import (
     class_ratios,
+    decode_step_s,
     estimated_speed,
     group_runs,
     median_e2e_by_index,
@@ -35,7 +36,10 @@ K0 = "k0"
 
 
 def build_summary(
-    runs: list[RunResult], meta: dict[str, Any], overhead: dict[str, Any] | None = None
+    runs: list[RunResult],
+    meta: dict[str, Any],
+    overhead: dict[str, Any] | None = None,
+    cost_models: dict[str, list[dict[str, Any]]] | None = None,
 ) -> dict[str, Any]:
     cells: dict[str, dict[str, Any]] = defaultdict(dict)
     for (mode, arrival), group in group_runs(runs).items():
@@ -50,6 +54,8 @@ def build_summary(
         "settle": {a: _settle_for(runs, a) for a in arrivals},
         "overhead": overhead,
         "k_by_phase": {a: _k_by_phase(runs, a) for a in arrivals},
+        "step_costs": {a: _step_costs(runs, a) for a in arrivals},
+        "cost_models": cost_models or {},
     }
     summary["checks"] = checks(summary)
     summary["yardsticks"] = yardsticks(summary)
@@ -113,6 +119,23 @@ def _oracle_for(runs: list[RunResult], arrival: str) -> dict[str, Any]:
         "mode_estimated_speed": {
             m: estimated_speed(median_e2e_by_index(rs)) for m, rs in sorted(by_mode.items())
         },
+    }
+
+
+def _step_costs(runs: list[RunResult], arrival: str) -> dict[str, Any]:
+    """Measured decode-step time of each static depth (median over its requests, all
+    repeats) and its cost relative to k = 0's: what the controller's cost model should
+    have learned for this load (`cost_models` holds what it did learn)."""
+    steps: dict[int, list[float]] = defaultdict(list)
+    for r in runs:
+        k = static_depth(r.key.mode)
+        if r.key.arrival == arrival and k is not None:
+            steps[k] += [s for rec in r.records if (s := decode_step_s(rec)) is not None]
+    median_ms = {k: statistics.median(v) * 1000 for k, v in sorted(steps.items()) if v}
+    base = median_ms.get(0)
+    return {
+        "step_ms": {str(k): round(v, 2) for k, v in median_ms.items()},
+        "relative": {str(k): round(v / base, 3) for k, v in median_ms.items()} if base else {},
     }
 
 
@@ -376,6 +399,7 @@ def render_markdown(summary: dict[str, Any]) -> str:
     lines += _class_tables(summary)
     lines += _k_lines(summary)
     lines += _oracle_lines(summary)
+    lines += _step_cost_lines(summary)
     notes = [
         n for arrivals in summary["cells"].values() for c in arrivals.values() for n in c["notes"]
     ]
@@ -516,6 +540,53 @@ def _oracle_lines(summary: dict[str, Any]) -> list[str]:
             f"- {arrival}: estimated speed {_fmt(orc['estimated_speed'])} tokens/s per request "
             f"stream; adaptive {_fmt(orc['mode_estimated_speed'].get(ADAPTIVE))}. Choice: {choice}"
         )
+    return lines
+
+
+def _bucket(concurrency: int) -> int:
+    """The controller's batch bucket for a batch this size (`gateway.control.cost_model`)."""
+    return 1 if concurrency <= 1 else 1 << (concurrency - 1).bit_length()
+
+
+def _step_cost_lines(summary: dict[str, Any]) -> list[str]:
+    """Static modes' measured step costs per depth beside each speculative gateway's cost
+    model as the run left it: where the two disagree, the controller priced depths wrong."""
+    measured = {a: c for a, c in summary.get("step_costs", {}).items() if c.get("relative")}
+    if not measured:
+        return []
+    depths = sorted({int(k) for c in measured.values() for k in c["relative"]})
+    lines = [
+        "",
+        "## Step cost by depth (relative to k = 0)",
+        "",
+        "Measured: each static mode's median decode step (e2e - TTFT over the steps after "
+        "the first token) over all its requests, over k0's. Model: the gateway's cost model "
+        "(`/admin/costs`) at the end of the run, in the batch bucket of that concurrency.",
+        "",
+        "| arrival | source | " + " | ".join(f"k={k}" for k in depths) + " |",
+        "|---|---|" + "---|" * len(depths),
+    ]
+    models = summary.get("cost_models", {})
+    for arrival, cost in sorted(measured.items(), key=lambda kv: (len(kv[0]), kv[0])):
+        rel = cost["relative"]
+        lines.append(
+            f"| {arrival} | measured (k0 step {cost['step_ms'].get('0', 0):.1f} ms) | "
+            + " | ".join(f"{rel[str(k)]:.2f}" if str(k) in rel else "-" for k in depths)
+            + " |"
+        )
+        if not arrival.startswith("c") or not arrival[1:].isdigit():
+            continue
+        bucket = _bucket(int(arrival[1:]))
+        for name, buckets in sorted(models.items()):
+            row = next((b for b in buckets if b.get("batch_bucket") == bucket), None)
+            if row is None:
+                continue
+            rc = row["relative_cost"]
+            lines.append(
+                f"| {arrival} | {name} model (bucket {bucket}) | "
+                + " | ".join(f"{rc[k]:.2f}" if k < len(rc) else "-" for k in depths)
+                + " |"
+            )
     return lines
 
 

@@ -246,11 +246,40 @@ def run_all(
                     run_notes = mode_notes.setdefault(mode.name, [])
                     run_notes += [n for n in prepared if n not in run_notes]
                     asyncio.run(_run_repeat(gw, mode, plan, repeat, bar, sink, run_notes))
+        save_cost_models(gateways, workdir)
     finally:
         gateways.close()
     for run_notes in mode_notes.values():
         notes += run_notes
     return notes
+
+
+COST_MODEL_GLOB = "costs-*.json"
+
+
+def save_cost_models(gateways: _Gateways, workdir: Path) -> None:
+    """Each speculative gateway's cost model as the run left it (`/admin/costs`), saved as
+    `costs-<configuration>.json`: the report sets it beside the step costs the static
+    modes measured, which is how a run shows the controller pricing depths wrong."""
+    auth = {"authorization": f"Bearer {BENCH_ADMIN_KEY}"}
+    for name, (config, gw) in gateways.running.items():
+        if not config.drafter:
+            continue
+        try:
+            answer = httpx.get(f"{gw.base_url}/admin/costs", headers=auth, timeout=10)
+        except httpx.HTTPError:
+            continue
+        if answer.status_code == 200:
+            (workdir / f"costs-{name}.json").write_text(answer.text)
+
+
+def load_cost_models(workdir: Path) -> dict[str, list[dict[str, Any]]]:
+    """Configuration name -> its cost model's buckets, from `save_cost_models`' files."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for path in sorted(workdir.glob(COST_MODEL_GLOB)):
+        body = json.loads(path.read_text())
+        out[path.stem.removeprefix("costs-")] = list(body.get("buckets") or [])
+    return out
 
 
 class JsonlSink:

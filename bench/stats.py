@@ -252,6 +252,16 @@ def _pair_ratio(pairs: Sequence[tuple[int, float, int, float]]) -> float | None:
     return (tokens_a / seconds_a) / (tokens_b / seconds_b)
 
 
+def decode_step_s(record: RequestRecord) -> float | None:
+    """Seconds per decode step of one request as its client saw them: (e2e - TTFT) over
+    the steps after the first token (verify steps when it speculated, else one step per
+    token), the cost the controller's model estimates per depth. None without 3 steps."""
+    steps = record.verify_steps or record.output_tokens
+    if not record.ok or record.ttft is None or steps < 3:
+        return None
+    return (record.e2e - record.ttft) / (steps - 1)
+
+
 def median_e2e_by_index(runs: list[RunResult]) -> dict[int, tuple[float, int]]:
     """Per request index: (median e2e over repeats, output tokens), successful requests only."""
     e2e: dict[int, list[float]] = defaultdict(list)

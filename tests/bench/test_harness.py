@@ -18,7 +18,14 @@ from bench.families import (
 from bench.modes import default_modes, select_modes
 from bench.replay import RequestRecord, request_kwargs
 from bench.report import build_summary, render_markdown, write_report
-from bench.runner import JsonlSink, RunKey, RunPlan, RunResult, load_runs
+from bench.runner import (
+    JsonlSink,
+    RunKey,
+    RunPlan,
+    RunResult,
+    load_cost_models,
+    load_runs,
+)
 from bench.stats import (
     acceptance_length,
     class_ratios,
@@ -363,6 +370,7 @@ def test_repeats_are_interleaved_across_modes_and_each_process_starts_once(
     monkeypatch.setattr(runner, "start_gateway", start)
     monkeypatch.setattr(runner, "_apply_flags", flags)
     monkeypatch.setattr(runner, "_run_repeat", repeat)
+    monkeypatch.setattr(runner, "save_cost_models", lambda *_: None)
     modes = default_modes(2, batch_schedule=False)
     plan = RunPlan(modes, [ClosedLoop(1)], 3, [])
     models = ModelPaths(tmp_path, tmp_path, "none")
@@ -371,3 +379,39 @@ def test_repeats_are_interleaved_across_modes_and_each_process_starts_once(
     assert ran == [(m.name, r) for r in range(3) for m in modes]
     assert sorted(started) == sorted({m.gateway.name for m in modes})
     assert all(p.stopped for p in procs)
+
+
+def test_step_costs_are_measured_per_static_depth_and_set_beside_the_cost_model(
+    tmp_path: Path,
+) -> None:
+    # k0: 10 tokens in 10 steps, 90 ms after the first token -> 10 ms a step; static-k1:
+    # 5 verify steps in 80 ms -> 20 ms; static-k2: 4 steps in 45 ms -> 15 ms.
+    runs = [
+        RunResult(RunKey("k0", "c4", 0), 1.0, [_rec(i, "a", 0, 0, 0.1) for i in range(3)]),
+        RunResult(
+            RunKey("static-k1", "c4", 0),
+            1.0,
+            [_rec(i, "a", 0, 1, 0.09, verify_steps=5) for i in range(3)],
+        ),
+        RunResult(
+            RunKey("static-k2", "c4", 0),
+            1.0,
+            [_rec(i, "a", 0, 2, 0.055, verify_steps=4) for i in range(3)],
+        ),
+        # Adaptive's requests price no depth: only static modes are measured.
+        RunResult(RunKey("adaptive", "c4", 0), 1.0, [_rec(0, "a", 0, 2, 9.0, verify_steps=4)]),
+    ]
+    body = {
+        "object": "cost_model",
+        "buckets": [{"batch_bucket": 4, "relative_cost": [1, 1.1, 1.3]}],
+    }
+    (tmp_path / "costs-spec-adaptive.json").write_text(json.dumps(body))
+    models = load_cost_models(tmp_path)
+    assert models == {"spec-adaptive": body["buckets"]}
+    summary = build_summary(runs, {}, cost_models=models)
+    cost = summary["step_costs"]["c4"]
+    assert cost["step_ms"] == pytest.approx({"0": 10.0, "1": 20.0, "2": 15.0})
+    assert cost["relative"] == pytest.approx({"0": 1.0, "1": 2.0, "2": 1.5})
+    md = render_markdown(summary)
+    assert "| c4 | measured (k0 step 10.0 ms) | 1.00 | 2.00 | 1.50 |" in md
+    assert "| c4 | spec-adaptive model (bucket 4) | 1.00 | 1.10 | 1.30 |" in md

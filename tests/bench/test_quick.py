@@ -72,3 +72,9 @@ def test_quick_summary_and_report_are_well_formed(quick_run: Path) -> None:
     report = (quick_run / "report.md").read_text()
     for heading in ("## Checks", "## Modes", "## Gateway overhead", "## By class"):
         assert heading in report
+    # Every speculative gateway's cost model, saved at the end and set in the report
+    # beside the step costs the static modes measured.
+    assert set(summary["cost_models"]) == {"spec", "spec-adaptive"}
+    assert all(buckets for buckets in summary["cost_models"].values())
+    assert summary["step_costs"]["c4"]["relative"]["0"] == 1.0
+    assert "| c4 | spec-adaptive model (bucket 4) |" in report
