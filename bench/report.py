@@ -25,6 +25,7 @@ from bench.stats import (
     settle_points,
     summarise_cell,
 )
+from gateway.control.cost_model import batch_bucket
 
 ADAPTIVE = "adaptive"
 #: Adaptive with every class's `batch-floor` at 0.98 (`bench.modes`).
@@ -543,11 +544,6 @@ def _oracle_lines(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _bucket(concurrency: int) -> int:
-    """The controller's batch bucket for a batch this size (`gateway.control.cost_model`)."""
-    return 1 if concurrency <= 1 else 1 << (concurrency - 1).bit_length()
-
-
 def _step_cost_lines(summary: dict[str, Any]) -> list[str]:
     """Static modes' measured step costs per depth beside each speculative gateway's cost
     model as the run left it: where the two disagree, the controller priced depths wrong."""
@@ -576,7 +572,7 @@ def _step_cost_lines(summary: dict[str, Any]) -> list[str]:
         )
         if not arrival.startswith("c") or not arrival[1:].isdigit():
             continue
-        bucket = _bucket(int(arrival[1:]))
+        bucket = batch_bucket(int(arrival[1:]))
         for name, buckets in sorted(models.items()):
             row = next((b for b in buckets if b.get("batch_bucket") == bucket), None)
             if row is None:

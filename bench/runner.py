@@ -125,9 +125,12 @@ async def _apply_flags(gw: GatewayProcess, mode: Mode, plan: RunPlan) -> int | N
     return await _probe_k(gw, mode, plan, tries=3)
 
 
+#: The admin endpoints' credentials on every bench gateway.
+ADMIN_AUTH = {"authorization": f"Bearer {BENCH_ADMIN_KEY}"}
+
+
 async def _reset_prefix_cache(gw: GatewayProcess) -> bool:
-    auth = {"authorization": f"Bearer {BENCH_ADMIN_KEY}"}
-    async with httpx.AsyncClient(base_url=gw.base_url, headers=auth, timeout=30) as client:
+    async with httpx.AsyncClient(base_url=gw.base_url, headers=ADMIN_AUTH, timeout=30) as client:
         answer = await client.post("/admin/prefix-cache/reset")
     return answer.status_code == 200 and bool(answer.json().get("reset"))
 
@@ -261,12 +264,11 @@ def save_cost_models(gateways: _Gateways, workdir: Path) -> None:
     """Each speculative gateway's cost model as the run left it (`/admin/costs`), saved as
     `costs-<configuration>.json`: the report sets it beside the step costs the static
     modes measured, which is how a run shows the controller pricing depths wrong."""
-    auth = {"authorization": f"Bearer {BENCH_ADMIN_KEY}"}
     for name, (config, gw) in gateways.running.items():
         if not config.drafter:
             continue
         try:
-            answer = httpx.get(f"{gw.base_url}/admin/costs", headers=auth, timeout=10)
+            answer = httpx.get(f"{gw.base_url}/admin/costs", headers=ADMIN_AUTH, timeout=10)
         except httpx.HTTPError:
             continue
         if answer.status_code == 200:
