@@ -31,6 +31,7 @@ from engine.interface import (
     InvalidRequestError,
     RequestOutcome,
     SpeculationOutcome,
+    StepListener,
 )
 
 
@@ -220,6 +221,9 @@ class FakeEngine:
     async def reset_prefix_cache(self) -> bool:
         """The fake keeps no KV cache: there is nothing to drop, except while requests run."""
         return not self._running and not self._dead and not self._closed
+
+    def on_step(self, listener: StepListener | None) -> None:
+        """The fake times no steps: its cost model learns from finished requests alone."""
 
     async def health(self) -> EngineHealth:
         alive = not self._dead and not self._closed

@@ -8,7 +8,7 @@ trait: generate a stream, abort, health, shutdown.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -73,6 +73,27 @@ class RequestOutcome:
     decode_steps: int = 0
     #: Prompt tokens served from the prefix cache (not prefilled again).
     cached_prompt_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class EngineStep:
+    """One engine step as the engine core timed it (`engine.step_clock`).
+
+    Requests in their prompt's prefill (a chunk of it, or all) are `prefill_*`; the
+    others decode, each scheduling 1 + its verified drafts, so `decode_tokens` -
+    `decode_requests` is the step's drafts. `seconds` is the core's period from the
+    previous step's end to this one's, only sent while the core had work throughout.
+    """
+
+    seconds: float
+    decode_requests: int
+    decode_tokens: int
+    prefill_requests: int = 0
+    prefill_tokens: int = 0
+
+
+#: Called on the gateway's event loop with every timed engine step.
+StepListener = Callable[[EngineStep], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +181,11 @@ class Engine(Protocol):
 
     async def reset_prefix_cache(self) -> bool:
         """Drop every cached prefix block; False (nothing dropped) while requests hold blocks."""
+        ...
+
+    def on_step(self, listener: StepListener | None) -> None:
+        """Hear every timed engine step from now on (None: stop); an engine that does not
+        time its steps never calls it, and the cost model learns from requests alone."""
         ...
 
     async def shutdown(self) -> None: ...

@@ -48,10 +48,12 @@ from typing import Any
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.output import SchedulerOutput
 from vllm.v1.core.sched.scheduler import Scheduler
-from vllm.v1.outputs import DraftTokenIds
+from vllm.v1.engine import EngineCoreOutputs
+from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
 from vllm.v1.request import Request
 
 from engine.interface import SPEC_CAP_ARG, SPEC_DEPTH_ARG
+from engine.step_clock import StepClock
 
 #: Appended to a k = 0 request's cache salt: its blocks lack drafter KV (see above).
 DEPTH_ZERO_SALT = "specgw:k0"
@@ -98,6 +100,18 @@ class _DepthCap:
             max_seqs = self.scheduler_config.max_num_seqs  # type: ignore[attr-defined]
             self.dynamic_sd_lookup = [self.num_spec_tokens] * (max_seqs + 1)
         self._depth_zero_hits_whole_blocks()
+        self._step_clock = StepClock()
+
+    def update_from_output(
+        self, scheduler_output: SchedulerOutput, model_runner_output: ModelRunnerOutput
+    ) -> dict[int, EngineCoreOutputs]:
+        """vLLM's update, then the step's period for the cost model (`engine.step_clock`)."""
+        outputs: dict[int, EngineCoreOutputs] = super().update_from_output(  # type: ignore[misc]
+            scheduler_output, model_runner_output
+        )
+        busy = self.get_num_unfinished_requests() > 0  # type: ignore[attr-defined]
+        self._step_clock.stamp(scheduler_output, outputs, busy)
+        return outputs
 
     def add_request(self, request: Request) -> None:
         new = request.request_id not in self.requests

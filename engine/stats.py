@@ -4,11 +4,13 @@ Health needs two things vLLM does not hand the front-end directly: whether work
 is admitted but nothing comes out (a stall), and how many requests the engine
 core itself holds. The first is tracked here around every stream; the second
 arrives with every engine-core output batch as `SchedulerStats`, which a stat
-logger (vLLM's `StatLoggerBase` plug-in point) copies here.
+logger (vLLM's `StatLoggerBase` plug-in point) copies here. The same stats carry
+each step's timing (`engine.step_clock`), which goes to the step listener.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -16,6 +18,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from vllm.v1.metrics.loggers import StatLoggerBase
+
+from engine.interface import EngineStep, StepListener
+
+#: vLLM's `LoggingStatLogger` logs every step's `iteration_details` at info ("Iteration(").
+_VLLM_STAT_LOGGER = "vllm.v1.metrics.loggers"
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +41,7 @@ class EngineActivity:
         self._in_flight = 0
         self._last_progress = time.monotonic()
         self._counts = CoreCounts()
+        self._on_step: StepListener | None = None
 
     @contextmanager
     def track(self) -> Iterator[None]:
@@ -64,6 +72,23 @@ class EngineActivity:
     def counts(self) -> CoreCounts:
         return self._counts
 
+    def on_step(self, listener: StepListener | None) -> None:
+        self._on_step = listener
+
+    def record_step(self, details: Any) -> None:
+        """One step's `SchedulerIterationDetails` (`engine.step_clock`) to the listener."""
+        if self._on_step is None or details.is_dummy or details.elapsed_ms <= 0:
+            return
+        self._on_step(
+            EngineStep(
+                details.elapsed_ms / 1000.0,
+                int(details.num_generation_requests),
+                int(details.num_generation_tokens),
+                int(details.num_ctx_requests),
+                int(details.num_ctx_tokens),
+            )
+        )
+
     def logger_factory(self) -> Callable[..., StatLoggerBase]:
         """A vLLM `StatLoggerFactory` whose loggers report into this object."""
 
@@ -92,6 +117,28 @@ class SchedulerCountsLogger(StatLoggerBase):
             self._activity.record_counts(
                 int(scheduler_stats.num_running_reqs), int(scheduler_stats.num_waiting_reqs)
             )
+            details = getattr(scheduler_stats, "iteration_details", None)
+            if details is not None:
+                self._activity.record_step(details)
 
     def log_engine_initialized(self) -> None:
         return None
+
+
+class _NoStepLines(logging.Filter):
+    """Drops vLLM's per-step "Iteration(...)" info lines, keeps its periodic summaries."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Iteration(" not in str(record.msg)
+
+
+def quiet_step_lines() -> None:
+    """Keep vLLM's default stat logger from logging every timed step (idempotent).
+
+    The scheduler fills each step's `iteration_details` (`engine.step_clock`); vLLM's
+    logger prints any it finds, a line per step, which it was never meant to do
+    unless `--enable-logging-iteration-details` asked for it.
+    """
+    logger = logging.getLogger(_VLLM_STAT_LOGGER)
+    if not any(isinstance(f, _NoStepLines) for f in logger.filters):
+        logger.addFilter(_NoStepLines())

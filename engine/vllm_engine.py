@@ -41,10 +41,11 @@ from engine.interface import (
     GenerationChunk,
     InvalidRequestError,
     RequestOutcome,
+    StepListener,
 )
 from engine.outcome import request_outcome
 from engine.settings import EngineSettings
-from engine.stats import EngineActivity
+from engine.stats import EngineActivity, quiet_step_lines
 
 OutcomeCallback = Callable[[str, RequestOutcome], None]
 
@@ -133,6 +134,8 @@ class VLLMEngine:
         os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(settings.kv_cache_gib)
         activity = EngineActivity()
         args = engine_args(settings)
+        if not settings.extra_args.get("enable_logging_iteration_details"):
+            quiet_step_lines()  # the scheduler times every step (`engine.step_clock`)
         llm = AsyncLLM.from_engine_args(args, stat_loggers=[activity.logger_factory()])
         k_max = settings.max_depth if args.speculative_config else 0
         engine = cls(llm, settings, activity, k_max)
@@ -311,6 +314,9 @@ class VLLMEngine:
     @property
     def activity(self) -> EngineActivity:
         return self._activity
+
+    def on_step(self, listener: StepListener | None) -> None:
+        self._activity.on_step(listener)
 
 
 class OutcomeTapClient:

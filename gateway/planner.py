@@ -65,6 +65,8 @@ class Planner(Protocol):
 
     def observe(self, plan: Plan, outcome: RequestOutcome, load: Load) -> None: ...
 
+    def observe_step(self, batch: int, depth: int, seconds: float) -> None: ...
+
 
 class ControllerPlanner:
     """The adaptive controller behind the `Planner` seam, steered by the ops flags.
@@ -123,6 +125,9 @@ class ControllerPlanner:
     def observe(self, plan: Plan, outcome: RequestOutcome, load: Load) -> None:
         cls, decision = plan.handle
         self.controller.observe(cls, decision, outcome, load)
+
+    def observe_step(self, batch: int, depth: int, seconds: float) -> None:
+        self.controller.observe_step(batch, depth, seconds)
 
 
 class FlagOverrides:

@@ -67,6 +67,7 @@ class Runtime:
         assert slot.frontend is not None
         self.engine, self.frontend = slot.engine, slot.frontend
         self.service.rebind(slot.frontend, slot.engine.abort)
+        slot.engine.on_step(self.service.observe_step)
         self.ready = True
 
     def fatal(self) -> None:
@@ -192,6 +193,7 @@ async def _control_plane(
     telemetry = GatewayTelemetry(metrics, settings.served_model_name)
     service, admission = build_service(settings, frontend, planner, board, telemetry)
     service.set_aborter(engine.abort)
+    engine.on_step(service.observe_step)  # after calibration: its requests are not in flight
 
     def render() -> tuple[bytes, str]:
         metrics.set_load(admission.queued, admission.running)

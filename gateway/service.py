@@ -14,7 +14,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, 
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from engine.interface import InvalidRequestError, RequestOutcome
+from engine.interface import EngineStep, InvalidRequestError, RequestOutcome
 from engine.openai_frontend import RESERVED_XARGS, OpenAIFrontend
 from engine.protocol import ChatCompletionRequest, CompletionRequest, ErrorResponse
 from gateway import limits
@@ -153,6 +153,25 @@ class InferenceService:
         #: gateway id -> the engine's request id, for aborting at the drain deadline.
         self._inflight: dict[str, str] = {}
         self._abort: Callable[[str], Awaitable[None]] | None = None
+
+    def observe_step(self, step: EngineStep) -> None:
+        """One timed engine step (`Engine.on_step`) to the cost model, if its batch is known.
+
+        The step's cost is its batch's: how many requests, at which depth (the
+        deepest request's, `gateway.control.batch_load`). The engine reports how many
+        requests decoded and how many tokens they scheduled (1 + k each); when those
+        are exactly the requests the gateway has in flight, the step ran at
+        `BatchLoad.deepest`. Steps that also prefilled a prompt measured that prompt
+        (its cost is the first token's, not a decode step's), and steps around a
+        request's entry or exit do not match: neither is filed.
+        """
+        batch = self._batch
+        if (
+            step.prefill_requests == 0
+            and step.decode_requests == batch.in_flight > 0
+            and step.decode_tokens == batch.step_tokens()
+        ):
+            self._planner.observe_step(step.decode_requests, batch.deepest, step.seconds)
 
     def set_aborter(self, abort: Callable[[str], Awaitable[None]]) -> None:
         self._abort = abort

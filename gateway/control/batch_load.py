@@ -15,7 +15,8 @@ So the gateway keeps, for the requests it has in the engine, their count and
 the largest k among them, integrated over time; each request leaves with the
 means over its own life, and the cost model files its step time at that depth
 and batch size (`CostModel.observe`). O(1) per request (the largest k is over
-the distinct depths in flight, at most K + 1), no per-step work.
+the distinct depths in flight, at most K + 1), no per-step work. Where the engine
+times its steps, the same counts say at which depth a step ran (`step_tokens`).
 
 For the same reason one class's k is every batch-mate's cost: a class at k = 0
 beside one at k = 3 paid for three drafts a step and gained nothing (concurrency
@@ -234,6 +235,14 @@ class BatchLoad:
     @property
     def in_flight(self) -> int:
         return self._n
+
+    def step_tokens(self) -> int:
+        """Tokens one decode step of every request in flight schedules: 1 + its k each.
+
+        An engine step that scheduled exactly these (and these many requests) ran
+        this batch at `deepest` (`InferenceService.observe_step`).
+        """
+        return sum(n * (1 + d) for d, n in self._at.items())
 
     @property
     def deepest(self) -> int:

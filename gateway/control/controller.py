@@ -76,6 +76,7 @@ class Controller:
             s.prior_batch_saturation,
             s.cost_prior_weight,
             s.cost_forgetting,
+            s.cost_step_forgetting,
         )
         self._classifier = Classifier(
             s.max_classes, s.class_idle_s, s.classify_cache_size, clock, self._evicted
@@ -244,6 +245,11 @@ class Controller:
                 break
             d -= 1
         return d
+
+    def observe_step(self, batch: int, depth: int, seconds: float) -> None:
+        """One timed engine step of `batch` decoding requests at batch depth `depth`
+        (`CostModel.observe_step`): the cost model's evidence once the engine sends it."""
+        self._cost.observe_step(batch, depth, seconds)
 
     def observe(
         self,

@@ -6,10 +6,14 @@ per-depth forgetting means of measured steps of finished requests (below):
 
     step_s(k, b) = a_b + s_b * k.
 
-One request contributes (d, (e2e - ttft) / (decode_steps - 1)) once it has two
-or more decode steps, d being the largest k of the batch it ran in, averaged over
-its life (its own k where the gateway does not track its batch; see
-`gateway.control.batch_load`).
+Where the engine times its steps (`engine.step_clock`), each decode step whose
+batch the gateway knows is one sample at (its requests, the batch's largest k)
+(`observe_step`). Otherwise one request contributes (d, (e2e - ttft) /
+(decode_steps - 1)) once it has two or more decode steps, d being the largest k
+of the batch it ran in, averaged over its life (its own k where the gateway does
+not track its batch; see `gateway.control.batch_load`); in mixed traffic few
+lives ran at one depth without other requests' prefill, so few may be filed and
+the model stayed near its start-up calibration (concurrency 4, 2026-11-25).
 The line's prior fixes only its *shape*, never the scale:
 two pseudo-points of weight `prior_weight / 2` each at k = kbar -+ K/2 on the
 line through the bucket's observed mean (kbar, level) with relative slope
@@ -119,6 +123,10 @@ class CostModel:
     prior_batch_saturation: float
     prior_weight: float
     forgetting: float
+    #: Per-sample forgetting of engine steps (`observe_step`); `forgetting` is per request.
+    step_forgetting: float = 0.002
+    #: Set by the first engine step: requests' step times are no longer filed.
+    _steps_fed: bool = False
     _sums: dict[int, _Sums] = field(default_factory=dict)
     _pending: dict[int, _Sums] = field(default_factory=dict)
     _lines: dict[int, tuple[float, float]] = field(default_factory=dict)
@@ -163,29 +171,54 @@ class CostModel:
         its batch ran at, and counting it there ends the probing. `clean` False (its
         steps carried much prefill of other requests, `observe_outcome`) files it
         at no depth either.
+
+        Once the engine times its steps (`observe_step`), a request's mean over its
+        life is no longer filed at all: the steps it ran in were, one by one.
         """
         bucket = batch_bucket(batch)
-        at = float(k) if depth is None else min(max(depth, 0.0), float(self.max_k))
-        sums = self._sums.setdefault(bucket, _Sums())
-        sums.scale(1.0 - self.forgetting)
-        sums.add(at, seconds)
-        self._pending.setdefault(bucket, _Sums()).add(at, seconds)
         if 0 <= k <= self.max_k:
-            near = round(at)
-            if clean and abs(at - near) <= MIXED_DEPTH:
-                # Each depth forgets only as it gets news of its own: decayed by other
-                # depths' samples, a depth the traffic no longer visits lost its
-                # calibration and fell back to the line, whose prior slope is a GPU's
-                # (2026-11-24, concurrency 4: classes crept from k = 2 to 4).
-                keep = 1.0 - self.forgetting
-                row = self._depth_table(self._per_k, bucket)[near]
-                row[0] = row[0] * keep + 1.0
-                row[1] = row[1] * keep + seconds
-                pending = self._depth_table(self._pending_k, bucket)[near]
-                pending[0] += 1.0
-                pending[1] += seconds
             self._seen_row(bucket)[k] += 1.0
             self._seen_row(bucket, self._pending_seen)[k] += 1.0
+        if self._steps_fed:
+            return
+        at = float(k) if depth is None else min(max(depth, 0.0), float(self.max_k))
+        self._file(bucket, at, seconds, clean and 0 <= k <= self.max_k, self.forgetting)
+
+    def observe_step(self, batch: int, depth: int, seconds: float) -> None:
+        """File one engine step of `batch` decoding requests at batch depth `depth`.
+
+        Each step is one sample, forgotten at `step_forgetting` per step of its own
+        depth (steps come some hundred times as often as finished requests). The
+        caller files only steps whose batch it knows: no prefill in them, and the
+        requests and drafts the engine scheduled those the gateway has in flight
+        (`InferenceService.observe_step`).
+        """
+        self._steps_fed = True
+        if 0 <= depth <= self.max_k and seconds > 0.0:
+            self._file(batch_bucket(batch), float(depth), seconds, True, self.step_forgetting)
+
+    def _file(
+        self, bucket: int, at: float, seconds: float, per_depth: bool, forgetting: float
+    ) -> None:
+        """Add one step-time sample at depth `at` to the bucket's line and, when `at` is
+        (within MIXED_DEPTH of) a whole depth and `per_depth`, to that depth's mean."""
+        sums = self._sums.setdefault(bucket, _Sums())
+        sums.scale(1.0 - forgetting)
+        sums.add(at, seconds)
+        self._pending.setdefault(bucket, _Sums()).add(at, seconds)
+        near = round(at)
+        if per_depth and abs(at - near) <= MIXED_DEPTH:
+            # Each depth forgets only as it gets news of its own: decayed by other
+            # depths' samples, a depth the traffic no longer visits lost its
+            # calibration and fell back to the line, whose prior slope is a GPU's
+            # (2026-11-24, concurrency 4: classes crept from k = 2 to 4).
+            keep = 1.0 - forgetting
+            row = self._depth_table(self._per_k, bucket)[near]
+            row[0] = row[0] * keep + 1.0
+            row[1] = row[1] * keep + seconds
+            pending = self._depth_table(self._pending_k, bucket)[near]
+            pending[0] += 1.0
+            pending[1] += seconds
         # Refit after every sample while a bucket is young, then every REFIT_EVERY:
         # the line moves slowly (the per-depth means, recomputed every sample, carry news).
         since = self._since_fit.get(bucket, 0) + 1

@@ -152,7 +152,18 @@ class ControllerSettings(BaseSettings):
         48, ge=4, le=512, description="Tokens each start-up calibration request generates."
     )
     cost_forgetting: float = Field(
-        0.01, ge=0, lt=1, description="Per-sample forgetting of cost-model statistics."
+        0.01,
+        ge=0,
+        lt=1,
+        description="Per-request forgetting of cost-model statistics (engines that do not "
+        "time their steps).",
+    )
+    cost_step_forgetting: float = Field(
+        0.002,
+        ge=0,
+        lt=1,
+        description="Per-step forgetting of the engine's timed steps at one depth and load "
+        "bucket (a memory of about 1 / this many steps).",
     )
 
     # ---- drift ------------------------------------------------------------------------

@@ -169,3 +169,16 @@ def test_riders_follow_the_depth_a_request_chose_and_never_anchor_it() -> None:
     load.leave(riding)
     load.leave(later)
     assert (load.deepest, load.anchored, load.in_flight) == (0, 0, 0)
+
+
+def test_step_tokens_count_one_plus_k_for_each_request_in_flight() -> None:
+    load = BatchLoad(clock=lambda: 0.0)
+    assert load.step_tokens() == 0
+    first = load.enter(3)
+    load.enter(0)
+    load.enter(1)
+    assert load.step_tokens() == 4 + 1 + 2
+    load.cap(1)  # the engine lowered the k = 3 request for a newcomer
+    assert load.step_tokens() == 2 + 1 + 2
+    load.leave(first)
+    assert load.step_tokens() == 1 + 2

@@ -218,3 +218,36 @@ def test_steps_that_carried_other_requests_prefill_are_filed_at_no_depth() -> No
     for _ in range(40):
         model.observe_outcome(outcome, 4, 0.0, prefill=32 * 4)  # 1 token/step/request
     assert model.relative_costs(4)[1] < 0.5 * before[1]  # k = 0 now looks dear
+
+
+def test_engine_steps_take_over_from_requests_once_they_arrive() -> None:
+    """Calibration's requests set the first prices; once the engine times its steps,
+    those are filed (one sample each, at the batch's depth) and a finished request only
+    counts as a run at its k: its mean over its life would file the same steps twice."""
+    model = _calibrated((0.010, 0.013, 0.015, 0.017, 0.019), batch=4, rounds=4)
+    filed_before = model.report()[0]["filed"]
+    assert isinstance(filed_before, list)
+    for _ in range(300):
+        model.observe_step(4, 1, 0.020)  # k = 1 now costs 2x k = 0's calibrated price
+        model.observe_step(3, 0, 0.010)
+    costs = model.relative_costs(4)
+    assert costs[1] == pytest.approx(2.0, rel=0.02)
+    before = model.report()[0]
+    model.observe(2, 4, 0.050)  # a request's own mean: counted, not filed
+    after = model.report()[0]
+    assert after["samples"][2] == before["samples"][2] + 1  # type: ignore[index]
+    assert after["filed"] == before["filed"]
+    assert model.relative_costs(4) == costs
+    # Steps forget per step of their own depth: 300 steps at 0.002 leave the
+    # calibration's 4 samples at 0.55 of their weight, the steps' own weight near 226.
+    assert after["filed"][1] == pytest.approx(  # type: ignore[index]
+        filed_before[1] * 0.998**300 + (1 - 0.998**300) / 0.002, rel=0.01
+    )
+
+
+def test_steps_outside_the_depths_are_ignored() -> None:
+    model = _calibrated(MEASURED, batch=1, rounds=3)
+    costs = model.relative_costs(1)
+    model.observe_step(1, 9, 0.5)
+    model.observe_step(1, 2, 0.0)
+    assert model.relative_costs(1) == costs

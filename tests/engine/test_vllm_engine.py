@@ -7,6 +7,7 @@ speculative engine serves every test of the module.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 
 import pytest
@@ -18,6 +19,7 @@ from engine.interface import (
     GATEWAY_ID_ARG,
     SPEC_CAP_ARG,
     SPEC_DEPTH_ARG,
+    EngineStep,
     GenerateRequest,
     RequestOutcome,
 )
@@ -217,6 +219,45 @@ async def test_serving_client_taps_outcome_before_final_output(
     async for _ in engine.serving_client.generate("hello", params2, "tap-2"):
         pass
     assert tapped.got == before
+
+
+async def test_the_engine_times_every_step_of_a_busy_core(engine: VLLMEngine) -> None:
+    """Each step's period arrives with what it scheduled (`engine.step_clock`): two
+    requests at k = 2 decode in steps of 2 x (1 + 2) tokens, and the steps, which
+    follow one another, add up to no more than the requests' wall time."""
+    steps: list[EngineStep] = []
+    engine.on_step(steps.append)
+    started = time.monotonic()
+    try:
+        results = await asyncio.gather(
+            *(
+                collect(
+                    engine,
+                    GenerateRequest(
+                        request_id=f"steps-{i}",
+                        prompt=GREEDY_PROMPTS[i],
+                        max_tokens=32,
+                        ignore_eos=True,
+                        k=2,
+                    ),
+                )
+                for i in range(2)
+            )
+        )
+    finally:
+        engine.on_step(None)
+    wall = time.monotonic() - started
+    outcomes = [outcome for _, outcome in results]
+    both = [s for s in steps if s.decode_requests == 2 and s.prefill_requests == 0]
+    assert both, steps
+    assert all(s.decode_tokens == 2 * 3 for s in both)
+    assert all(s.seconds > 0 for s in steps)
+    assert sum(s.seconds for s in steps) <= wall
+    # Every decode step of the longer-lived request is timed, but the first step
+    # (a prefill that began with the core idle) is not: its period started idle.
+    decoding = [s for s in steps if s.decode_requests > 0]
+    assert len(decoding) >= max(o.decode_steps for o in outcomes) - 1
+    assert all(s.decode_requests <= 2 and s.decode_tokens <= 2 * 3 for s in steps)
 
 
 async def test_k0_only_steps_skip_the_drafter(engine: VLLMEngine) -> None:

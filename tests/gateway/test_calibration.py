@@ -18,6 +18,7 @@ from engine.interface import (
     GenerationChunk,
     RequestOutcome,
     SpeculationOutcome,
+    StepListener,
 )
 from gateway.calibration import PROMPT, calibrate
 from gateway.control.cost_model import CostModel
@@ -75,6 +76,9 @@ class StepClock:
 
     async def reset_prefix_cache(self) -> bool:
         return True
+
+    def on_step(self, listener: StepListener | None) -> None:
+        return None
 
     async def shutdown(self) -> None:
         return None

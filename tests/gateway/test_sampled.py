@@ -9,7 +9,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from gateway.control.settings import ControllerSettings
 from tests.gateway.conftest import (
     ADMIN_KEY,
     GatewayProcess,
@@ -104,9 +103,11 @@ def test_a_request_is_costed_at_the_depth_of_the_batch_it_ran_in(
     sampling_off: GatewayProcess,
 ) -> None:
     """A k = 0 request (sampled, on a gateway set not to speculate those) running beside
-    three speculating ones paid steps at their depth: the cost model files its step time
-    at the largest k in its batch, not at k = 0, so k = 0 does not look dear and speculation cheap
-    (`gateway.control.batch_load`). It still counts as a run at k = 0 (`samples`)."""
+    three speculating ones paid steps at their depth: the cost model files the engine's
+    timed steps of that batch at the largest k in it, never at k = 0, so k = 0 does not
+    look dear and speculation cheap (`gateway.control.batch_load`,
+    `InferenceService.observe_step`). The request still counts as a run at k = 0
+    (`samples`), and its own mean step time is not filed on top of its steps."""
     gateway = sampling_off
     messages = [
         {"role": "system", "content": "You write long lists about rivers for the batch test."},
@@ -140,7 +141,8 @@ def test_a_request_is_costed_at_the_depth_of_the_batch_it_ran_in(
     assert sampled.headers["x-specgw-k"] == "0"
     depth = max(ks)
     assert depth > 0
-    kept = 1 - ControllerSettings().cost_forgetting
     assert after["samples"][0] == before["samples"][0] + 1  # a run at k = 0 ...
     assert after["filed"][0] <= before["filed"][0]  # ... not costed as a k = 0 step
-    assert after["filed"][depth] == pytest.approx(kept * before["filed"][depth] + 1, abs=0.01)
+    # Its ~24 steps at the batch's depth, each one sample (a request's own mean would
+    # have added one sample, less the forgetting of the ones before).
+    assert after["filed"][depth] > before["filed"][depth] + 1
