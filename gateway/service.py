@@ -51,6 +51,8 @@ class Telemetry(Protocol):
 
     def request_shed(self, endpoint: str, error: GatewayError) -> None: ...
 
+    def engine_step(self, filed: bool) -> None: ...
+
 
 @dataclass(slots=True)
 class JsonReply:
@@ -166,12 +168,15 @@ class InferenceService:
         request's entry or exit do not match: neither is filed.
         """
         batch = self._batch
-        if (
+        filed = (
             step.prefill_requests == 0
             and step.decode_requests == batch.in_flight > 0
             and step.decode_tokens == batch.step_tokens()
-        ):
+        )
+        if filed:
             self._planner.observe_step(step.decode_requests, batch.deepest, step.seconds)
+        if self._telemetry is not None:
+            self._telemetry.engine_step(filed)
 
     def set_aborter(self, abort: Callable[[str], Awaitable[None]]) -> None:
         self._abort = abort

@@ -66,6 +66,9 @@ class GatewayTelemetry:
             },
         )
 
+    def engine_step(self, filed: bool) -> None:
+        self._metrics.record_engine_step(filed)
+
     def request_shed(self, endpoint: str, error: GatewayError) -> None:
         """A request refused at the edge, before it was parsed: it has no class yet."""
         self._metrics.record_request(UNCLASSIFIED, error.status, error.kind.openai_type)

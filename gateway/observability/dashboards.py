@@ -175,6 +175,22 @@ def drift_dashboard() -> Dashboard:
                 unit="short",
                 min=0,
             ),
+            Panel(
+                "Engine steps/s the cost model filed",
+                "timeseries",
+                (
+                    Target(
+                        f"sum by (filed) (rate(specgw_engine_steps_total{RI}))",
+                        "filed={{filed}}",
+                    ),
+                ),
+                (0, 41, 24, 7),
+                "Timed engine steps, by whether the step-cost model filed them: decode-only "
+                "steps whose batch the gateway knows. A filed share near 0 under load leaves "
+                "the depths priced at their start-up calibration.",
+                unit="short",
+                min=0,
+            ),
         ),
         annotations=(
             Annotation(

@@ -217,6 +217,16 @@ class GatewayMetrics:
         self.engine_ready = Gauge(
             "specgw_engine_ready", "1 when the engine is ready to serve, else 0.", registry=r
         )
+        engine_steps = Counter(
+            "specgw_engine_steps",
+            "Timed engine steps heard, by whether the cost model filed them (decode-only "
+            "steps whose batch the gateway knows).",
+            ["filed"],
+            registry=r,
+        )
+        #: Bound once: `record_engine_step` runs for every engine step.
+        self._steps_filed = engine_steps.labels("true")
+        self._steps_skipped = engine_steps.labels("false")
         for flag in self._flags:
             self.flag_state.labels(flag)
         self.set_redis_state("disabled")
@@ -344,6 +354,13 @@ class GatewayMetrics:
 
     def set_engine_ready(self, ready: bool) -> None:
         self.engine_ready.set(1 if ready else 0)
+
+    def record_engine_step(self, filed: bool) -> None:
+        """One timed engine step; the filed share says how well the cost model is fed::
+
+        rate(specgw_engine_steps_total{filed="true"}[5m]) / rate(specgw_engine_steps_total[5m])
+        """
+        (self._steps_filed if filed else self._steps_skipped).inc()
 
 
 def render_metrics(registry: CollectorRegistry) -> tuple[bytes, str]:

@@ -3,6 +3,7 @@ that is exact, at k = 0 where the engine is set not to (`sampled_speculation: of
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -146,3 +147,8 @@ def test_a_request_is_costed_at_the_depth_of_the_batch_it_ran_in(
     # Its ~24 steps at the batch's depth, each one sample (a request's own mean would
     # have added one sample, less the forgetting of the ones before).
     assert after["filed"][depth] > before["filed"][depth] + 1
+    with gateway.http() as http:
+        exposition = http.get("/metrics").text
+    filed = re.search(r'^specgw_engine_steps_total\{filed="true"\} (\S+)$', exposition, re.M)
+    assert filed is not None
+    assert float(filed.group(1)) > 1

@@ -51,6 +51,8 @@ def populate(metrics: GatewayMetrics) -> None:
     metrics.set_redis_state("up")
     metrics.set_load(waiting=2, running=5)
     metrics.set_engine_ready(True)
+    metrics.record_engine_step(True)
+    metrics.record_engine_step(False)
 
 
 @pytest.fixture
