@@ -72,6 +72,10 @@ PREFILL_PER_STEP = 2.0
 #: version alone: the policy's hysteresis dwarfs it, and every version bump makes
 #: each class re-run the policy on its next request (issue 5's 20 us budget).
 COST_TOLERANCE = 0.01
+#: Engine steps of a bucket between two recomputations of its costs: one step moves a
+#: depth's mean by about `step_forgetting` of the gap, far below COST_TOLERANCE, and
+#: a recomputation costs tens of microseconds, per step a share of a core.
+STEPS_PER_REFRESH = 8
 
 
 def batch_bucket(batch: int) -> int:
@@ -127,6 +131,8 @@ class CostModel:
     step_forgetting: float = 0.002
     #: Set by the first engine step: requests' step times are no longer filed.
     _steps_fed: bool = False
+    #: Per bucket: engine steps filed (`observe_step`), for STEPS_PER_REFRESH.
+    _steps: dict[int, int] = field(default_factory=dict)
     _sums: dict[int, _Sums] = field(default_factory=dict)
     _pending: dict[int, _Sums] = field(default_factory=dict)
     _lines: dict[int, tuple[float, float]] = field(default_factory=dict)
@@ -195,13 +201,24 @@ class CostModel:
         """
         self._steps_fed = True
         if 0 <= depth <= self.max_k and seconds > 0.0:
-            self._file(batch_bucket(batch), float(depth), seconds, True, self.step_forgetting)
+            bucket = batch_bucket(batch)
+            count = self._steps.get(bucket, 0) + 1
+            self._steps[bucket] = count
+            refresh = count % STEPS_PER_REFRESH == 0 or bucket not in self._versioned
+            self._file(bucket, float(depth), seconds, True, self.step_forgetting, refresh)
 
     def _file(
-        self, bucket: int, at: float, seconds: float, per_depth: bool, forgetting: float
+        self,
+        bucket: int,
+        at: float,
+        seconds: float,
+        per_depth: bool,
+        forgetting: float,
+        refresh: bool = True,
     ) -> None:
         """Add one step-time sample at depth `at` to the bucket's line and, when `at` is
-        (within MIXED_DEPTH of) a whole depth and `per_depth`, to that depth's mean."""
+        (within MIXED_DEPTH of) a whole depth and `per_depth`, to that depth's mean;
+        recompute the bucket's costs if `refresh` (else they wait for a later sample)."""
         sums = self._sums.setdefault(bucket, _Sums())
         sums.scale(1.0 - forgetting)
         sums.add(at, seconds)
@@ -226,7 +243,8 @@ class CostModel:
             since = 0
             self._lines.pop(bucket, None)
         self._since_fit[bucket] = since
-        self._refresh(bucket)
+        if refresh:
+            self._refresh(bucket)
 
     def _depth_table(self, tables: dict[int, list[list[float]]], bucket: int) -> list[list[float]]:
         table = tables.get(bucket)
