@@ -68,6 +68,17 @@ QUICK = Size(
 )
 
 
+def select_arrivals(available: list[Arrival], names: list[str] | None) -> list[Arrival]:
+    """The arrivals named (by label: c1, c4, c16, poisson3), in the plan's order."""
+    if not names:
+        return available
+    unknown = sorted(set(names) - {a.label for a in available})
+    if unknown:
+        labels = ", ".join(a.label for a in available)
+        raise typer.BadParameter(f"unknown arrival {', '.join(unknown)} (have: {labels})")
+    return [a for a in available if a.label in names]
+
+
 def _meta(
     size: Size, phases: list[Phase], seed: int, model_source: str, families_source: str
 ) -> dict[str, Any]:
@@ -105,6 +116,10 @@ def run(
     overhead: Annotated[
         bool, typer.Option(help="Also measure the gateway's overhead on a no-op engine.")
     ] = True,
+    arrivals: Annotated[
+        list[str] | None,
+        typer.Option("--arrival", help="Run only these arrivals, e.g. c4 (repeatable)."),
+    ] = None,
 ) -> None:
     """Replay the mixed workload through every mode; write runs, summary, report and plots."""
     from bench.families import fit_pool
@@ -118,6 +133,7 @@ def run(
         per_phase=per_phase or size.per_phase,
         max_tokens=max_tokens or size.max_tokens,
         repeats=repeats or size.repeats,
+        arrivals=select_arrivals(size.arrivals, arrivals),
     )
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     out_dir = out or REPO / "results" / "bench" / stamp

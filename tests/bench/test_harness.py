@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+import typer
 
 from bench.families import (
     FAMILIES,
@@ -415,3 +416,13 @@ def test_step_costs_are_measured_per_static_depth_and_set_beside_the_cost_model(
     md = render_markdown(summary)
     assert "| c4 | measured (k0 step 10.0 ms) | 1.00 | 2.00 | 1.50 |" in md
     assert "| c4 | spec-adaptive model (bucket 4) | 1.00 | 1.10 | 1.30 |" in md
+
+
+def test_arrivals_are_chosen_by_label_in_the_plans_order() -> None:
+    from bench.__main__ import FULL, select_arrivals
+
+    assert select_arrivals(FULL.arrivals, None) == FULL.arrivals
+    chosen = select_arrivals(FULL.arrivals, ["c16", "c4"])
+    assert [a.label for a in chosen] == ["c4", "c16"]
+    with pytest.raises(typer.BadParameter, match="unknown arrival c8"):
+        select_arrivals(FULL.arrivals, ["c8"])
