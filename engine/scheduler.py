@@ -39,6 +39,9 @@ block, which with the CPU's 128-token blocks gave a repeated 920-token prompt
 4.5x the TTFT of an engine without a drafter (257 vs 57 ms; now 60 ms). k > 0
 hits keep the drop, which is why the CPU default block is now 32 tokens
 (`engine.vllm_engine`).
+
+Both also time each step for the gateway's cost model (`engine.step_clock`): the
+period and what the step scheduled ride in the step's own scheduler stats.
 """
 
 from __future__ import annotations
