@@ -76,6 +76,13 @@ COST_TOLERANCE = 0.01
 #: depth's mean by about `step_forgetting` of the gap, far below COST_TOLERANCE, and
 #: a recomputation costs tens of microseconds, per step a share of a core.
 STEPS_PER_REFRESH = 8
+#: An engine step longer than this many times its depth's current mean is filed at
+#: that bound: one step is one sample among hundreds, so a single stall (a collection
+#: pause, a first run of a new batch shape) of a second would otherwise move a 15 ms
+#: mean by about 2 ms, more than the gap between two depths.
+STEP_OUTLIER = 3.0
+#: Samples a depth's mean needs before it bounds a step (`STEP_OUTLIER`).
+STEP_OUTLIER_AFTER = 8.0
 
 
 def batch_bucket(batch: int) -> int:
@@ -197,11 +204,15 @@ class CostModel:
         depth (steps come some hundred times as often as finished requests). The
         caller files only steps whose batch it knows: no prefill in them, and the
         requests and drafts the engine scheduled those the gateway has in flight
-        (`InferenceService.observe_step`).
+        (`InferenceService.observe_step`). A step far above its depth's mean is
+        filed at `STEP_OUTLIER` times that mean.
         """
         self._steps_fed = True
         if 0 <= depth <= self.max_k and seconds > 0.0:
             bucket = batch_bucket(batch)
+            table = self._per_k.get(bucket)
+            if table is not None and table[depth][0] >= STEP_OUTLIER_AFTER:
+                seconds = min(seconds, STEP_OUTLIER * table[depth][1] / table[depth][0])
             count = self._steps.get(bucket, 0) + 1
             self._steps[bucket] = count
             refresh = count % STEPS_PER_REFRESH == 0 or bucket not in self._versioned

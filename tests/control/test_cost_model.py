@@ -251,3 +251,22 @@ def test_steps_outside_the_depths_are_ignored() -> None:
     model.observe_step(1, 9, 0.5)
     model.observe_step(1, 2, 0.0)
     assert model.relative_costs(1) == costs
+
+
+def test_one_stalled_step_is_filed_at_a_bound_not_its_length() -> None:
+    """A one-second stall among 12 ms steps moves the depth's cost by what a step of
+    3x the mean would, not by the stall's length."""
+    stalled, steady = _model(), _model()
+    for model in (stalled, steady):
+        for _ in range(200):
+            model.observe_step(4, 0, 0.010)
+            model.observe_step(4, 2, 0.012)
+    stalled.observe_step(4, 2, 1.0)
+    steady.observe_step(4, 2, 0.036)  # the bound: 3x the mean
+    for _ in range(7):  # to the next recomputation
+        stalled.observe_step(4, 0, 0.010)
+        steady.observe_step(4, 0, 0.010)
+    assert stalled.relative_costs(4) == pytest.approx(steady.relative_costs(4), rel=1e-9)
+    # Filed whole, the stall would have put k = 2 near 1.8x k = 0 (one sample of about
+    # 167 carrying 83x the mean); bounded it moves 1.2x by about 1 %.
+    assert stalled.relative_costs(4)[2] < 1.2 * 1.02
