@@ -14,6 +14,7 @@ import pytest
 
 from engine.interface import (
     EngineHealth,
+    EngineStep,
     GenerateRequest,
     GenerationChunk,
     RequestOutcome,
@@ -27,6 +28,9 @@ from gateway.control.cost_model import CostModel
 STEP = (0.010, 0.018, 0.020, 0.022, 0.024)
 #: Seconds to the first token at depth k: the drafter's prefill and first drafts.
 FIRST = (0.030, 0.070, 0.071, 0.072, 0.073)
+#: Step seconds at depth k by the engine's clock (`Engine.on_step`), where it has one:
+#: below the request means, the more so the deeper (their edges grow with k).
+CLOCK = (0.009, 0.015, 0.016, 0.017, 0.018)
 #: Seconds per prompt token beyond the calibration prompt's (a cold prefill).
 PREFILL = 0.0015
 SHORT = len(PROMPT) // 4
@@ -37,23 +41,40 @@ class StepClock:
 
     `drift`: every request's times grow by this share of STEP per request sent before
     it (a host slowing down); `cold`: the first request at each depth takes this many
-    times as long (one-off start-up costs).
+    times as long (one-off start-up costs). `clocked`: it also times its steps, as the
+    real engine does: each batch of concurrent requests sends one prefill step, its
+    decode steps of CLOCK[k] seconds, and one step with a request fewer (one left).
     """
 
     max_depth = 4
     lossless_sampling = True
 
-    def __init__(self, drift: float = 0.0, cold: float = 1.0) -> None:
+    def __init__(self, drift: float = 0.0, cold: float = 1.0, clocked: bool = False) -> None:
         self.requests: list[GenerateRequest] = []
-        self.drift, self.cold = drift, cold
+        self.drift, self.cold, self.clocked = drift, cold, clocked
+        self.listener: StepListener | None = None
+        self._active = 0
+        self._sent = False
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerationChunk]:
         slower = 1.0 + self.drift * len(self.requests)
         if all(r.k != request.k for r in self.requests):
             slower *= self.cold
         self.requests.append(request)
-        await asyncio.sleep(0)
+        self._active += 1
+        await asyncio.sleep(0)  # the batch's other requests enter meanwhile
         steps = request.max_tokens // 2
+        if self.clocked and self.listener is not None and not self._sent:
+            self._sent = True
+            b, k = self._active, request.k
+            self.listener(EngineStep(0.05, 0, 0, b, 20 * b))
+            for _ in range(steps - 1):
+                self.listener(EngineStep(CLOCK[k], b, b * (1 + k)))
+            if b > 1:
+                self.listener(EngineStep(0.5, b - 1, (b - 1) * (1 + k)))
+        self._active -= 1
+        if self._active == 0:
+            self._sent = False
         prompt_tokens = len(request.prompt or "") // 4
         first = (FIRST[request.k] + PREFILL * max(0, prompt_tokens - SHORT)) * slower
         outcome = RequestOutcome(
@@ -78,7 +99,7 @@ class StepClock:
         return True
 
     def on_step(self, listener: StepListener | None) -> None:
-        return None
+        self.listener = listener
 
     async def shutdown(self) -> None:
         return None
@@ -149,3 +170,36 @@ def test_one_off_costs_of_the_first_requests_are_not_measured() -> None:
     for p in points:
         assert p.step_ms == pytest.approx(STEP[p.k] * 1000)
         assert p.ttft_ms == pytest.approx(FIRST[p.k] * 1000)
+
+
+def test_an_engine_that_times_its_steps_is_calibrated_by_them() -> None:
+    """Where the engine times its steps, the cost model gets those (as traffic's steps
+    are filed), not the requests' mean steps: one measure for every depth. Steps that
+    prefilled or did not decode the whole round are not filed."""
+    engine = StepClock(clocked=True)
+    cost = CostModel(4, 0.02, 0.08, 16.0, 2.0, 0.01)
+    points = asyncio.run(calibrate(engine, cost, [1, 4], tokens=16, samples=3))
+    assert engine.listener is None  # handed back: the gateway subscribes after calibration
+    for p in points:
+        assert p.timed_by == "steps"
+        assert p.step_ms == pytest.approx(CLOCK[p.k] * 1000)
+        # 7 decode steps a round (16 tokens / 2 - 1): 4 rounds at batch 1, 2 at batch 4.
+        assert p.samples == 7 * (4 if p.batch == 1 else 2)
+        assert p.ttft_ms == pytest.approx(FIRST[p.k] * 1000)
+    for batch in (1, 4):
+        relative = cost.relative_costs(batch)
+        for k in range(1, 5):
+            # Shrunk towards the line by 2 pseudo-samples of 14 to 28: within 5 % of
+            # the clock's ratios, far from the request means' (STEP).
+            assert relative[k] == pytest.approx(CLOCK[k] / CLOCK[0], rel=0.05)
+            assert abs(relative[k] - STEP[k] / STEP[0]) > 0.1
+    assert cost.thin_depths(1, 3) == []  # each request still counts as a run at its k
+    assert cost.thin_depths(4, 3) == []
+
+
+def test_an_engine_without_a_step_clock_is_calibrated_by_request_means() -> None:
+    engine = StepClock()
+    cost = CostModel(4, 0.02, 0.08, 16.0, 2.0, 0.01)
+    points = asyncio.run(calibrate(engine, cost, [1], tokens=16, samples=3))
+    assert {p.timed_by for p in points} == {"requests"}
+    assert [p.samples for p in points] == [4] * 5

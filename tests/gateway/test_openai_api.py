@@ -350,6 +350,8 @@ def test_step_costs_are_calibrated_before_ready(gateway: GatewayProcess) -> None
     depths = range(len(report["buckets"][0]["relative_cost"]))
     assert set(points) == {(b, k) for b in batches for k in depths}
     assert all(p["samples"] >= 3 and p["step_ms"] > 0 for p in points.values())
+    # Timed by the engine's step clock, as traffic's steps are (`gateway.calibration`).
+    assert {p["timed_by"] for p in points.values()} == {"steps"}
     deepest = max(depths)
     assert points[(1, deepest)]["step_ms"] > points[(1, 0)]["step_ms"]  # drafts cost time
     # Every depth's first token was timed. Not compared: whether the drafter's prefill
