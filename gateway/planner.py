@@ -44,6 +44,8 @@ class Plan(NamedTuple):
     cap: int | None = None
     #: The depth its class chose, where it rides deeper at the batch's (None: k).
     anchor: int | None = None
+    #: Its k is an operator's (`SpeculationDecision.fixed`): no newcomer lowers it.
+    fixed: bool = False
 
 
 #: Load at decision time (requests running in the engine, waiting for admission): the
@@ -100,6 +102,7 @@ class ControllerPlanner:
             overrides.batch_floor if overrides is not None else 0.0,
             decision.batch_cap,
             decision.anchor,
+            decision.fixed,
         )
 
     def plan_chat(
@@ -166,4 +169,5 @@ def overrides_from_flags(values: FlagValues) -> ControlOverrides:
         exploration_share=values.exploration_share,
         batch_floor=values.batch_floor,
         batch_ride=values.batch_ride,
+        batch_lower=values.batch_lower,
     )

@@ -237,6 +237,7 @@ class InferenceService:
             batch.guarded,
             batch.deepest,
             batch.anchored,
+            batch.fixed,
         )
 
     async def chat(self, request: ChatCompletionRequest) -> JsonReply | StreamReply:
@@ -317,7 +318,9 @@ class InferenceService:
         await self._admission.acquire(plan.class_id)
         if plan.cap is not None:
             self._batch.cap(plan.cap)  # what the engine does as the request is added
-        ticket = self._batch.enter(plan.k, plan.gains, prompt_tokens, plan.floor, plan.anchor)
+        ticket = self._batch.enter(
+            plan.k, plan.gains, prompt_tokens, plan.floor, plan.anchor, plan.fixed
+        )
         released = False
         try:
             self._board.expect(gid)

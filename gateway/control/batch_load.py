@@ -68,6 +68,8 @@ class Ticket(NamedTuple):
     caps_seen: int = 0
     #: The depth its class chose (k, or less where it rides deeper: `anchored`).
     anchor: int = 0
+    #: Its k is an operator's (a pin, static mode): counted in `fixed` while in flight.
+    fixed: bool = False
 
 
 class BatchMeans(NamedTuple):
@@ -118,6 +120,7 @@ class BatchLoad:
         #: depth its class chose -> requests in flight (a rider counts at its class's).
         self._anchors: dict[int, int] = {}
         self._anchored = 0
+        self._fixed = 0
 
     def _advance(self) -> float:
         now = self._clock()
@@ -138,11 +141,12 @@ class BatchLoad:
         prompt_tokens: int = 0,
         floor: float = 0.0,
         anchor: int | None = None,
+        fixed: bool = False,
     ) -> Ticket:
         """A request enters the engine at depth k; `gains[D]` is its expected tokens per
         step were the batch to run at depth D (beyond the tuple: its last value);
         `floor` its class's `batch_floor`; `anchor` the depth its class chose where
-        it rides deeper than that (None: k)."""
+        it rides deeper than that (None: k); `fixed`: an operator set its k."""
         now = self._advance()
         self._n += 1
         self._move(k, 1)
@@ -153,6 +157,7 @@ class BatchLoad:
         if floor > 0.0:
             key = (gains, floor)
             self._guarded[key] = self._guarded.get(key, 0) + 1
+        self._fixed += fixed
         return Ticket(
             k,
             now,
@@ -163,6 +168,7 @@ class BatchLoad:
             floor,
             len(self._caps),
             anchor,
+            fixed,
         )
 
     def _anchor(self, depth: int, step: int) -> None:
@@ -209,6 +215,7 @@ class BatchLoad:
             k, anchor = min(k, capped), min(anchor, capped)
         self._move(k, -1)
         self._anchor(anchor, -1)
+        self._fixed -= ticket.fixed
         if not self._n:
             self._caps.clear()
         if ticket.floor > 0.0:
@@ -254,6 +261,11 @@ class BatchLoad:
         """The largest depth a request in flight chose for its class (0 when none):
         the depth a newcomer of a shallower class rides at."""
         return self._anchored
+
+    @property
+    def fixed(self) -> int:
+        """Requests in flight whose k an operator set (a pin, static or shadow mode)."""
+        return self._fixed
 
     @property
     def guarded(self) -> dict[tuple[tuple[float, ...], float], int]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from engine.interface import RequestOutcome
@@ -108,7 +108,7 @@ class Controller:
             return SpeculationDecision(0, "kill switch", False, cid, label, bucket)
         if o.pin_k is not None:
             k = min(max(o.pin_k, 0), self._cap)
-            return SpeculationDecision(k, "pinned", False, cid, label, bucket)
+            return SpeculationDecision(k, "pinned", False, cid, label, bucket, fixed=True)
         k_max = min(o.k_max, self._cap)
         k_min = min(max(o.k_min, 0), k_max)
         state = self._states.get(cid) or self._new_state(cls)
@@ -116,8 +116,10 @@ class Controller:
         if o.mode != "adaptive":
             static = min(max(self._static_k, k_min), k_max)
             if o.mode == "static":
-                return SpeculationDecision(static, "static", False, cid, label, bucket)
-            return SpeculationDecision(static, "shadow", False, cid, label, bucket, shadow_k=k)
+                return SpeculationDecision(static, "static", False, cid, label, bucket, fixed=True)
+            return SpeculationDecision(
+                static, "shadow", False, cid, label, bucket, shadow_k=k, fixed=True
+            )
         share = self._s.exploration_share if o.exploration_share is None else o.exploration_share
         if k == 0 and share > 0:
             if state.buckets[bucket].hopeful:
@@ -177,7 +179,26 @@ class Controller:
         if o.batch_floor > 0.0:
             if load.deepest > depth:
                 return self._lower_batch(decision, o.batch_floor, bucket, load.deepest)
-        elif o.batch_ride and depth == k and load.anchored > k and load.running > 0:
+            return decision
+        if (
+            o.batch_lower
+            and mates is not None
+            and load.deepest > depth
+            and load.running > 0
+            and not load.fixed
+        ):
+            # The batch drafts at the depth its deepest request chose, perhaps when it
+            # was alone (a class chooses at the load it meets: the first of a burst at
+            # batch 1, where drafts are cheap), and everyone after it pays that depth
+            # for its life. A newcomer weighs the whole batch: where the batch's tokens
+            # per unit of step cost are higher at a lower depth (by the hysteresis), it
+            # lowers the requests in flight to it (`engine.scheduler`); not while a
+            # request whose k an operator set (a pin, static mode) is among them.
+            ridable = k_max if o.batch_ride and depth == k else depth
+            lowered = self._lower_for_batch(state, decision, mates, bucket, depth, load, ridable)
+            if lowered is not None:
+                return lowered
+        if o.batch_ride and depth == k and load.anchored > k and load.running > 0:
             # The batch drafts at the depth a request in flight chose, whatever this one
             # asks: the drafter drafts that deep for every request in the step and its
             # first pass takes this request's prompt too, so at k < D this request pays
@@ -194,6 +215,54 @@ class Controller:
             if ride > depth:
                 return state.rides_at(decision, ride)
         return decision
+
+    def _lower_for_batch(
+        self,
+        state: ClassState,
+        decision: SpeculationDecision,
+        mates: Sequence[float],
+        bucket: int,
+        depth: int,
+        load: LoadSnapshot,
+        ridable: int,
+    ) -> SpeculationDecision | None:
+        """`decision` with a batch cap where the batch gains from a lower depth, else None.
+
+        At batch depth D the requests in flight yield `mates[D]` tokens a step (each
+        at its k capped at D) and this one `gains[D]`, in a step of relative cost
+        c(D). D runs from this request's depth to the batch's deepest; the deepest
+        (no cap) wins ties and must be beaten by the hysteresis. A cap above this
+        request's depth lets it ride there, up to `ridable` (its depth where it may
+        not ride: `batch_ride` off, or the batch's tokens held it), as it would at
+        the batch's depth. Requests in flight never go back up (their drafter KV stops
+        at the cap), so the cap is paid for in their later steps too; the hysteresis
+        is what keeps a small edge from cutting them.
+        """
+        costs = self._cost.relative_costs_in(bucket)
+        gains = decision.gains
+        deepest = min(load.deepest, len(costs) - 1, len(mates) - 1)
+        if deepest <= depth:
+            return None
+
+        def own(d: int) -> float:
+            return gains[d if d < len(gains) else -1] if gains else 1.0
+
+        keep = (mates[deepest] + own(deepest)) / costs[deepest] * self._hold
+        best, top = deepest, keep
+        for d in range(depth, deepest):
+            value = (mates[d] + own(d)) / costs[d]
+            if value > top:
+                best, top = d, value
+        if best >= deepest:
+            return None
+        ride = min(best, ridable)
+        base = state.rides_at(decision, ride) if ride > depth else decision
+        return dataclasses.replace(
+            base,
+            batch_cap=best,
+            reason=f"{base.reason}; lowers the batch from k={load.deepest} to k={best}: "
+            f"{top / keep * self._hold:.2f}x the batch's tokens per step cost",
+        )
 
     def _lower_batch(
         self, decision: SpeculationDecision, floor: float, bucket: int, deepest: int

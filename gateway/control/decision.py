@@ -43,6 +43,9 @@ class LoadSnapshot(NamedTuple):
     #: The largest depth a request in flight chose for its class, riders not counted
     #: (`BatchLoad.anchored`); 0 where no one tracks the batch.
     anchored: int = 0
+    #: Requests in flight whose k an operator set (`SpeculationDecision.fixed`): while
+    #: any is, no newcomer lowers the batch for the batch's sake (`BatchLoad.fixed`).
+    fixed: int = 0
 
     @property
     def batch(self) -> int:
@@ -65,6 +68,10 @@ class ControlOverrides:
     #: A request whose class chose less than the batch's depth runs at that depth
     #: (it pays for it anyway); False: at its class's k.
     batch_ride: bool = True
+    #: A request entering a batch deeper than it runs lowers the requests in flight to
+    #: the depth where the batch's tokens per unit of step cost are highest (False:
+    #: they keep their depth until they finish); ignored where `batch_floor` is set.
+    batch_lower: bool = True
     #: This class's requests in flight may not be slowed below this share of their
     #: speed at k = 0 by a deeper request joining their batch (0 = off).
     batch_floor: float = 0.0
@@ -95,3 +102,6 @@ class SpeculationDecision:
     #: Where the request rides deeper than its class chose (`BatchLoad.anchored`): the
     #: depth its class chose, which is what it anchors in the batch; None: k.
     anchor: int | None = None
+    #: Its k is an operator's (a pin, static or shadow mode): no newcomer lowers it
+    #: for the batch's sake (`batch_lower`).
+    fixed: bool = False

@@ -16,6 +16,10 @@
 | `batch-ride`          | bool  | a request whose class chose less than the depth a request in    |
 |                       |       | flight chose runs at that depth (it pays for it anyway); false =|
 |                       |       | at its class's k; ignored where `batch-floor` is set            |
+| `batch-lower`         | bool  | a request entering a batch deeper than it runs lowers the       |
+|                       |       | requests in flight to the depth where the batch's tokens per    |
+|                       |       | unit of step cost are highest; false = they keep their depth    |
+|                       |       | until they finish; ignored where `batch-floor` is set           |
 
 Per-class values come from OpenFeature evaluation contexts carrying the
 attributes `class` (class id) and `label`.
@@ -49,6 +53,7 @@ class FlagValues:
     exploration_share: float = 0.05
     batch_floor: float = 0.0
     batch_ride: bool = True
+    batch_lower: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +111,14 @@ SPECS: dict[str, FlagSpec] = {
             lambda v: isinstance(v, bool),
             "a request whose class chose less than the batch's depth runs at it "
             "(false: at its class's k)",
+        ),
+        FlagSpec(
+            "batch-lower",
+            bool,
+            "batch_lower",
+            lambda v: isinstance(v, bool),
+            "a newcomer lowers the requests in flight to the depth the batch gains most "
+            "at (false: they keep theirs)",
         ),
     )
 }

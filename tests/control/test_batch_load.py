@@ -182,3 +182,16 @@ def test_step_tokens_count_one_plus_k_for_each_request_in_flight() -> None:
     assert load.step_tokens() == 2 + 1 + 2
     load.leave(first)
     assert load.step_tokens() == 1 + 2
+
+
+def test_requests_whose_k_an_operator_set_are_counted_while_in_flight() -> None:
+    """A pinned (or static-mode) request is counted in `fixed`, which keeps newcomers
+    from lowering the batch (`Controller.decide`), until it leaves."""
+    load = BatchLoad(Clock())
+    pinned = load.enter(4, fixed=True)
+    chat = load.enter(2, (1.0, 1.8, 2.4))
+    assert load.fixed == 1
+    load.leave(chat)
+    assert load.fixed == 1
+    load.leave(pinned)
+    assert load.fixed == 0

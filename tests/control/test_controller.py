@@ -499,3 +499,48 @@ def test_a_guarded_newcomer_lowers_a_deeper_batch_to_what_its_floor_allows() -> 
     assert own >= 0.98 * costs[held.batch_cap]
     if held.batch_cap < 5:
         assert own < 0.98 * costs[held.batch_cap + 1]
+
+
+def test_a_newcomer_lowers_a_deep_batch_where_the_batch_gains_from_it() -> None:
+    """One request at k = 5 (its class chose it alone, where drafts were cheap) and two
+    mates that gain little from depth: at batch 4, each draft adding 0.4 of a step, the
+    batch yields more tokens per unit of step cost at a lower depth, so a newcomer of a
+    class at k = 0 caps the batch there (`batch_cap`), riding at the cap where that is
+    above 0. Not where drafts are nearly free (the deep request pays), not with
+    `batch-lower` off (it rides at the batch's depth instead) or a `batch-floor`, not
+    where no one tracks the batch's gains, not while an operator's k is in flight."""
+    low = trained(LOW)
+    cls = low.classify(RequestFeatures("chat"))
+    _calibrate(low, LoadSnapshot(running=3), 0.4)
+    off = ControlOverrides(exploration_share=0.0)
+    costs = low.cost_model.relative_costs_in(4)
+    # In flight: the deep request, 1 + 0.9 + 0.81 + ... tokens a step at depth D, and
+    # two mates at one token a step whatever the depth.
+    deep_one = [sum(0.9**i for i in range(d + 1)) for d in range(17)]
+    mates = [deep_one[min(d, 5)] + 2.0 for d in range(17)]
+    load = LoadSnapshot(running=3, mates=mates, deepest=5, anchored=5)
+    lowered = low.decide(cls, load, off)
+    values = [(mates[d] + 1.0) / costs[d] for d in range(6)]
+    best = max(range(6), key=values.__getitem__)
+    assert best < 5
+    assert lowered.batch_cap == best
+    assert lowered.k == best  # rides at the cap, the depth the batch now drafts
+    assert f"lowers the batch from k=5 to k={best}" in lowered.reason
+    # Drafts nearly free: the batch's tokens are highest at its depth; it rides there.
+    cheap = trained(LOW)
+    _calibrate(cheap, LoadSnapshot(running=3), 0.01)
+    kept = cheap.decide(cheap.classify(RequestFeatures("chat")), load, off)
+    assert (kept.batch_cap, kept.k) == (None, 5)
+    unlowered = low.decide(cls, load, dataclasses.replace(off, batch_lower=False))
+    assert (unlowered.batch_cap, unlowered.k) == (None, 5)
+    floored = low.decide(cls, load, dataclasses.replace(off, batch_floor=0.5))
+    assert "tokens per step cost" not in floored.reason  # the floor's own cap, if any
+    untracked = low.decide(cls, load._replace(mates=None), off)
+    assert untracked.batch_cap is None
+    # An operator's k in flight (a pin) is not lowered: it rides at the batch's depth.
+    pinned = low.decide(cls, load._replace(fixed=1), off)
+    assert (pinned.batch_cap, pinned.k) == (None, 5)
+    assert low.decide(cls, IDLE, ControlOverrides(pin_k=4)).fixed
+    # Without riding the newcomer keeps its own k under the cap.
+    still = low.decide(cls, load, dataclasses.replace(off, batch_ride=False))
+    assert (still.batch_cap, still.k) == (best, 0)
