@@ -80,7 +80,8 @@ def drafts_per_token_beside_chats(client: openai.OpenAI, model: str) -> tuple[in
     assert [c.choices[0].finish_reason for c in rest if c.choices][-1] == "length"
     final = rest[-1]
     spec = (final.model_extra or {}).get("speculation")
-    assert isinstance(spec, dict) and final.usage is not None, final
+    assert isinstance(spec, dict), final
+    assert final.usage is not None
     return int(raw.headers["x-specgw-k"]), spec["draft_tokens"] / final.usage.completion_tokens
 
 
