@@ -161,7 +161,8 @@ class GatewayMetrics:
         self.batch_lowered = _counter(
             r,
             "batch_lowered_requests",
-            "Requests that lowered the deeper requests in flight to their class's batch floor.",
+            "Requests that lowered the deeper requests in flight (their class's batch floor, "
+            "or the batch's own tokens per step cost: batch-lower).",
         )
         self.drafted_per_position = Counter(
             "specgw_draft_tokens_per_position",
