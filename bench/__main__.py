@@ -22,6 +22,7 @@ import typer
 from bench.families import load_pool
 from bench.modes import (
     BATCH_SCHEDULE_FIELD,
+    ab_modes,
     batch_schedule_supported,
     default_modes,
     select_modes,
@@ -145,7 +146,9 @@ def run(
     phases = default_phases(size.per_phase)
     items = build_workload(phases, pool, seed, size.max_tokens)
     schedule = size.batch_schedule and batch_schedule_supported()
-    chosen = select_modes(default_modes(max_depth, batch_schedule=schedule), modes or size.modes)
+    chosen = select_modes(
+        default_modes(max_depth, batch_schedule=schedule), modes or size.modes, ab_modes(max_depth)
+    )
     plan = RunPlan(chosen, size.arrivals, size.repeats, items)
     meta = _meta(size, phases, seed, models.source, families_source)
     meta["repeats"] = plan.repeats

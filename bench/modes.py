@@ -16,6 +16,14 @@ traffic between its own repeats.
 | `batch-schedule` | drafter + `num_speculative_tokens_per_batch_size` | static, no pin |
 | `adaptive` | drafter (own process: learns from its own traffic only) | adaptive |
 | `adaptive-floor` | drafter (own process: cold controller) | adaptive, `batch-floor` 0.98 |
+
+Named with `--mode` only (A/B runs of one mechanism of the adaptive controller,
+not part of `make bench`), each in its own process as `adaptive` is:
+
+| mode | flags |
+|---|---|
+| `adaptive-nolower` | adaptive, `batch-lower` false |
+| `adaptive-noride` | adaptive, `batch-ride` false |
 """
 
 from __future__ import annotations
@@ -83,9 +91,27 @@ def default_modes(max_depth: int, batch_schedule: bool = True) -> list[Mode]:
     return modes
 
 
-def select_modes(modes: list[Mode], names: list[str] | None) -> list[Mode]:
+def ab_modes(max_depth: int) -> list[Mode]:
+    """The adaptive controller with one mechanism off: run only when named (`--mode`)."""
+    adaptive = {"controller-mode": "adaptive", "pin-k": -1}
+    return [
+        Mode(
+            f"adaptive-no{name}",
+            GatewayConfig(f"spec-no{name}", drafter=True, max_depth=max_depth),
+            {**adaptive, f"batch-{name}": False},
+        )
+        for name in ("lower", "ride")
+    ]
+
+
+def select_modes(
+    modes: list[Mode], names: list[str] | None, named_only: list[Mode] | None = None
+) -> list[Mode]:
+    """`modes` (all of them without `names`), or those named, in run order; `named_only`
+    run only when named, after `modes`."""
     if not names:
         return modes
+    modes = modes + (named_only or [])
     known = {m.name: m for m in modes}
     unknown = [n for n in names if n not in known]
     if unknown:

@@ -16,7 +16,7 @@ from bench.families import (
     local_pool,
     with_sampled,
 )
-from bench.modes import default_modes, select_modes
+from bench.modes import ab_modes, default_modes, select_modes
 from bench.replay import RequestRecord, request_kwargs
 from bench.report import build_summary, render_markdown, write_report
 from bench.runner import (
@@ -321,6 +321,16 @@ def test_modes_cover_no_spec_static_depths_and_adaptive() -> None:
     ]
     with pytest.raises(ValueError, match="unknown modes"):
         select_modes(modes, ["static-k9"])
+    # The A/B modes run only when named, each in a process of its own, one flag off.
+    ab = ab_modes(4)
+    assert select_modes(modes, None, ab) == modes
+    chosen = select_modes(modes, ["adaptive-nolower", "adaptive"], ab)
+    assert [m.name for m in chosen] == ["adaptive", "adaptive-nolower"]
+    assert chosen[1].flags["batch-lower"] is False
+    assert chosen[1].flags["controller-mode"] == "adaptive"
+    own = [m.gateway.name for m in ab]
+    assert len(set(own)) == len(own)
+    assert not set(own) & {m.gateway.name for m in modes}
 
 
 def test_static_depths_include_k0_and_nothing_else() -> None:
