@@ -229,23 +229,25 @@ class Controller:
         """`decision` with a batch cap where the batch gains from a lower depth, else None.
 
         At batch depth D the requests in flight yield `mates[D]` tokens a step (each
-        at its k capped at D) and this one `gains[D]`, in a step of relative cost
-        c(D). D runs from this request's depth to the batch's deepest; the deepest
-        (no cap) wins ties and must be beaten by the hysteresis. A cap above this
-        request's depth lets it ride there, up to `ridable` (its depth where it may
-        not ride: `batch_ride` off, or the batch's tokens held it), as it would at
-        the batch's depth. Requests in flight never go back up (their drafter KV stops
-        at the cap), so the cap is paid for in their later steps too; the hysteresis
-        is what keeps a small edge from cutting them.
+        at its k capped at D) and this one E[tokens | min(D, ridable)], in a step of
+        relative cost c(D). D runs from this request's depth to the batch's deepest;
+        the deepest (no cap) wins ties and must be beaten by the hysteresis. A cap
+        above this request's depth lets it ride there, up to `ridable` (its depth
+        where it may not ride: `batch_ride` off, or the batch's tokens held it), as it
+        would at the batch's depth. Requests in flight never go back up (their
+        drafter KV stops at the cap), so the cap is paid for in their later steps
+        too; the hysteresis is what keeps a small edge from cutting them.
         """
         costs = self._cost.relative_costs_in(bucket)
-        gains = decision.gains
         deepest = min(load.deepest, len(costs) - 1, len(mates) - 1)
         if deepest <= depth:
             return None
+        # At batch depth D it runs at min(D, ridable) and yields E[tokens | that depth].
+        expected = state.estimator.profile().expected_tokens()
+        top_own = len(expected) - 1
 
         def own(d: int) -> float:
-            return gains[d if d < len(gains) else -1] if gains else 1.0
+            return expected[min(d, ridable, top_own)]
 
         keep = (mates[deepest] + own(deepest)) / costs[deepest] * self._hold
         best, top = deepest, keep

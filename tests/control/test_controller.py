@@ -519,8 +519,12 @@ def test_a_newcomer_lowers_a_deep_batch_where_the_batch_gains_from_it() -> None:
     deep_one = [sum(0.9**i for i in range(d + 1)) for d in range(17)]
     mates = [deep_one[min(d, 5)] + 2.0 for d in range(17)]
     load = LoadSnapshot(running=3, mates=mates, deepest=5, anchored=5)
+    # Untracked gains: no lowering; it rides at 5 with E[tokens | D] as its gains.
+    untracked = low.decide(cls, load._replace(mates=None), off)
+    assert (untracked.batch_cap, untracked.k) == (None, 5)
+    expected = untracked.gains  # it rides at the cap: E[tokens | D] at each D
     lowered = low.decide(cls, load, off)
-    values = [(mates[d] + 1.0) / costs[d] for d in range(6)]
+    values = [(mates[d] + expected[d]) / costs[d] for d in range(6)]
     best = max(range(6), key=values.__getitem__)
     assert best < 5
     assert lowered.batch_cap == best
@@ -535,8 +539,6 @@ def test_a_newcomer_lowers_a_deep_batch_where_the_batch_gains_from_it() -> None:
     assert (unlowered.batch_cap, unlowered.k) == (None, 5)
     floored = low.decide(cls, load, dataclasses.replace(off, batch_floor=0.5))
     assert "tokens per step cost" not in floored.reason  # the floor's own cap, if any
-    untracked = low.decide(cls, load._replace(mates=None), off)
-    assert untracked.batch_cap is None
     # An operator's k in flight (a pin) is not lowered: it rides at the batch's depth.
     pinned = low.decide(cls, load._replace(fixed=1), off)
     assert (pinned.batch_cap, pinned.k) == (None, 5)
