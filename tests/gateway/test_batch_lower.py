@@ -15,45 +15,25 @@ with the flag off it drafts to its end.
 
 from __future__ import annotations
 
-import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import openai
 
-from gateway.flags.document import flags_document
 from tests.gateway.conftest import start_gateway, stop_gateway
+from tests.gateway.flag_files import chat_k, write_flags
 
 DEEP = 4
 CHATS = 3
 
 
-def write_flags(directory: Path, lower: bool) -> None:
-    doc = flags_document()
-    flags: dict[str, Any] = doc["flags"]
-    flags["k-min"]["variants"]["deep"] = DEEP
-    flags["k-min"]["targeting"] = {
-        "if": [{"starts_with": [{"var": "label"}, "plain"]}, "deep", "default"]
-    }
-    flags["k-max"]["variants"]["none"] = 0
-    flags["k-max"]["targeting"] = {
-        "if": [{"starts_with": [{"var": "label"}, "chat"]}, "none", "default"]
-    }
-    flags["exploration-share"]["variants"]["default"] = 0.0
-    flags["batch-lower"]["variants"]["default"] = lower
-    tmp = directory / "flags.json.tmp"
-    tmp.write_text(json.dumps(doc))
-    tmp.replace(directory / "flags.json")
-
-
-def chat(client: openai.OpenAI, model: str, text: str) -> int:
-    raw = client.chat.completions.with_raw_response.create(
-        model=model, messages=[{"role": "user", "content": text}], max_tokens=8, temperature=0
+def write_lower_flags(directory: Path, lower: bool) -> None:
+    write_flags(
+        directory,
+        {"exploration-share": 0.0, "batch-lower": lower},
+        {"k-min": ("plain", DEEP), "k-max": ("chat", 0)},
     )
-    raw.parse()
-    return int(raw.headers["x-specgw-k"])
 
 
 def drafts_per_token_beside_chats(client: openai.OpenAI, model: str) -> tuple[int, float]:
@@ -73,7 +53,9 @@ def drafts_per_token_beside_chats(client: openai.OpenAI, model: str) -> tuple[in
     next(chunks)  # the completion is in the engine, drafting at k = 4
     with ThreadPoolExecutor(CHATS) as pool:
         ks = list(
-            pool.map(lambda i: chat(client, model, f"Name a colour, number {i}."), range(CHATS))
+            pool.map(
+                lambda i: chat_k(client, model, f"Name a colour, number {i}.", 8), range(CHATS)
+            )
         )
     assert ks == [0] * CHATS  # chat's k-max
     rest = list(chunks)
@@ -88,7 +70,7 @@ def drafts_per_token_beside_chats(client: openai.OpenAI, model: str) -> tuple[in
 def test_chat_at_k0_lowers_a_completion_streaming_at_k4(tmp_path: Path) -> None:
     flags = tmp_path / "flags"
     flags.mkdir()
-    write_flags(flags, lower=True)
+    write_lower_flags(flags, lower=True)
     gw = start_gateway(
         tmp_path,
         {
@@ -103,7 +85,7 @@ def test_chat_at_k0_lowers_a_completion_streaming_at_k4(tmp_path: Path) -> None:
         k, lowered = drafts_per_token_beside_chats(client, model)
         assert k == DEEP
         assert lowered < 0.25  # capped to 0 a few steps in
-        write_flags(flags, lower=False)
+        write_lower_flags(flags, lower=False)
         deadline = time.monotonic() + 10
         while True:
             k, kept = drafts_per_token_beside_chats(client, model)

@@ -11,40 +11,24 @@ it keeps it beside the completion too.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
-from typing import Any
 
 import openai
 
-from gateway.flags.document import flags_document
 from tests.gateway.conftest import start_gateway, stop_gateway
+from tests.gateway.flag_files import chat_k, write_flags
 
 PINNED = 4
 COLD_K = 1
 
 
-def write_flags(directory: Path, ride: bool) -> None:
-    doc = flags_document()
-    flags: dict[str, Any] = doc["flags"]
-    flags["pin-k"]["variants"]["deep"] = PINNED
-    flags["pin-k"]["targeting"] = {
-        "if": [{"starts_with": [{"var": "label"}, "plain"]}, "deep", "default"]
-    }
-    flags["exploration-share"]["variants"]["default"] = 0.0
-    flags["batch-ride"]["variants"]["default"] = ride
-    tmp = directory / "flags.json.tmp"
-    tmp.write_text(json.dumps(doc))
-    tmp.replace(directory / "flags.json")
-
-
-def chat_k(client: openai.OpenAI, model: str, text: str) -> int:
-    raw = client.chat.completions.with_raw_response.create(
-        model=model, messages=[{"role": "user", "content": text}], max_tokens=4, temperature=0
+def write_ride_flags(directory: Path, ride: bool) -> None:
+    write_flags(
+        directory,
+        {"exploration-share": 0.0, "batch-ride": ride},
+        {"pin-k": ("plain", PINNED)},
     )
-    raw.parse()
-    return int(raw.headers["x-specgw-k"])
 
 
 def k_beside_a_pinned_stream(client: openai.OpenAI, model: str, text: str) -> tuple[int, int]:
@@ -69,7 +53,7 @@ def k_beside_a_pinned_stream(client: openai.OpenAI, model: str, text: str) -> tu
 def test_a_shallow_request_rides_at_the_depth_a_request_in_flight_chose(tmp_path: Path) -> None:
     flags = tmp_path / "flags"
     flags.mkdir()
-    write_flags(flags, ride=True)
+    write_ride_flags(flags, ride=True)
     gw = start_gateway(
         tmp_path,
         {
@@ -88,7 +72,7 @@ def test_a_shallow_request_rides_at_the_depth_a_request_in_flight_chose(tmp_path
         assert (ridden, pinned) == (PINNED, PINNED)
         # The ride was the request's, not the class's: alone again, the class's k.
         assert chat_k(client, model, "Name a tree.") <= COLD_K
-        write_flags(flags, ride=False)
+        write_ride_flags(flags, ride=False)
         deadline = time.monotonic() + 10
         while k_beside_a_pinned_stream(client, model, "Name a river.")[0] == PINNED:
             assert time.monotonic() < deadline, "batch-ride false was not applied"
