@@ -91,6 +91,16 @@ class EngineStep:
     prefill_requests: int = 0
     prefill_tokens: int = 0
 
+    def decoded_only(self, requests: int, tokens: int) -> bool:
+        """Whether the step prefilled nothing and decoded exactly `requests` requests
+        scheduling `tokens` tokens: then it ran the batch the caller knows, and its
+        time is that batch's decode step (the cost model files only such steps)."""
+        return (
+            self.prefill_requests == 0
+            and self.decode_requests == requests
+            and self.decode_tokens == tokens
+        )
+
 
 #: Called on the gateway's event loop with every timed engine step.
 StepListener = Callable[[EngineStep], None]

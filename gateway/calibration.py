@@ -192,11 +192,7 @@ async def _calibrate_batch(
             steps.clear()
             outcomes = await _round(engine, f"b{batch}-k{k}-{r}", k, batch, tokens)
             for step in steps:
-                if (
-                    step.prefill_requests == 0
-                    and step.decode_requests == batch
-                    and step.decode_tokens == batch * (1 + k)
-                ):
+                if step.decoded_only(batch, batch * (1 + k)):
                     cost.observe_step(batch, k, step.seconds)
                     by_steps[k].append(step.seconds)
             for outcome in outcomes:

@@ -168,11 +168,7 @@ class InferenceService:
         request's entry or exit do not match: neither is filed.
         """
         batch = self._batch
-        filed = (
-            step.prefill_requests == 0
-            and step.decode_requests == batch.in_flight > 0
-            and step.decode_tokens == batch.step_tokens()
-        )
+        filed = batch.in_flight > 0 and step.decoded_only(batch.in_flight, batch.step_tokens())
         if filed:
             self._planner.observe_step(step.decode_requests, batch.deepest, step.seconds)
         if self._telemetry is not None:

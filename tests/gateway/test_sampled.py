@@ -16,6 +16,7 @@ from tests.gateway.conftest import (
     start_gateway,
     stop_gateway,
 )
+from tests.gateway.flag_files import write_flags
 
 pytestmark = pytest.mark.engine
 MODEL = "specgw-default"
@@ -27,9 +28,16 @@ MESSAGES = [
 
 @pytest.fixture(scope="module")
 def sampling_off(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    # `batch-lower` off: the batch-depth test below needs the k = 0 request to run in
+    # its mates' deep batch; a newcomer may otherwise lower the batch under it
+    # (whether it does follows the start-up calibration's prices).
+    tmp = tmp_path_factory.mktemp("gw-sampling-off")
+    flags = tmp / "flags"
+    flags.mkdir()
+    write_flags(flags, {"batch-lower": False})
     gw = start_gateway(
-        tmp_path_factory.mktemp("gw-sampling-off"),
-        {"SPECGW_ENGINE_SAMPLED_SPECULATION": "off"},
+        tmp,
+        {"SPECGW_ENGINE_SAMPLED_SPECULATION": "off", "SPECGW_FLAGS_DIR": str(flags)},
     )
     yield gw
     stop_gateway(gw)
