@@ -10,13 +10,13 @@ Nothing here is global; randomness comes from the injected `random.Random`.
 
 from __future__ import annotations
 
-import dataclasses
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from engine.interface import RequestOutcome
+from gateway.control.batch_depth import BatchDepth
 from gateway.control.class_state import ClassState
 from gateway.control.classify import Classifier, RequestClass, similarity
 from gateway.control.cost_model import CostModel, batch_bucket
@@ -61,8 +61,6 @@ class Controller:
         s = self._s = settings
         self._cap = s.max_k if max_depth is None else min(s.max_k, max_depth)
         self._static_k = min(s.default_k, self._cap)
-        #: A smaller depth for the batch must beat the class's k by the hysteresis.
-        self._hold = 1.0 + s.hysteresis
         self._events: ControlEvents = events or LoggingEvents()
         self._rng = rng or random.Random(0)
         self._policy = make_policy(s.policy, s)
@@ -78,6 +76,7 @@ class Controller:
             s.cost_forgetting,
             s.cost_step_forgetting,
         )
+        self._batch = BatchDepth(self._cost, s.hysteresis)
         self._classifier = Classifier(
             s.max_classes, s.class_idle_s, s.classify_cache_size, clock, self._evicted
         )
@@ -101,6 +100,10 @@ class Controller:
         load: LoadSnapshot,
         overrides: ControlOverrides | None = None,
     ) -> SpeculationDecision:
+        """The k for one request: ops flags first, then its class's cached choice at
+        this load (`ClassState.adaptive_k`; the policy itself runs after responses, in
+        `observe`), a bounded probe, or that choice fitted to the batch in flight
+        (`BatchDepth.fit`)."""
         o = overrides or NO_OVERRIDES
         cid, label = cls.class_id, cls.label
         bucket = batch_bucket(load.batch)
@@ -120,6 +123,26 @@ class Controller:
             return SpeculationDecision(
                 static, "shadow", False, cid, label, bucket, shadow_k=k, fixed=True
             )
+        probe = self._probe(state, k, (k_min, k_max), bucket, load, o)
+        if probe is not None:
+            return probe
+        return self._batch.fit(state, state.decision_at(bucket), k, (k_min, k_max), bucket, load, o)
+
+    def _probe(
+        self,
+        state: ClassState,
+        k: int,
+        k_bounds: tuple[int, int],
+        bucket: int,
+        load: LoadSnapshot,
+        o: ControlOverrides,
+    ) -> SpeculationDecision | None:
+        """An exploration decision for this request, or None (bounded exploration).
+
+        Depths whose step cost is unmeasured at this load first (k = 0 included),
+        then k +- 1; a class at k = 0 keeps probing k = 1 while it could pay.
+        """
+        k_min, k_max = k_bounds
         share = self._s.exploration_share if o.exploration_share is None else o.exploration_share
         if k == 0 and share > 0:
             if state.buckets[bucket].hopeful:
@@ -147,175 +170,9 @@ class Controller:
             if probes:
                 probe = probes[0] if len(probes) == 1 else self._rng.choice(probes)
                 # Not past a guarded batch-mate's floor: the probe's depth is theirs too.
-                if not load.guarded or self._floor_depth(load, bucket, probe, k_min) == probe:
+                if not load.guarded or self._batch.floor(load, bucket, probe, k_min) == probe:
                     return state.probe(probe, bucket)
-        decision = state.decision_at(bucket)
-        depth = k
-        mates = load.mates
-        if mates is not None and k > k_min and load.running > 0:
-            # A step costs what the batch's deepest request asks (`batch_load`), so
-            # this k is paid by every request in flight, and only those whose class
-            # chose at least this depth gain from it. Among depths D in [k_min, k]:
-            # the batch's expected tokens per step at D (each request at its class's
-            # k capped at D: `mates`, plus this request's `gains`) over the step's
-            # relative cost at D; a smaller D must beat k by the hysteresis. Those in
-            # flight keep their k; the batch moves as they finish. Inline: it runs
-            # for most requests under load (issue 5's 20 us decision budget).
-            gains = decision.gains
-            costs = self._cost.relative_costs_in(bucket)
-            if len(gains) > k and len(costs) > k:
-                best, top = k, (mates[k] + gains[k]) / costs[k] * self._hold
-                for d in range(k_min, k):
-                    value = (mates[d] + gains[d]) / costs[d]
-                    if value > top:
-                        best, top = d, value
-                depth = best
-        if load.guarded:
-            floored = self._floor_depth(load, bucket, depth, k_min)
-            if floored < depth:
-                decision, depth = state.held_at(decision, floored, floor=True), floored
-        if depth != k and decision.k != depth:
-            decision = state.held_at(decision, depth)
-        if o.batch_floor > 0.0:
-            if load.deepest > depth:
-                return self._lower_batch(decision, o.batch_floor, bucket, load.deepest)
-            return decision
-        if (
-            o.batch_lower
-            and mates is not None
-            and load.deepest > depth
-            and load.running > 0
-            and not load.fixed
-        ):
-            # The batch drafts at the depth its deepest request chose, perhaps when it
-            # was alone (a class chooses at the load it meets: the first of a burst at
-            # batch 1, where drafts are cheap), and everyone after it pays that depth
-            # for its life. A newcomer weighs the whole batch: where the batch's tokens
-            # per unit of step cost are higher at a lower depth (by the hysteresis), it
-            # lowers the requests in flight to it (`engine.scheduler`); not while a
-            # request whose k an operator set (a pin, static mode) is among them.
-            ridable = k_max if o.batch_ride and depth == k else depth
-            lowered = self._lower_for_batch(state, decision, mates, bucket, depth, load, ridable)
-            if lowered is not None:
-                return lowered
-        if o.batch_ride and depth == k and load.anchored > k and load.running > 0:
-            # The batch drafts at the depth a request in flight chose, whatever this one
-            # asks: the drafter drafts that deep for every request in the step and its
-            # first pass takes this request's prompt too, so at k < D this request pays
-            # for D's steps (and its first token) and gains only its own k's tokens
-            # (concurrency 4, 2026-11-25: tool calls at k = 0 beside chat at k = 3 to 4
-            # decoded at 12.5 ms a token, at 11.0 with every request at k = 2). It rides
-            # at D instead; riders anchor at their class's k, so a batch of riders comes
-            # down once the request that wanted D has left (`BatchLoad.anchored`). Not
-            # where the batch's tokens held it below its class's k: there the batch is
-            # to come down, and a rider at D would keep it at D for its own life.
-            ride = min(load.anchored, k_max)
-            if load.guarded:
-                ride = self._floor_depth(load, bucket, ride, k_min)
-            if ride > depth:
-                return state.rides_at(decision, ride)
-        return decision
-
-    def _lower_for_batch(
-        self,
-        state: ClassState,
-        decision: SpeculationDecision,
-        mates: Sequence[float],
-        bucket: int,
-        depth: int,
-        load: LoadSnapshot,
-        ridable: int,
-    ) -> SpeculationDecision | None:
-        """`decision` with a batch cap where the batch gains from a lower depth, else None.
-
-        At batch depth D the requests in flight yield `mates[D]` tokens a step (each
-        at its k capped at D) and this one E[tokens | min(D, ridable)], in a step of
-        relative cost c(D). D runs from this request's depth to the batch's deepest;
-        the deepest (no cap) wins ties and must be beaten by the hysteresis. A cap
-        above this request's depth lets it ride there, up to `ridable` (its depth
-        where it may not ride: `batch_ride` off, or the batch's tokens held it), as it
-        would at the batch's depth. Requests in flight never go back up (their
-        drafter KV stops at the cap), so the cap is paid for in their later steps
-        too; the hysteresis is what keeps a small edge from cutting them.
-        """
-        costs = self._cost.relative_costs_in(bucket)
-        deepest = min(load.deepest, len(costs) - 1, len(mates) - 1)
-        if deepest <= depth:
-            return None
-        # At batch depth D it runs at min(D, ridable) and yields E[tokens | that depth].
-        expected = state.estimator.profile().expected_tokens()
-        top_own = len(expected) - 1
-
-        def own(d: int) -> float:
-            return expected[min(d, ridable, top_own)]
-
-        keep = (mates[deepest] + own(deepest)) / costs[deepest] * self._hold
-        best, top = deepest, keep
-        for d in range(depth, deepest):
-            value = (mates[d] + own(d)) / costs[d]
-            if value > top:
-                best, top = d, value
-        if best >= deepest:
-            return None
-        ride = min(best, ridable)
-        base = state.rides_at(decision, ride) if ride > depth else decision
-        return dataclasses.replace(
-            base,
-            batch_cap=best,
-            reason=f"{base.reason}; lowers the batch from k={load.deepest} to k={best}: "
-            f"{top / keep * self._hold:.2f}x the batch's tokens per step cost",
-        )
-
-    def _lower_batch(
-        self, decision: SpeculationDecision, floor: float, bucket: int, deepest: int
-    ) -> SpeculationDecision:
-        """`decision` with the batch cap its class's floor needs among deeper requests.
-
-        The floor guards a request against batch-mates that join deeper
-        (`_floor_depth`); this guards it against those already there, which
-        otherwise keep their depth until they finish, longer than a short request
-        lives. The cap is the deepest D (between this request's k and the batch's
-        deepest) at which its expected tokens per step at its own k, over a step's
-        relative cost c(D) at batch depth D, stay at or above the floor; the engine
-        lowers every request in flight to D as this one enters (`engine.scheduler`).
-        """
-        costs = self._cost.relative_costs_in(bucket)
-        gains = decision.gains
-        own = gains[min(decision.k, len(gains) - 1)] if gains else 1.0
-        d = deepest
-        while d > decision.k and own < floor * (costs[d] if d < len(costs) else costs[-1]):
-            d -= 1
-        if d >= deepest:
-            return decision
-        return dataclasses.replace(
-            decision,
-            batch_cap=d,
-            reason=f"{decision.reason}; lowers the batch from k={deepest} to k={d} for its floor",
-        )
-
-    def _floor_depth(self, load: LoadSnapshot, bucket: int, k: int, k_min: int) -> int:
-        """The deepest D <= k at which every guarded request in flight keeps its floor.
-
-        A request in flight yields `gains[D]` tokens a step at batch depth D, each
-        step costing c(D) = cost(D) / cost(0) of a step at k = 0: that share of its
-        speed at k = 0, which must stay at or above its class's `batch_floor`.
-        Weighed whatever depth the batch runs at now: excusing depths the batch
-        already had let each deep newcomer keep the batch deep for the next one, and
-        guarded tool calls at concurrency 4 still ran at 0.7x (2026-11-24). Requests
-        in flight keep their k, so the batch comes down as they finish; `k_min` (the
-        newcomer's own flags) still binds.
-        """
-        guarded = load.guarded
-        if not guarded or k <= k_min:
-            return k
-        costs = self._cost.relative_costs_in(bucket)
-        d = k
-        while d > k_min:
-            c = costs[d] if d < len(costs) else costs[-1]
-            if all((g[min(d, len(g) - 1)] if g else 1.0) >= f * c for g, f in guarded):
-                break
-            d -= 1
-        return d
+        return None
 
     def observe_step(self, batch: int, depth: int, seconds: float) -> None:
         """One timed engine step of `batch` decoding requests at batch depth `depth`
