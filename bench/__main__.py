@@ -210,7 +210,8 @@ def report(
 
 def _render(out_dir: Path, publish: bool) -> None:
     from bench.plots import write_plots
-    from bench.report import build_summary, write_report
+    from bench.render import write_report
+    from bench.report import build_summary
     from bench.runner import load_cost_models, load_runs
 
     runs = load_runs(out_dir / "runs.jsonl")

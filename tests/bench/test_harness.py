@@ -17,8 +17,9 @@ from bench.families import (
     with_sampled,
 )
 from bench.modes import ab_modes, default_modes, select_modes
+from bench.render import render_markdown, write_report
 from bench.replay import RequestRecord, request_kwargs
-from bench.report import build_summary, render_markdown, write_report
+from bench.report import build_summary
 from bench.runner import (
     JsonlSink,
     RunKey,
