@@ -1,8 +1,9 @@
-"""The benchmark's verdict: `summary.json` and `report.md` from the runs, with the claims checked.
+"""The benchmark's verdict: `summary.json` from the runs, with the claims checked.
 
 Every claim of issue 8 becomes a row of the checks table with the measured
 value, the target and pass/fail; a claim that cannot be evaluated (a mode or
-concurrency not in this run) says so instead of passing.
+concurrency not in this run) says so instead of passing. `bench.render` writes
+`report.md` from the summary.
 """
 
 from __future__ import annotations
