@@ -83,6 +83,18 @@ STEPS_PER_REFRESH = 8
 STEP_OUTLIER = 3.0
 #: Samples a depth's mean needs before it bounds a step (`STEP_OUTLIER`).
 STEP_OUTLIER_AFTER = 8.0
+#: Engine steps of a bucket after which a depth none of them ran at is stale: its mean
+#: was taken on a host that may have changed speed since (this VM's steps move by a
+#: quarter within minutes), so dividing the visited depth's fresh mean by it mixes two
+#: sittings. At batch 1 a stale depth is re-measured (`thin_depths`); at any load its
+#: old samples weigh at most REVISIT_WEIGHT once it is visited again.
+STALE_STEPS = 2000
+#: Samples' weight a stale depth's old mean keeps when it is visited again.
+REVISIT_WEIGHT = 4.0
+#: Buckets whose stale depths exploration re-measures: at batch 1 a probe's k is its
+#: step's depth. In a larger batch the step runs at its deepest request's depth, so a
+#: shallower probe measures nothing and a deeper one makes every mate draft.
+RESTALE_BUCKETS = frozenset({1})
 
 
 def batch_bucket(batch: int) -> int:
@@ -140,6 +152,10 @@ class CostModel:
     _steps_fed: bool = False
     #: Per bucket: engine steps filed (`observe_step`), for STEPS_PER_REFRESH.
     _steps: dict[int, int] = field(default_factory=dict)
+    #: Per bucket, per depth: `_steps` at the depth's last filed step (-1: none).
+    _last_step: dict[int, list[int]] = field(default_factory=dict)
+    #: Per bucket in RESTALE_BUCKETS: depths stale as of the last refresh.
+    _stale: dict[int, tuple[int, ...]] = field(default_factory=dict)
     _sums: dict[int, _Sums] = field(default_factory=dict)
     _pending: dict[int, _Sums] = field(default_factory=dict)
     _lines: dict[int, tuple[float, float]] = field(default_factory=dict)
@@ -205,16 +221,31 @@ class CostModel:
         caller files only steps whose batch it knows: no prefill in them, and the
         requests and drafts the engine scheduled those the gateway has in flight
         (`InferenceService.observe_step`). A step far above its depth's mean is
-        filed at `STEP_OUTLIER` times that mean.
+        filed at `STEP_OUTLIER` times that mean. A depth visited again after
+        STALE_STEPS of the bucket's steps first has its old samples' weight cut to
+        REVISIT_WEIGHT, so that the new sitting's steps price it within a few dozen.
         """
         self._steps_fed = True
         if 0 <= depth <= self.max_k and seconds > 0.0:
             bucket = batch_bucket(batch)
-            table = self._per_k.get(bucket)
-            if table is not None and table[depth][0] >= STEP_OUTLIER_AFTER:
-                seconds = min(seconds, STEP_OUTLIER * table[depth][1] / table[depth][0])
             count = self._steps.get(bucket, 0) + 1
             self._steps[bucket] = count
+            last = self._last_step.get(bucket)
+            if last is None:
+                last = self._last_step[bucket] = [-1] * (self.max_k + 1)
+            table = self._per_k.get(bucket)
+            if table is not None:
+                row = table[depth]
+                if (
+                    last[depth] >= 0
+                    and count - last[depth] > STALE_STEPS
+                    and row[0] > REVISIT_WEIGHT
+                ):
+                    keep = REVISIT_WEIGHT / row[0]
+                    row[0], row[1] = REVISIT_WEIGHT, row[1] * keep
+                if row[0] >= STEP_OUTLIER_AFTER:
+                    seconds = min(seconds, STEP_OUTLIER * row[1] / row[0])
+            last[depth] = count
             refresh = count % STEPS_PER_REFRESH == 0 or bucket not in self._versioned
             self._file(bucket, float(depth), seconds, True, self.step_forgetting, refresh)
 
@@ -272,6 +303,12 @@ class CostModel:
 
     def _refresh(self, bucket: int) -> None:
         """Recompute a bucket's costs now (off the request path); bump its version if they moved."""
+        last = self._last_step.get(bucket)
+        if last is not None and bucket in RESTALE_BUCKETS:
+            count = self._steps.get(bucket, 0)
+            self._stale[bucket] = tuple(
+                d for d, at in enumerate(last) if at >= 0 and count - at > STALE_STEPS
+            )
         self._relative.pop(bucket, None)
         self._first.pop(bucket, None)
         costs = self.relative_costs(bucket) + self.first_token(bucket)
@@ -430,7 +467,8 @@ class CostModel:
     def report(self) -> list[dict[str, object]]:
         """Each bucket with evidence: relative cost per k, requests ever run at each own k
         (`samples`), the forgetting weight of step times filed at each depth (`filed`),
-        and the time to the first token per k in steps at k = 0 (`first_token`)."""
+        the time to the first token per k in steps at k = 0 (`first_token`), and the
+        depths exploration re-measures as stale (`stale`, batch 1 only)."""
         return [
             {
                 "batch_bucket": bucket,
@@ -438,29 +476,37 @@ class CostModel:
                 "samples": [int(n) for n in self._seen.get(bucket, [])],
                 "filed": [round(n, 3) for n, _ in self._per_k.get(bucket, [])],
                 "first_token": [round(f, 3) for f in self.first_token(bucket)],
+                "stale": list(self._stale.get(bucket, ())),
             }
             for bucket in sorted(self._sums)
         ]
 
     def thin_depths(self, batch: int, min_samples: float) -> list[int]:
-        """Depths k run (as requests' own k) fewer than `min_samples` times ever at this load.
+        """Depths to measure at this load: run (as requests' own k) fewer than
+        `min_samples` times ever, or, at batch 1, stale (no engine step at them in the
+        bucket's last STALE_STEPS).
 
-        Lifetime counts, not the forgetting ones: a depth is calibrated once per
-        bucket; afterwards k +- 1 exploration keeps the neighbourhood fresh, and a
-        depth not seen for long drifts back towards the line, not into re-probing.
+        Lifetime counts, not the forgetting ones, for the first: a depth is calibrated
+        once per bucket. Staleness is the second: the depths the traffic visits are
+        priced by this sitting's steps, the others by a calibration that may have run
+        on a slower or faster host (a test gateway calibrated while another process
+        shared its cores kept tool calls at k = 2 for 40 requests, their k = 0 priced
+        by the busy start-up and k = 2 by the quiet traffic after it).
         """
         return self.thin_depths_in(batch_bucket(batch), min_samples)
 
     def thin_depths_in(self, bucket: int, min_samples: float) -> list[int]:
         """`thin_depths` for a bucket the caller already has (the decision path)."""
         if min_samples <= self._calibrated.get(bucket, -1.0):
-            return []
+            stale = self._stale.get(bucket)
+            return list(stale) if stale else []
         row = self._seen.get(bucket)
         if row is None:
             return list(range(self.max_k + 1))
         thin = [k for k, n in enumerate(row) if n < min_samples]
         if not thin:
             self._calibrated[bucket] = min_samples  # larger than any bound met before
+            return list(self._stale.get(bucket, ()))
         return thin
 
     def export_counters(self) -> dict[str, float]:

@@ -9,7 +9,7 @@ import pytest
 
 from gateway.control.classify import RequestClass
 from gateway.control.controller import COST_ID, Controller
-from gateway.control.cost_model import CostModel
+from gateway.control.cost_model import STALE_STEPS, STEPS_PER_REFRESH, CostModel
 from gateway.control.decision import ControlOverrides, LoadSnapshot
 from gateway.control.features import RequestFeatures
 from gateway.control.policies.base import Choice, PolicyInput
@@ -120,6 +120,32 @@ def test_probe_shares_are_per_batch_once_a_load_is_calibrated() -> None:
         n = 16_000
         probes = sum(controller.decide(cls, busy).explored for _ in range(n))
         assert 0.6 * n * share / 16 <= probes <= 1.4 * n * share / 16
+
+
+def test_stale_depths_at_batch_1_are_probed_until_re_measured() -> None:
+    """Once the traffic has run STALE_STEPS engine steps at batch 1 at one depth, the
+    others' prices come from another sitting: they are probed at `cost_probe_share`
+    (0.2) until each has steps of this one, then exploration is back at its share."""
+    controller = trained(HIGH)
+    cls = controller.classify(RequestFeatures("chat"))
+    cost = controller.cost_model
+    for _ in range(100):  # the start-up calibration's steps
+        for d in range(6):
+            cost.observe_step(1, d, 0.01 * (1 + 0.1 * d))
+    k = controller.decide(cls, IDLE, ControlOverrides(exploration_share=0.0)).k
+    n = 4000
+    assert sum(controller.decide(cls, IDLE).explored for _ in range(n)) < 1.4 * n * 0.05
+    for _ in range(STALE_STEPS + STEPS_PER_REFRESH):
+        cost.observe_step(1, k, 0.01 * (1 + 0.1 * k))
+    stale = [d for d in range(6) if d != k]
+    probes = [d.k for d in (controller.decide(cls, IDLE) for _ in range(n)) if d.explored]
+    assert 0.6 * n * 0.2 < len(probes) < 1.4 * n * 0.2
+    assert set(probes) == set(stale)
+    for d in stale:
+        for _ in range(STEPS_PER_REFRESH):
+            cost.observe_step(1, d, 0.01 * (1 + 0.1 * d))
+    assert cost.thin_depths(1, 3.0) == []
+    assert sum(controller.decide(cls, IDLE).explored for _ in range(n)) < 1.4 * n * 0.05
 
 
 def test_snapshot_explains_each_class() -> None:

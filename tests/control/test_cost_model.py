@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from engine.interface import RequestOutcome, SpeculationOutcome
-from gateway.control.cost_model import CostModel
+from gateway.control.cost_model import STALE_STEPS, STEPS_PER_REFRESH, CostModel
 
 #: Seconds per decode step at k = 0..4, read off the embedded model's benchmark at
 #: concurrency 1 (bench/results/report.md, static modes): a large first-draft cost,
@@ -270,3 +270,61 @@ def test_one_stalled_step_is_filed_at_a_bound_not_its_length() -> None:
     # Filed whole, the stall would have put k = 2 near 1.8x k = 0 (one sample of about
     # 167 carrying 83x the mean); bounded it moves 1.2x by about 1 %.
     assert stalled.relative_costs(4)[2] < 1.2 * 1.02
+
+
+def _step_calibrated(step_ms: tuple[float, ...], batch: int, steps: int) -> CostModel:
+    """A model whose start-up calibration filed `steps` engine steps at every depth
+    and counted four requests run at each (`gateway.calibration` does both)."""
+    model = _model()
+    for _ in range(steps):
+        for k, ms in enumerate(step_ms):
+            model.observe_step(batch, k, ms / 1000)
+    for k, ms in enumerate(step_ms):
+        for _ in range(4):
+            model.observe(k, batch, ms / 1000)
+    return model
+
+
+def test_a_depth_the_traffic_left_is_re_measured_at_batch_1_when_the_host_changed() -> None:
+    """Calibration ran on a busy host (k = 0 at 10 ms, k = 2 at 15 ms: 1.5x); the
+    traffic then ran at k = 2 alone on a host 1.5x faster (10 ms). Divided by k = 0's
+    busy price, k = 2 looks as cheap as k = 0 (a test gateway kept tool calls at k = 2
+    so). Past STALE_STEPS the unvisited depths are named for exploration; a probe's
+    few dozen steps at k = 0 price it in the new sitting (its old samples weigh
+    REVISIT_WEIGHT), and k = 2 is back near 1.5x."""
+    model = _step_calibrated((10.0, 12.0, 15.0, 17.0, 19.0), batch=1, steps=100)
+    assert model.relative_costs(1)[2] == pytest.approx(1.5, rel=0.02)
+    assert model.thin_depths(1, 3.0) == []
+    for _ in range(STALE_STEPS + STEPS_PER_REFRESH):
+        model.observe_step(1, 2, 0.010)
+    assert model.relative_costs(1)[2] < 1.1  # the two sittings mixed
+    assert model.thin_depths(1, 3.0) == [0, 1, 3, 4]
+    assert model.report()[0]["stale"] == [0, 1, 3, 4]
+    for _ in range(40):  # one probe request at k = 0, on the faster host
+        model.observe_step(1, 0, 0.010 / 1.5)
+    assert model.relative_costs(1)[2] == pytest.approx(1.5, rel=0.08)
+    assert model.thin_depths(1, 3.0) == [1, 3, 4]
+
+
+def test_stale_depths_are_not_probed_under_load_but_revisits_forget_them() -> None:
+    """In a batch of 4 the step runs at its deepest request's depth, so a probe can
+    neither measure a shallower depth nor a deeper one without making every mate
+    draft: no re-measuring there. A depth the batch comes back to is still priced
+    by the new sitting's steps within a few dozen."""
+    model = _step_calibrated((10.0, 12.0, 15.0, 17.0, 19.0), batch=4, steps=100)
+    for _ in range(STALE_STEPS + STEPS_PER_REFRESH):
+        model.observe_step(4, 2, 0.010)
+    assert model.thin_depths(4, 3.0) == []
+    for _ in range(40):
+        model.observe_step(4, 0, 0.010 / 1.5)
+    assert model.relative_costs(4)[2] == pytest.approx(1.5, rel=0.08)
+
+
+def test_a_visited_depth_keeps_its_weight() -> None:
+    """Only a gap of STALE_STEPS cuts a depth's weight: steps at every depth in turn
+    keep each depth's forgetting mean as before."""
+    model = _step_calibrated((10.0, 12.0, 15.0, 17.0, 19.0), batch=1, steps=600)
+    filed = model.report()[0]["filed"]
+    assert isinstance(filed, list)
+    assert filed[0] == pytest.approx((1 - 0.998**600) / 0.002, rel=0.01)
+    assert model.thin_depths(1, 3.0) == []
