@@ -86,14 +86,14 @@ STEP_OUTLIER_AFTER = 8.0
 #: Engine steps of a bucket after which a depth none of them ran at is stale: its mean
 #: was taken on a host that may have changed speed since (this VM's steps move by a
 #: quarter within minutes), so dividing the visited depth's fresh mean by it mixes two
-#: sittings. At batch 1 a stale depth is re-measured (`thin_depths`); at any load its
-#: old samples weigh at most REVISIT_WEIGHT once it is visited again.
-STALE_STEPS = 2000
+#: sittings. Its old samples weigh at most REVISIT_WEIGHT once it is visited again,
+#: and at batch 1 a stale k = 0 is re-measured (`thin_depths`).
+STALE_STEPS = 1000
 #: Samples' weight a stale depth's old mean keeps when it is visited again.
-REVISIT_WEIGHT = 4.0
-#: Buckets whose stale depths exploration re-measures: at batch 1 a probe's k is its
+REVISIT_WEIGHT = 1.0
+#: Buckets whose stale k = 0 exploration re-measures: at batch 1 a probe's k is its
 #: step's depth. In a larger batch the step runs at its deepest request's depth, so a
-#: shallower probe measures nothing and a deeper one makes every mate draft.
+#: probe at k = 0 measures nothing there.
 RESTALE_BUCKETS = frozenset({1})
 
 
@@ -154,7 +154,7 @@ class CostModel:
     _steps: dict[int, int] = field(default_factory=dict)
     #: Per bucket, per depth: `_steps` at the depth's last filed step (-1: none).
     _last_step: dict[int, list[int]] = field(default_factory=dict)
-    #: Per bucket in RESTALE_BUCKETS: depths stale as of the last refresh.
+    #: Per bucket in RESTALE_BUCKETS: (0,) while k = 0 is stale as of the last refresh.
     _stale: dict[int, tuple[int, ...]] = field(default_factory=dict)
     _sums: dict[int, _Sums] = field(default_factory=dict)
     _pending: dict[int, _Sums] = field(default_factory=dict)
@@ -305,10 +305,9 @@ class CostModel:
         """Recompute a bucket's costs now (off the request path); bump its version if they moved."""
         last = self._last_step.get(bucket)
         if last is not None and bucket in RESTALE_BUCKETS:
-            count = self._steps.get(bucket, 0)
-            self._stale[bucket] = tuple(
-                d for d, at in enumerate(last) if at >= 0 and count - at > STALE_STEPS
-            )
+            at = last[0]
+            stale = at >= 0 and self._steps.get(bucket, 0) - at > STALE_STEPS
+            self._stale[bucket] = (0,) if stale else ()
         self._relative.pop(bucket, None)
         self._first.pop(bucket, None)
         costs = self.relative_costs(bucket) + self.first_token(bucket)
@@ -467,8 +466,8 @@ class CostModel:
     def report(self) -> list[dict[str, object]]:
         """Each bucket with evidence: relative cost per k, requests ever run at each own k
         (`samples`), the forgetting weight of step times filed at each depth (`filed`),
-        the time to the first token per k in steps at k = 0 (`first_token`), and the
-        depths exploration re-measures as stale (`stale`, batch 1 only)."""
+        the time to the first token per k in steps at k = 0 (`first_token`), and
+        `[0]` where exploration re-measures a stale k = 0 (`stale`, batch 1 only)."""
         return [
             {
                 "batch_bucket": bucket,
@@ -483,15 +482,16 @@ class CostModel:
 
     def thin_depths(self, batch: int, min_samples: float) -> list[int]:
         """Depths to measure at this load: run (as requests' own k) fewer than
-        `min_samples` times ever, or, at batch 1, stale (no engine step at them in the
-        bucket's last STALE_STEPS).
+        `min_samples` times ever, or, at batch 1, k = 0 once stale (no engine step at
+        it in the bucket's last STALE_STEPS).
 
         Lifetime counts, not the forgetting ones, for the first: a depth is calibrated
         once per bucket. Staleness is the second: the depths the traffic visits are
-        priced by this sitting's steps, the others by a calibration that may have run
-        on a slower or faster host (a test gateway calibrated while another process
-        shared its cores kept tool calls at k = 2 for 40 requests, their k = 0 priced
-        by the busy start-up and k = 2 by the quiet traffic after it).
+        priced by this sitting's steps, k = 0, which every relative cost divides by,
+        by a calibration that may have run on a slower or faster host (a test gateway
+        calibrated while another process shared its cores kept tool calls at k = 2
+        for 40 requests). k +- 1 exploration already revisits the neighbours of a
+        class's k, and a revisit prices them in the current sitting (REVISIT_WEIGHT).
         """
         return self.thin_depths_in(batch_bucket(batch), min_samples)
 
