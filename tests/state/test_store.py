@@ -37,6 +37,14 @@ async def running(url: str, **overrides: Any) -> AsyncIterator[RedisClassStore]:
         await store.close()
 
 
+#: The longest a record + cluster_totals call may take: far below what waiting on Redis
+#: takes (the 200 to 300 ms operation timeout, or the delay proxy's 500 ms), far above
+#: what the calls cost (microseconds). CI once read 13.4 ms here with the collector
+#: paused: the process descheduled on the two cores it shares with the suite's engines
+#: and a restarting redis-server; 10 ms had bounded the scheduler, not the store.
+NO_WAIT_S = 0.05
+
+
 @contextmanager
 def collector_paused() -> Iterator[None]:
     """Time the store's calls, not the interpreter's garbage collector.
@@ -157,7 +165,7 @@ async def test_redis_stopped_mid_load_then_restarted(redis_server: RedisServer) 
     assert stats.flush_failures_total >= 1
     with redis_server.client() as client:
         assert float(client.hget("specgw:{t}:class:c", "c:n") or 0) == sent
-    assert slowest < 0.01, slowest
+    assert slowest < NO_WAIT_S, slowest
 
 
 async def test_slow_redis_never_blocks_callers_and_counts_exactly_once(
@@ -175,7 +183,7 @@ async def test_slow_redis_never_blocks_callers_and_counts_exactly_once(
                 store.cluster_totals()
                 slowest = max(slowest, time.perf_counter() - t0)
             await asyncio.sleep(0.005)
-        assert slowest < 0.01, slowest
+        assert slowest < NO_WAIT_S, slowest
         await until(lambda: store.status == "degraded", 3.0)
         assert store.cluster_totals()["c"].counters["n"] == 201  # local view stays whole
         delay_proxy.delay_s = 0.0
