@@ -16,6 +16,7 @@ import pytest
 from gateway.control.batch_depth import BatchDepth
 from gateway.control.cost_model import CostModel
 from gateway.control.decision import LoadSnapshot, SpeculationDecision
+from tests.control.test_cost_model import step_calibrated
 
 STEP_MS = (10.0, 15.0, 16.0, 18.0, 24.0)
 BUCKET = 4
@@ -26,18 +27,7 @@ DEEP = (1.0, 1.95, 2.85, 3.7, 4.8)
 
 
 def _costs() -> CostModel:
-    model = CostModel(
-        max_k=4,
-        prior_step_s=0.02,
-        prior_k_cost=0.08,
-        prior_batch_saturation=16.0,
-        prior_weight=2.0,
-        forgetting=0.01,
-    )
-    for _ in range(40):
-        for k, ms in enumerate(STEP_MS):
-            model.observe_step(BUCKET, k, ms / 1000)
-    return model
+    return step_calibrated(STEP_MS, BUCKET, steps=40)
 
 
 def _batch() -> BatchDepth:

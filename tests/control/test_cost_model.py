@@ -272,7 +272,7 @@ def test_one_stalled_step_is_filed_at_a_bound_not_its_length() -> None:
     assert stalled.relative_costs(4)[2] < 1.2 * 1.02
 
 
-def _step_calibrated(step_ms: tuple[float, ...], batch: int, steps: int) -> CostModel:
+def step_calibrated(step_ms: tuple[float, ...], batch: int, steps: int) -> CostModel:
     """A model whose start-up calibration filed `steps` engine steps at every depth
     and counted four requests run at each (`gateway.calibration` does both)."""
     model = _model()
@@ -292,7 +292,7 @@ def test_a_depth_the_traffic_left_is_re_measured_at_batch_1_when_the_host_change
     so). Past STALE_STEPS k = 0, which every relative cost divides by, is named for
     exploration; a probe's few dozen steps at k = 0 price it in the new sitting (its
     old samples weigh REVISIT_WEIGHT), and k = 2 is back near 1.5x."""
-    model = _step_calibrated((10.0, 12.0, 15.0, 17.0, 19.0), batch=1, steps=100)
+    model = step_calibrated((10.0, 12.0, 15.0, 17.0, 19.0), batch=1, steps=100)
     assert model.relative_costs(1)[2] == pytest.approx(1.5, rel=0.02)
     assert model.thin_depths(1, 3.0) == []
     for _ in range(STALE_STEPS + STEPS_PER_REFRESH):
@@ -310,7 +310,7 @@ def test_stale_depths_are_not_probed_under_load_but_revisits_forget_them() -> No
     """In a batch of 4 the step runs at its deepest request's depth, so a probe at
     k = 0 measures nothing there: no re-measuring. A depth the batch comes back to is
     still priced by the new sitting's steps within a few dozen."""
-    model = _step_calibrated((10.0, 12.0, 15.0, 17.0, 19.0), batch=4, steps=100)
+    model = step_calibrated((10.0, 12.0, 15.0, 17.0, 19.0), batch=4, steps=100)
     for _ in range(STALE_STEPS + STEPS_PER_REFRESH):
         model.observe_step(4, 2, 0.010)
     assert model.thin_depths(4, 3.0) == []
@@ -322,7 +322,7 @@ def test_stale_depths_are_not_probed_under_load_but_revisits_forget_them() -> No
 def test_a_visited_depth_keeps_its_weight() -> None:
     """Only a gap of STALE_STEPS cuts a depth's weight: steps at every depth in turn
     keep each depth's forgetting mean as before."""
-    model = _step_calibrated((10.0, 12.0, 15.0, 17.0, 19.0), batch=1, steps=600)
+    model = step_calibrated((10.0, 12.0, 15.0, 17.0, 19.0), batch=1, steps=600)
     filed = model.report()[0]["filed"]
     assert isinstance(filed, list)
     assert filed[0] == pytest.approx((1 - 0.998**600) / 0.002, rel=0.01)
