@@ -1,6 +1,6 @@
 """Per-request cost of the gateway's decision path, in microseconds.
 
-Before each request the gateway calls `ControllerPlanner.plan_chat`: request
+Before each request the gateway calls `ControlPlane.plan_chat`: request
 features (`features_from_chat`), `Controller.classify`, the class's ops flags
 (`FlagView` + `FlagOverrides`, as `gateway.runtime` wires them) and
 `Controller.decide`; after it, `observe`. This replays a mixed trace (many classes,
@@ -27,10 +27,11 @@ from typing import Any
 from gateway.control.controller import Controller
 from gateway.control.decision import LoadSnapshot
 from gateway.control.features import IdentityCache, features_from_chat
+from gateway.control.plane import ControlPlane
 from gateway.control.settings import ControllerSettings
 from gateway.flags.settings import FlagSettings
 from gateway.flags.view import FlagView
-from gateway.planner import ControllerPlanner, FlagOverrides
+from gateway.planner import FlagOverrides
 from tests.control.simulator import simulate
 
 
@@ -65,7 +66,9 @@ def run(requests: int, classes: int, seed: int, load_mode: str) -> dict[str, lis
     controller = Controller(ControllerSettings(), rng=random.Random(seed))
     flags = FlagView(FlagSettings())  # no file, no Redis: every class resolves to defaults
     identities = IdentityCache()
-    planner = ControllerPlanner(controller, FlagOverrides(flags.overrides_for), identities)
+    plane = ControlPlane(
+        controller, overrides=FlagOverrides(flags.overrides_for), identities=identities
+    )
     bodies = _bodies(classes, rng)
     profiles = [tuple([rng.uniform(0.2, 0.95)] * 6) for _ in bodies]
     out: dict[str, list[float]] = {
@@ -98,11 +101,12 @@ def run(requests: int, classes: int, seed: int, load_mode: str) -> dict[str, lis
             identities,
         )
         t1 = clock()
-        plan = planner.plan_features(features, load)
+        planned = plane.plan_features(features, body["prompt_tokens"], load)
         t2 = clock()
-        outcome = simulate(rng, profiles[i], plan.k, load.batch, output_tokens=32)
+        outcome = simulate(rng, profiles[i], planned.k, load.batch, output_tokens=32)
         t3 = clock()
-        planner.observe(plan, outcome, load)
+        planned.enter()
+        planned.finish(outcome)
         t4 = clock()
         out["features"].append((t1 - t0) / 1000)
         out["classify+flags+decide"].append((t2 - t1) / 1000)

@@ -23,12 +23,13 @@ from gateway.calibration import CalibrationPoint, calibrate
 from gateway.cluster import ClusterSync
 from gateway.control.controller import Controller
 from gateway.control.events import FanOutEvents, LoggingEvents
+from gateway.control.plane import ControlPlane
 from gateway.control.settings import ControllerSettings
 from gateway.flags import SPECS, FlagAdmin, FlagSettings, FlagValues, FlagView
 from gateway.observability.events import MetricsEvents, SpanEvents, export_class_reports
 from gateway.observability.metrics import GatewayMetrics, render_metrics
 from gateway.outcomes import OutcomeBoard
-from gateway.planner import ControllerPlanner, FlagOverrides, Planner
+from gateway.planner import FlagOverrides
 from gateway.service import InferenceService, Telemetry
 from gateway.settings import GatewaySettings
 from gateway.state import ClassStateSettings, RedisClassStore
@@ -43,7 +44,7 @@ class Runtime:
     settings: GatewaySettings
     engine: Engine
     frontend: OpenAIFrontend
-    planner: Planner
+    plane: ControlPlane
     admission: Admission
     board: OutcomeBoard
     service: InferenceService
@@ -104,12 +105,12 @@ class Runtime:
 def build_service(
     settings: GatewaySettings,
     frontend: OpenAIFrontend,
-    planner: Planner,
+    plane: ControlPlane,
     board: OutcomeBoard,
     telemetry: Telemetry | None,
 ) -> tuple[InferenceService, Admission]:
     admission = Admission(settings.max_running, settings.max_queued, settings.queue_timeout_s)
-    service = InferenceService(settings, frontend, planner, board, admission, telemetry)
+    service = InferenceService(settings, frontend, plane, board, admission, telemetry)
     return service, admission
 
 
@@ -178,7 +179,7 @@ async def _control_plane(
             controller_settings.calibrate_tokens,
             math.ceil(controller_settings.cost_min_samples),
         )
-    planner = ControllerPlanner(controller, FlagOverrides(view.overrides_for))
+    plane = ControlPlane(controller, overrides=FlagOverrides(view.overrides_for))
     store: RedisClassStore | None = None
     admin: FlagAdmin | None = None
     if settings.redis_url:
@@ -191,7 +192,7 @@ async def _control_plane(
         sync.start()
         stack.push_async_callback(sync.close)
     telemetry = GatewayTelemetry(metrics, settings.served_model_name)
-    service, admission = build_service(settings, frontend, planner, board, telemetry)
+    service, admission = build_service(settings, frontend, plane, board, telemetry)
     service.set_aborter(engine.abort)
     engine.on_step(service.observe_step)  # after calibration: its requests are not in flight
 
@@ -218,7 +219,7 @@ async def _control_plane(
         settings=settings,
         engine=engine,
         frontend=frontend,
-        planner=planner,
+        plane=plane,
         admission=admission,
         board=board,
         service=service,

@@ -19,11 +19,10 @@ from engine.openai_frontend import RESERVED_XARGS, OpenAIFrontend
 from engine.protocol import ChatCompletionRequest, CompletionRequest, ErrorResponse
 from gateway import limits
 from gateway.admission import Admission
-from gateway.control.batch_load import BatchLoad, BatchMeans, Ticket
 from gateway.control.features import sampling_bucket
+from gateway.control.plane import ControlPlane, Plan, PlannedRequest
 from gateway.errors import ErrorKind, GatewayError, invalid
 from gateway.outcomes import OutcomeBoard
-from gateway.planner import Load, Plan, Planner
 from gateway.settings import GatewaySettings
 from gateway.streaming import StreamEnd, relay
 
@@ -138,17 +137,14 @@ class InferenceService:
         self,
         settings: GatewaySettings,
         frontend: OpenAIFrontend,
-        planner: Planner,
+        plane: ControlPlane,
         board: OutcomeBoard,
         admission: Admission,
         telemetry: Telemetry | None = None,
-        batch: BatchLoad | None = None,
     ) -> None:
         self._settings = settings
-        #: The engine batch each request runs in, for the cost model (`observe`).
-        self._batch = batch or BatchLoad()
         self._frontend = frontend
-        self._planner = planner
+        self._plane = plane
         self._board = board
         self._admission = admission
         self._telemetry = telemetry
@@ -157,20 +153,8 @@ class InferenceService:
         self._abort: Callable[[str], Awaitable[None]] | None = None
 
     def observe_step(self, step: EngineStep) -> None:
-        """One timed engine step (`Engine.on_step`) to the cost model, if its batch is known.
-
-        The step's cost is its batch's: how many requests, at which depth (the
-        deepest request's, `gateway.control.batch_load`). The engine reports how many
-        requests decoded and how many tokens they scheduled (1 + k each); when those
-        are exactly the requests the gateway has in flight, the step ran at
-        `BatchLoad.deepest`. Steps that also prefilled a prompt measured that prompt
-        (its cost is the first token's, not a decode step's), and steps around a
-        request's entry or exit do not match: neither is filed.
-        """
-        batch = self._batch
-        filed = batch.in_flight > 0 and step.decoded_only(batch.in_flight, batch.step_tokens())
-        if filed:
-            self._planner.observe_step(step.decode_requests, batch.deepest, step.seconds)
+        """One timed engine step (`Engine.on_step`) to the control plane."""
+        filed = self._plane.observe_step(step)
         if self._telemetry is not None:
             self._telemetry.engine_step(filed)
 
@@ -195,17 +179,13 @@ class InferenceService:
     def served_model_name(self) -> str:
         return self._frontend.served_model_name
 
-    def _exact(self, plan: Plan, sampling: str) -> Plan:
+    def _exact(self, planned: PlannedRequest, sampling: str) -> PlannedRequest:
         """k = 0 where speculation would change what the request samples: a sampled
         request (`sampling`, its temperature's bucket; "" when greedy) on an engine
-        whose sampled speculation is not lossless.
-
-        The controller still hears the outcome (a k = 0 run: step cost, no drafts),
-        so a class of sampled requests keeps its own statistics honest.
-        """
-        if plan.k > 0 and sampling and not self._frontend.lossless_sampling:
-            return plan._replace(k=0, reason=SAMPLED_NOT_EXACT, gains=())
-        return plan
+        whose sampled speculation is not lossless."""
+        if planned.k > 0 and sampling and not self._frontend.lossless_sampling:
+            return planned.without_speculation(SAMPLED_NOT_EXACT)
+        return planned
 
     def enter(self, endpoint: str) -> None:
         """At arrival, before the body is parsed: take an edge ticket or shed now.
@@ -221,20 +201,6 @@ class InferenceService:
 
     def leave(self) -> None:
         self._admission.leave()
-
-    def load(self) -> Load:
-        batch = self._batch
-        return Load(
-            self._admission.running,
-            self._admission.queued,
-            None,
-            batch.gains,
-            None,
-            batch.guarded,
-            batch.deepest,
-            batch.anchored,
-            batch.fixed,
-        )
 
     async def chat(self, request: ChatCompletionRequest) -> JsonReply | StreamReply:
         limits.reject_reserved_xargs(request.vllm_xargs, RESERVED_XARGS)
@@ -260,15 +226,17 @@ class InferenceService:
         chars = sum(len(str(m.get("content") or "")) for m in messages)
         tokens = _approx_tokens(chars)
         sampling = sampling_bucket(self._frontend.temperature_of(request))
-        plan = self._planner.plan_chat(view, tokens, self.load(), sampling)
-        plan = self._exact(plan, sampling)
+        admission = self._admission
+        planned = self._plane.plan_chat(
+            view, tokens, running=admission.running, queued=admission.queued, sampling=sampling
+        )
+        planned = self._exact(planned, sampling)
         return await self._run(
             "chat",
             "chatcmpl-",
-            plan,
-            tokens,
+            planned,
             bool(request.stream),
-            lambda gid: self._frontend.chat(request, k=plan.k, gateway_id=gid, cap=plan.cap),
+            lambda gid: self._frontend.chat(request, k=planned.k, gateway_id=gid, cap=planned.cap),
         )
 
     async def completion(self, request: CompletionRequest) -> JsonReply | StreamReply:
@@ -288,35 +256,35 @@ class InferenceService:
         limits.check_stop(request.stop, self._settings)
         tokens = _approx_tokens(len(text))
         sampling = sampling_bucket(self._frontend.temperature_of(request))
-        plan = self._planner.plan_completion(text, tokens, self.load(), sampling)
-        plan = self._exact(plan, sampling)
+        admission = self._admission
+        planned = self._plane.plan_completion(
+            text, tokens, running=admission.running, queued=admission.queued, sampling=sampling
+        )
+        planned = self._exact(planned, sampling)
         return await self._run(
             "completions",
             "cmpl-",
-            plan,
-            tokens,
+            planned,
             bool(request.stream),
-            lambda gid: self._frontend.completion(request, k=plan.k, gateway_id=gid, cap=plan.cap),
+            lambda gid: self._frontend.completion(
+                request, k=planned.k, gateway_id=gid, cap=planned.cap
+            ),
         )
 
     async def _run(
         self,
         endpoint: str,
         id_prefix: str,
-        plan: Plan,
-        prompt_tokens: int,
+        planned: PlannedRequest,
         stream: bool,
         call: Callable[[str], Awaitable[Any]],
     ) -> JsonReply | StreamReply:
-        headers = {"x-specgw-class": plan.label, "x-specgw-k": str(plan.k)}
+        plan = planned.plan
+        headers = planned.headers()
         gid = uuid.uuid4().hex
         started = time.monotonic()
         await self._admission.acquire(plan.class_id)
-        if plan.cap is not None:
-            self._batch.cap(plan.cap)  # what the engine does as the request is added
-        ticket = self._batch.enter(
-            plan.k, plan.gains, prompt_tokens, plan.floor, plan.anchor, plan.fixed
-        )
+        planned.enter()
         released = False
         try:
             self._board.expect(gid)
@@ -336,40 +304,39 @@ class InferenceService:
                 body = result.model_dump(exclude_none=True)
                 body["speculation"] = speculation_object(plan, outcome)
                 released = True
-                ran_in = self._release(gid, ticket)
-                self._report(
-                    endpoint, plan, "complete", None, outcome, started, None, False, ran_in
-                )
+                self._release(gid, planned, outcome)
+                self._report(endpoint, plan, "complete", None, outcome, started, None, False)
                 return JsonReply(body, headers)
             released = True  # by the stream's end
-            return self._stream(endpoint, plan, gid, result, headers, started, ticket)
+            return self._stream(endpoint, planned, gid, result, headers, started)
         except GatewayError as exc:
             if not released:
                 released = True
-                self._release(gid, ticket)
+                self._release(gid, planned, None)
             self._report(endpoint, plan, "error", exc, None, started, None, stream)
             raise
         finally:
             if not released:
-                self._release(gid, ticket)
+                self._release(gid, planned, None)
 
-    def _release(self, gid: str, ticket: Ticket) -> BatchMeans:
-        """The request has left the engine: its admission slot, board entry and batch."""
+    def _release(self, gid: str, planned: PlannedRequest, outcome: RequestOutcome | None) -> None:
+        """The request has left the engine: its admission slot, board entry and batch;
+        a complete request's outcome goes to the control plane."""
         self._admission.release()
         self._board.discard(gid)
         self._inflight.pop(gid, None)
-        return self._batch.leave(ticket)
+        planned.finish(outcome)
 
     def _stream(
         self,
         endpoint: str,
-        plan: Plan,
+        planned: PlannedRequest,
         gid: str,
         source: AsyncIterator[str],
         headers: dict[str, str],
         started: float,
-        ticket: Ticket,
     ) -> StreamReply:
+        plan = planned.plan
         done = False
 
         async def finalize(end: StreamEnd | None = None) -> None:
@@ -377,19 +344,11 @@ class InferenceService:
             if done:
                 return
             done = True
-            outcome = self._board.peek(gid)
-            ran_in = self._release(gid, ticket)
             end = end or StreamEnd()
+            outcome = self._board.peek(gid)
+            self._release(gid, planned, outcome if end.status == "complete" else None)
             self._report(
-                endpoint,
-                plan,
-                end.status,
-                end.error,
-                outcome,
-                started,
-                end.first_chunk_s,
-                True,
-                ran_in,
+                endpoint, plan, end.status, end.error, outcome, started, end.first_chunk_s, True
             )
 
         async def speculation() -> dict[str, Any]:
@@ -413,24 +372,17 @@ class InferenceService:
         started: float,
         ttft_s: float | None,
         stream: bool,
-        ran_in: BatchMeans | None = None,
     ) -> None:
-        if outcome is not None and status == "complete":
-            load = self.load()
-            if ran_in is not None:
-                # The batch it ran in (means over its life), not the one at its end.
-                load = Load(round(ran_in.size) - 1, load.queued, ran_in.depth, None, ran_in.prefill)
-            self._planner.observe(plan, outcome, load)
         if self._telemetry is not None:
             self._telemetry.request_finished(
                 Finished(
-                    endpoint,
-                    plan,
-                    status,
-                    error,
-                    outcome,
-                    time.monotonic() - started,
-                    ttft_s,
-                    stream,
+                    endpoint=endpoint,
+                    plan=plan,
+                    status=status,
+                    error=error,
+                    outcome=outcome,
+                    e2e_s=time.monotonic() - started,
+                    ttft_s=ttft_s,
+                    stream=stream,
                 )
             )

@@ -12,14 +12,14 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from gateway.control.batch_load import BatchLoad
 from gateway.control.controller import Controller
 from gateway.control.decision import LoadSnapshot
 from gateway.control.features import RequestFeatures
+from gateway.control.plane import ControlPlane
 from gateway.control.settings import ControllerSettings
 from gateway.flags import FlagAdmin, FlagSettings, FlagValues, FlagView, Target
 from gateway.flags.document import flags_document
-from gateway.planner import ControllerPlanner, FlagOverrides
+from gateway.planner import FlagOverrides
 from tests.flags.configmap import flagd_document, static_flag, write_configmap
 from tests.redis_fixtures import RedisServer
 
@@ -248,15 +248,14 @@ async def test_a_batch_floor_flag_reaches_the_plan_and_the_batch(tmp_path: Path)
     flags_dir = tmp_path / "flags"
     write_configmap(flags_dir, {"flags.json": flagd_document({"batch-floor": floor_by_label})})
     async with running_view(flag_settings(flags_dir=flags_dir)) as view:
-        planner = ControllerPlanner(
-            Controller(ControllerSettings()), FlagOverrides(view.overrides_for)
+        plane = ControlPlane(
+            Controller(ControllerSettings()), overrides=FlagOverrides(view.overrides_for)
         )
-        tool = planner.plan_features(features, LoadSnapshot())
-        chat = planner.plan_features(RequestFeatures("chat"), LoadSnapshot())
-    assert (tool.floor, chat.floor) == (0.98, 0.0)
-    batch = BatchLoad()
-    ticket = batch.enter(tool.k, tool.gains, 100, tool.floor)
-    batch.enter(chat.k, chat.gains, 100, chat.floor)
-    assert batch.guarded == {(tool.gains, 0.98): 1}
-    batch.leave(ticket)
-    assert batch.guarded == {}
+        tool = plane.plan_features(features, 100, LoadSnapshot())
+        chat = plane.plan_features(RequestFeatures("chat"), 100, LoadSnapshot())
+    assert (tool.plan.floor, chat.plan.floor) == (0.98, 0.0)
+    tool.enter()
+    chat.enter()
+    assert plane.batch.guarded == {(tool.plan.gains, 0.98): 1}
+    tool.finish(None)
+    assert plane.batch.guarded == {}

@@ -9,9 +9,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import CollectorRegistry
 
+from gateway.control.plane import Plan
 from gateway.errors import ErrorKind, GatewayError
 from gateway.observability.metrics import GatewayMetrics
-from gateway.planner import Plan
 from gateway.service import Finished
 from gateway.telemetry import GatewayTelemetry
 from tests.observability.conftest import sample_outcome

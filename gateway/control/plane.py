@@ -1,0 +1,250 @@
+"""The control plane owns each request's life: plan it, track it in the batch, learn from its end.
+
+`ControlPlane.plan_chat` / `plan_completion` turn a request view and the load into a
+`PlannedRequest`: its class and depth k (`Controller.classify`, the class's ops
+overrides, `Controller.decide`). The request's life in the engine batch
+(`BatchLoad`) is the plane's too: `enter` as the engine adds it (applying the cap it
+carries), `finish(outcome)` as it leaves, which feeds `Controller.observe` the batch
+it ran in (means over its life). Timed engine steps come in through `observe_step`.
+
+The gateway's request service and the benchmark's engine twin both call this one
+object, so both run the same rules; nothing here knows HTTP or vLLM.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
+
+from engine.interface import EngineStep, RequestOutcome
+from gateway.control.batch_load import BatchLoad, BatchMeans, Ticket
+from gateway.control.classify import RequestClass
+from gateway.control.controller import Controller
+from gateway.control.decision import ControlOverrides, LoadSnapshot, SpeculationDecision
+from gateway.control.features import (
+    IdentityCache,
+    RequestFeatures,
+    features_from_chat,
+    features_from_completion,
+)
+
+#: (class id, label) -> the ops overrides for that class; None: adaptive, no flags.
+Overrides = Callable[[str, str], ControlOverrides | None]
+
+
+class Plan(NamedTuple):
+    """What the control plane decided for one request, and why.
+
+    A NamedTuple: one is built per request on the decision path, where a frozen
+    dataclass costs about a microsecond more (`bench/decision_latency.py`).
+    """
+
+    class_id: str
+    label: str
+    k: int
+    reason: str
+    #: The controller's class and decision, passed back to `Controller.observe`.
+    cls: RequestClass | None = None
+    decision: SpeculationDecision | None = None
+    #: Expected tokens per step were the batch to run at depth D (`BatchLoad.enter`).
+    gains: tuple[float, ...] = ()
+    #: The class's `batch-floor` flag: what it keeps when a deeper request joins (0 = off).
+    floor: float = 0.0
+    #: Lower the requests in flight to at most this depth as this one enters (None: no).
+    cap: int | None = None
+    #: The depth its class chose, where it rides deeper at the batch's (None: k).
+    anchor: int | None = None
+    #: Its k is an operator's (`SpeculationDecision.fixed`): no newcomer lowers it.
+    fixed: bool = False
+
+
+class PlannedRequest:
+    """One request's plan and its life in the engine batch: `enter`, then `finish` once.
+
+    `finish` is idempotent, so every exit path of a caller may call it.
+    """
+
+    __slots__ = ("_done", "_plane", "_prompt_tokens", "_ticket", "plan")
+
+    def __init__(self, plane: ControlPlane, plan: Plan, prompt_tokens: int) -> None:
+        self._plane = plane
+        self.plan = plan
+        self._prompt_tokens = prompt_tokens
+        self._ticket: Ticket | None = None
+        self._done = False
+
+    @property
+    def k(self) -> int:
+        return self.plan.k
+
+    @property
+    def cap(self) -> int | None:
+        return self.plan.cap
+
+    @property
+    def label(self) -> str:
+        return self.plan.label
+
+    @property
+    def class_id(self) -> str:
+        return self.plan.class_id
+
+    @property
+    def reason(self) -> str:
+        return self.plan.reason
+
+    def headers(self) -> dict[str, str]:
+        """The response headers that say what the plane decided."""
+        return {"x-specgw-class": self.plan.label, "x-specgw-k": str(self.plan.k)}
+
+    def without_speculation(self, reason: str) -> PlannedRequest:
+        """The same request at k = 0 (before it entered): the controller still hears
+        its outcome, a k = 0 run, so its class's statistics stay honest."""
+        if self._ticket is not None:
+            raise RuntimeError("a request's depth is fixed once it entered the engine")
+        plan = self.plan._replace(k=0, reason=reason, gains=())
+        return PlannedRequest(self._plane, plan, self._prompt_tokens)
+
+    def enter(self) -> None:
+        """The engine adds the request now (and lowers its batch to `cap`, if any)."""
+        if self._ticket is None and not self._done:
+            self._ticket = self._plane._enter(self.plan, self._prompt_tokens)
+
+    def finish(self, outcome: RequestOutcome | None) -> BatchMeans | None:
+        """The request left the engine; `outcome` None: it did not complete (no learning).
+
+        Returns the batch it ran in (means over its life), None if it never entered.
+        """
+        if self._done:
+            return None
+        self._done = True
+        if self._ticket is None:
+            return None
+        return self._plane._finish(self.plan, self._ticket, outcome)
+
+
+class ControlPlane:
+    """Classification, the controller's decision and the batch in flight, in one object."""
+
+    def __init__(
+        self,
+        controller: Controller,
+        *,
+        overrides: Overrides | None = None,
+        identities: IdentityCache | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.controller = controller
+        self._overrides = overrides
+        self._identities = identities or IdentityCache()
+        #: The engine batch the requests run in, for the cost model and the batch rules.
+        self.batch = BatchLoad(clock)
+
+    # ---- request path ----------------------------------------------------------------
+    def load(self, running: int, queued: int = 0) -> LoadSnapshot:
+        """Load at decision time: `running` requests admitted (this one excluded), the
+        batch in flight as `BatchLoad` tracks it."""
+        batch = self.batch
+        return LoadSnapshot(
+            running=running,
+            queued=queued,
+            mates=batch.gains,
+            guarded=batch.guarded,
+            deepest=batch.deepest,
+            anchored=batch.anchored,
+            fixed=batch.fixed,
+        )
+
+    def plan_features(
+        self, features: RequestFeatures, prompt_tokens: int, load: LoadSnapshot
+    ) -> PlannedRequest:
+        """Classify, resolve the class's flags, decide k: the request path after parsing."""
+        controller = self.controller
+        cls = controller.classify(features)
+        o = self._overrides(cls.class_id, cls.label) if self._overrides is not None else None
+        decision = controller.decide(cls, load, o)
+        plan = Plan(
+            cls.class_id,
+            cls.label,
+            decision.k,
+            decision.reason,
+            cls,
+            decision,
+            decision.gains,
+            o.batch_floor if o is not None else 0.0,
+            decision.batch_cap,
+            decision.anchor,
+            decision.fixed,
+        )
+        return PlannedRequest(self, plan, prompt_tokens)
+
+    def plan_chat(
+        self,
+        body: Mapping[str, Any],
+        prompt_tokens: int,
+        *,
+        running: int,
+        queued: int = 0,
+        sampling: str = "",
+    ) -> PlannedRequest:
+        """A chat request as plain data (`messages`, `tools`, `tool_choice`,
+        `response_format`); `sampling`: "" when greedy, else its temperature's
+        bucket (`gateway.control.features.sampling_bucket`)."""
+        features = features_from_chat(
+            body["messages"],
+            body.get("tools"),
+            body.get("tool_choice"),
+            body.get("response_format"),
+            prompt_tokens,
+            self._identities,
+            sampling,
+        )
+        return self.plan_features(features, prompt_tokens, self.load(running, queued))
+
+    def plan_completion(
+        self,
+        prompt: str,
+        prompt_tokens: int,
+        *,
+        running: int,
+        queued: int = 0,
+        sampling: str = "",
+    ) -> PlannedRequest:
+        features = features_from_completion(prompt, prompt_tokens, self._identities, sampling)
+        return self.plan_features(features, prompt_tokens, self.load(running, queued))
+
+    # ---- the request's life in the batch ---------------------------------------------
+    def _enter(self, plan: Plan, prompt_tokens: int) -> Ticket:
+        batch = self.batch
+        if plan.cap is not None:
+            batch.cap(plan.cap)  # what the engine does as the request is added
+        return batch.enter(plan.k, plan.gains, prompt_tokens, plan.floor, plan.anchor, plan.fixed)
+
+    def _finish(self, plan: Plan, ticket: Ticket, outcome: RequestOutcome | None) -> BatchMeans:
+        ran_in = self.batch.leave(ticket)
+        if outcome is not None and plan.cls is not None and plan.decision is not None:
+            # The batch it ran in (means over its life), not the one at its end.
+            load = LoadSnapshot(
+                running=max(round(ran_in.size) - 1, 0),
+                depth=ran_in.depth,
+                prefill=ran_in.prefill,
+            )
+            self.controller.observe(plan.cls, plan.decision, outcome, load)
+        return ran_in
+
+    def observe_step(self, step: EngineStep) -> bool:
+        """One timed engine step to the cost model, if its batch is the one in flight.
+
+        The step's cost is its batch's: how many requests, at which depth (the
+        deepest request's, `BatchLoad.deepest`). When the engine's decoding requests
+        and their scheduled tokens (1 + k each) are exactly the requests in flight,
+        the step ran at that depth; steps that also prefilled (a first token's cost,
+        not a decode step's) and steps around a request's entry or exit do not match
+        and are not filed. Returns whether the step was filed.
+        """
+        batch = self.batch
+        filed = batch.in_flight > 0 and step.decoded_only(batch.in_flight, batch.step_tokens())
+        if filed:
+            self.controller.observe_step(step.decode_requests, batch.deepest, step.seconds)
+        return filed
