@@ -1,6 +1,6 @@
 """`python -m bench run [--quick]`: the mixed-traffic replay; `report` re-renders a run.
 
-Sizes are chosen for a 2-core CPU machine: the full run (`make bench`) takes tens
+Sizes are chosen so that a 2-core CPU machine is enough: the full run (`make bench`) takes tens
 of minutes, the quick run (`make bench-quick`, CI) a few, with tiny counts and
 one repeat, and checks only that the harness produces a well-formed report.
 """
@@ -46,7 +46,7 @@ class Size:
 
 
 # Full: 9 modes x 4 arrivals x 3 repeats x 36 requests (3,888 requests of up to 32
-# tokens); 17 to 19 minutes on these 2 shared cores with the embedded model (2026-11-25).
+# tokens); about 18 minutes on 2 shared CPU cores with the embedded model (`make bench`).
 FULL = Size(
     per_phase=12,
     max_tokens=32,

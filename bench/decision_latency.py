@@ -7,7 +7,7 @@ features (`features_from_chat`), `Controller.classify`, the class's ops flags
 each observe followed by the next decide, so the policy re-evaluates as it does in
 service) and times the decision path (features, then classify + flags + decide,
 exactly what `plan_chat` runs) and the observe after it.
-Goal (issue 5): the decision path adds <= 20 us per request.
+Goal: the decision path adds <= 20 us per request.
 
 `--load random` draws the running batch afresh for each request (adversarial: the
 class's last evaluated load bucket rarely matches); `--load walk` moves it by at

@@ -69,7 +69,7 @@ def with_sampled(pool: PromptPool) -> PromptPool:
 
 
 def _from_engine_model(per_family: int, seed: int) -> PromptPool | None:
-    """Held-out prompts of the embedded model's families (issue 2), None when absent."""
+    """Held-out prompts of the embedded model's families, None when absent."""
     try:
         from engine.model import families as model_families
         from engine.model.corpus import load_corpus

@@ -39,7 +39,7 @@ from bench.gateway_proc import GatewayConfig
 BATCH_SCHEDULE: list[list[int]] = [[1, 1, 4], [2, 4, 3], [5, 8, 2], [9, 1024, 1]]
 BATCH_SCHEDULE_FIELD = "spec_tokens_per_batch_size"
 BATCH_SCHEDULE_ENV = "SPECGW_ENGINE_SPEC_TOKENS_PER_BATCH_SIZE"
-#: `batch-floor` of the adaptive-floor mode: the issue's "no class below 0.98x".
+#: `batch-floor` of the adaptive-floor mode: the claim "no class below 0.98x".
 FLOOR = 0.98
 
 
@@ -58,7 +58,7 @@ class Mode:
 
 
 def batch_schedule_supported() -> bool:
-    """Whether the engine settings can carry vLLM's batch-size schedule (issue 3's engine)."""
+    """Whether the engine settings can carry vLLM's batch-size schedule (`BATCH_SCHEDULE`)."""
     from engine.settings import EngineSettings
 
     return BATCH_SCHEDULE_FIELD in EngineSettings.model_fields

@@ -1,7 +1,7 @@
 """Gateway overhead: added latency over an in-process engine call, and requests/s per core.
 
 Both figures use the gateway on a no-op engine (`bench.noop_engine`), so the
-engine's own time (and its noise, which on this CPU is milliseconds) is out of
+engine's own time (and its noise, which on a CPU is milliseconds) is out of
 the measurement:
 
 - added latency: each streamed request through the gateway (HTTP, auth,
@@ -15,7 +15,7 @@ the measurement:
 Latency is timed with two clients, both reading every byte to `[DONE]`: a raw
 HTTP/1.1 socket client (one keep-alive connection, no parsing beyond finding
 the end of the chunked body), whose own cost is a few microseconds, and
-`httpx` streaming lines, whose own cost on this CPU is about 1.7 ms a request
+`httpx` streaming lines, whose own cost on a small CPU is about 1.7 ms a request
 (it is most of the bare-uvicorn floor's time). The added-latency checks use the
 raw client, so what they bill to the gateway is the gateway's; the `httpx`
 figures stay in the table. The same request is also timed in-process through

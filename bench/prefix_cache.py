@@ -14,8 +14,8 @@ Why it exists: on an EAGLE engine vLLM recomputes the last matched block of a
 hit (so a hit costs up to a block more than without a drafter), and blocks
 filled by a k = 0 request hold no drafter KV (the drafter is skipped). The
 scheduler keeps k = 0 requests in their own cache namespace (`engine.scheduler`),
-so row 3's acceptance should equal row 2's; before that fix it was lower (2.31
-against 2.57 on 16 prompts). `--block-size` overrides the engine's (32 on the
+so row 3's acceptance should equal row 2's; without the namespace it is lower
+(2.31 against 2.57 on 16 prompts). `--block-size` overrides the engine's (32 on the
 CPU by default, vLLM's own is 128). TTFT is vLLM's per-request figure. A
 benchmark: it prints figures and asserts nothing.
 """

@@ -1,9 +1,10 @@
 """The benchmark's verdict: `summary.json` from the runs, with the claims checked.
 
-Every claim of issue 8 becomes a row of the checks table with the measured
-value, the target and pass/fail; a claim that cannot be evaluated (a mode or
-concurrency not in this run) says so instead of passing. `bench.render` writes
-`report.md` from the summary.
+Every claim the gateway makes (adaptive against the best static depth, no class
+below its floor, k settling after a phase shift, the gateway's overhead) becomes a
+row of the checks table with the measured value, the target and pass/fail; a
+claim that cannot be evaluated (a mode or concurrency not in this run) says so
+instead of passing. `bench.render` writes `report.md` from the summary.
 """
 
 from __future__ import annotations
@@ -228,7 +229,7 @@ def yardsticks(summary: dict[str, Any]) -> dict[str, Any]:
 
 
 def _adaptive_checks(summary: dict[str, Any], mode: str) -> list[dict[str, Any]]:
-    """The issue's claims for one adaptive mode: c4 totals, and every class's floor."""
+    """The claims for one adaptive mode: c4 totals, and every class's floor."""
     out: list[dict[str, Any]] = []
     c4 = "c4"
     statics = [m for m in summary["cells"] if static_depth(m) is not None]

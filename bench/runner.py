@@ -7,10 +7,11 @@ not take effect shows up as an error in the results instead of a wrong number.
 
 Repeats are interleaved: repeat 0 of every mode, then repeat 1 of every mode, and
 so on, every gateway process staying up (idle) between its turns. Run mode by
-mode, a host whose speed drifts during the quarter hour of a whole run (this VM's
-repeats of one mode differ by up to 25 %, 2026-11-24) gave each mode its own
-stretch of that drift, a bias between modes that no number of repeats removes;
-interleaved, the drift lands in every mode's spread instead.
+mode, a host whose speed drifts during the quarter hour of a whole run (repeats
+of one mode can differ by 25 % on a shared host; `report.md` shows each mode's
+spread) gives each mode its own stretch of that drift, a bias between modes that
+no number of repeats removes; interleaved, the drift lands in every mode's spread
+instead.
 """
 
 from __future__ import annotations
@@ -151,15 +152,14 @@ async def _run_repeat(
             await replay(client, plan.warmup_items(), ClosedLoop(4), gw.model)
         finally:
             await client.close()
-        # Modes share an engine, so without this the first mode on an engine paid the
-        # cold prefills of the whole workload and the later ones found it cached: a
-        # 1,337-token prompt took 1.9 s to its first token cold against 0.07 s cached
-        # on this CPU (2026-11-24), and only in the first mode's first repeat. k = 0
-        # and k > 0 requests use separate cache namespaces (`engine.scheduler`), so
-        # the mode that switches depths (adaptive) paid it again where a class first
-        # ran at the other. Now each mode's first repeat starts cold; later repeats
-        # find the workload cached (by the mode itself, or by a mode sharing its
-        # process, which replays the same prompts).
+        # Modes share an engine, so without this the first mode on an engine would pay
+        # the cold prefills of the whole workload and the later ones find it cached (a
+        # 1,337-token prompt: 1.9 s to its first token cold against 0.07 s cached on
+        # CPU). k = 0 and k > 0 requests use separate cache namespaces
+        # (`engine.scheduler`), so the mode that switches depths (adaptive) would pay
+        # it again where a class first runs at the other. So each mode's first repeat
+        # starts cold; later repeats find the workload cached (by the mode itself, or
+        # by a mode sharing its process, which replays the same prompts).
         if not await _reset_prefix_cache(gw):
             notes.append(f"{mode.name}: the prefix cache was not reset before its runs")
     for arrival in plan.arrivals:

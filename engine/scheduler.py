@@ -24,9 +24,9 @@ life (`_DepthCap._cap_in_flight`). A depth only ever goes down, so a request nev
 drafts again from drafter KV that steps at depth 0 skipped. Why: the batch's
 deepest request sets every step's cost (`gateway.control.batch_load`), and a
 request whose class may not be slowed below a floor of its own speed at k = 0
-otherwise paid for its deeper batch-mates until they finished: at concurrency 4 a
-14-token long-context request lives about 0.2 s, a chat request beside it at
-k = 3 about 0.5 s, so it never saw the batch come down (2026-11-24).
+would otherwise pay for its deeper batch-mates until they finish: at concurrency 4
+a 14-token long-context request lives about 0.2 s, a chat request beside it at
+k = 3 about 0.5 s, so it would never see the batch come down.
 
 Prefix caching keeps k = 0 requests apart (`_DepthCap.add_request`): with the
 drafter skipped at depth 0 (`engine.draft_skip`), blocks a k = 0 request fills
@@ -35,10 +35,10 @@ from stale state (embedded model, the same 16 long prompts: mean acceptance
 length 2.31 after a k = 0 run of the prompt, 2.57 without). So k = 0 requests
 hash their blocks under their own salt, and since no drafter reads that
 namespace, their hits skip vLLM's EAGLE rule of recomputing the last matched
-block, which with the CPU's 128-token blocks gave a repeated 920-token prompt
-4.5x the TTFT of an engine without a drafter (257 vs 57 ms; now 60 ms). k > 0
-hits keep the drop, which is why the CPU default block is now 32 tokens
-(`engine.vllm_engine`).
+block, which with the CPU's 128-token blocks gives a repeated 920-token prompt
+4.5x the TTFT of an engine without a drafter (257 vs 57 ms; 60 ms with the salt,
+`python -m bench.prefix_cache`). k > 0 hits keep the drop, which is why the CPU
+default block is 32 tokens (`engine.vllm_engine`).
 
 Both also time each step for the gateway's cost model (`engine.step_clock`): the
 period and what the step scheduled ride in the step's own scheduler stats.
@@ -279,8 +279,8 @@ def _skip_draft_pickup_in_depth_zero_steps() -> None:
 
     vLLM's synchronous engine core asks the worker for the step's drafts after every
     step (`EngineCore.post_step` -> `take_draft_token_ids`): one more round trip to
-    the worker process per step, on a 2-core CPU a measurable share of a small
-    model's step. In a depth-0 step (every request k = 0) there is nothing to fetch
+    the worker process per step, on a CPU with few cores a measurable share of a
+    small model's step. In a depth-0 step (every request k = 0) there is nothing to fetch
     that would be kept: each request's drafts are capped to none. Patched once per
     engine-core process, on the class, since the scheduler never sees its engine core.
     """

@@ -4,14 +4,14 @@ The controller's cost model needs the seconds of one engine step at each batch
 size and depth. Finished requests give only a mean over their life (e2e - TTFT
 over their decode steps), and in mixed traffic most lives span batches of
 several depths or other requests' prefill, so few of them may be filed at all
-(concurrency 4, 2026-11-25: the adaptive gateway's model stayed near its
-start-up calibration, k = 1 priced at 1.33x k = 0 where the static runs measured
-1.69x). The engine core knows each step exactly: what it scheduled and how long
-the step took.
+(at concurrency 4 a model fed only by request means stayed near its start-up
+calibration, k = 1 priced at 1.33x k = 0 where static runs measured 1.69x;
+`GET /admin/costs` shows the live prices). The engine core knows each step
+exactly: what it scheduled and how long the step took.
 
 vLLM's own per-step record (`SchedulerIterationDetails`, behind
 `--enable-logging-iteration-details`) times only the model call, not the
-scheduling, the output update or the draft pickup around it: on the 2-core CPU
+scheduling, the output update or the draft pickup around it: on a small CPU
 about 1.3 ms of an 8 ms step at batch 1, more at larger batches. A request waits
 for the whole period, so `StepClock` times the period from one output update to
 the next while the core holds work, and fills the same record (vLLM's type and

@@ -54,7 +54,7 @@ OutcomeCallback = Callable[[str, RequestOutcome], None]
 #: a hit recomputes its last matched block, 128 tokens on vLLM's CPU platform.
 #: Embedded model, a repeated ~920-token prompt at k = 4: 252 ms to the first token
 #: with 128-token blocks, 103 ms with 32 (`python -m bench.prefix_cache`); decode
-#: time per token showed no difference within this VM's noise.
+#: time per token showed no difference within the host's noise.
 _CPU_BLOCK_SIZE = {"cpu": 32}
 
 

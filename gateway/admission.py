@@ -5,8 +5,9 @@ ticket (`enter`): at most `max_running + max_queued` requests are inside the
 gateway at once, and one more is shed at once with 429 + retry-after. Parsing,
 validation and chat rendering cost milliseconds per request on one event loop,
 so a burst that were only shed after parsing would wait for every request ahead
-of it to be parsed (issue 10: shed within 50 ms). Then, classified, a request
-is admitted at once while fewer than `max_running` run and nobody waits;
+of it to be parsed; the bound is 50 ms (`tests/reliability/test_overload.py`).
+Then, classified, a request is admitted at once while fewer than `max_running`
+run and nobody waits;
 otherwise it queues behind its own class. Freed slots go to the classes
 in round-robin order, so a flood of one class (say, long tool-call prompts)
 cannot starve the others. A full queue sheds at once with 429 + retry-after

@@ -4,23 +4,24 @@ The goodput policy divides a class's expected tokens per step by the relative co
 of a step at depth k. The cost model learns that cost online from finished
 requests, starting from a prior (`prior_k_cost`, 8 % of a step per drafted token)
 that suits a GPU, where verification is nearly free. Elsewhere the prior can be far
-off: on this repository's 2-core CPU one drafted token costs most of a step (the
-drafter's forward pass is as dear as the target's), so until traffic has measured
-every depth at every load the controller keeps speculating where it does not pay,
-or spends real requests on probes (`cost_probe_share`). Some seconds of synthetic
-greedy requests at start-up, every k at a few batch sizes, give it measured costs
-from the first request on; traffic refines them as before. The same requests
-measure the time to the first token at each depth (`CostModel.first_token`).
+off: on a CPU one drafted token can cost most of a step (the drafter's forward
+pass is as dear as the target's; `GET /admin/costs` shows the measured ratios), so
+until traffic has measured every depth at every load the controller keeps
+speculating where it does not pay, or spends real requests on probes
+(`cost_probe_share`). Some seconds of synthetic greedy requests at start-up, every
+k at a few batch sizes, give it measured costs from the first request on; traffic
+refines them as before. The same requests measure the time to the first token at
+each depth (`CostModel.first_token`).
 
 Where the engine times its steps (`Engine.on_step`), the calibration files those
 steps, as traffic's are filed (`CostModel.observe_step`): a request's mean step,
 (e2e - TTFT) / (steps - 1), also holds its last step's and its first token's
-edges, which grow with k (on this CPU, 2026-11-25, at batch 4 k = 4 came out
-3.70x k = 0 by request means against 3.14x by the step clock; at batch 16 4.53x
-against 4.19x; within 5 % at k <= 2). Calibrated by request means, a depth the
-traffic never visits kept that bias while the visited ones were priced by steps,
-so the policy compared prices taken two ways. The step clock also gives some
-fifty to two hundred samples per depth where the request means gave four to 32.
+edges, which grow with k (at batch 4, k = 4 came out 3.70x k = 0 by request means
+against 3.14x by the step clock; within 5 % at k <= 2). Calibrated by request
+means, a depth the traffic never visits would keep that bias while the visited ones
+are priced by steps, and the policy would compare prices taken two ways. The step
+clock also gives some fifty to two hundred samples per depth where request means
+give four to 32.
 """
 
 from __future__ import annotations
@@ -122,11 +123,11 @@ async def _warm_up(engine: Engine, batches: Sequence[int], tokens: int) -> None:
 
     The first request after start-up and the first at each depth pay one-off costs
     (buffers, the cold prefill of the calibration prompt in each cache namespace).
-    Measured as part of k = 0 at batch 1, the first depth timed, they made a step at
-    k = 0 look dearer than at batch 2 and its first token twice that of k = 1
-    (2026-11-24: 9.9 ms against 8.8 at batch 2; 25 ms against 13.5 at k = 1), so
-    speculation looked cheap at concurrency 1 and the controller ran tool calls,
-    whose drafts are seldom accepted, at k = 1 to 3 (0.86 of no speculation).
+    Measured as part of k = 0 at batch 1, the first depth timed, they make a step at
+    k = 0 look dearer than at batch 2 and its first token twice that of k = 1 (25 ms
+    against 13.5), so speculation looks cheap at concurrency 1 and the controller
+    runs tool calls, whose drafts are seldom accepted, at k = 1 to 3 (0.86 of no
+    speculation).
     """
     for k in range(engine.max_depth + 1):
         await _round(engine, f"warm-k{k}", k, 1, tokens)

@@ -1,4 +1,4 @@
-"""Input limits checked before any engine work (issue 10, item 3).
+"""Input limits checked before any engine work, so a hostile request costs no engine time.
 
 vLLM's protocol models validate types; these checks bound what a valid-typed
 request may cost (message count, tool schema size and depth, stop strings) and
@@ -121,7 +121,7 @@ def check_chat(body: dict[str, Any], settings: GatewaySettings) -> None:
 
 
 def reject_reserved_xargs(xargs: dict[str, Any] | None, reserved: Iterable[str]) -> None:
-    """Clients cannot steer speculation: the controller and ops flags own k (issue 4, item 5)."""
+    """Clients cannot steer speculation: the controller and ops flags own k."""
     if not xargs:
         return
     taken = sorted(set(xargs) & set(reserved))

@@ -106,7 +106,7 @@ class GatewaySettings(BaseSettings):
         return (init_settings, env_settings, file_secret_settings)
 
     def check_exposure(self) -> None:
-        """Refuse to serve without keys anywhere but loopback (issue 4, item 6)."""
+        """Refuse to serve without keys anywhere but loopback: no open gateway by mistake."""
         if not self.api_keys and self.host not in LOOPBACK_HOSTS:
             raise ValueError(
                 f"refusing to bind {self.host!r} without API keys: set SPECGW_API_KEYS "

@@ -48,7 +48,7 @@ def error_docs(*codes: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI entries for the errors a route can return, all in OpenAI's error shape.
 
     Every status a route really returns is documented, so schemathesis's
-    status-code and schema conformance checks hold (issue 4).
+    status-code and schema conformance checks hold.
     """
     return {code: {"description": _DESCRIPTIONS[code], "model": ErrorBody} for code in codes}
 
