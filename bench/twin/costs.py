@@ -1,0 +1,42 @@
+"""A profile's step costs as lookup tables in seconds, built once per run.
+
+The engine reads one step cost per step; interpolating the profile there would
+cost more than the rest of the step's work, so every (batch, depth) the engine
+can meet is computed up front (`Profile.step_ms` for the formulas).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bench.twin.schema import Profile
+
+
+@dataclass(frozen=True, slots=True)
+class StepCosts:
+    """Seconds: `spec[b][k]` (speculative engine, b decoding, deepest k), `no_spec[b]`,
+    prefill per prompt token, and the first-token extra per depth."""
+
+    max_k: int
+    spec: tuple[tuple[float, ...], ...]
+    no_spec: tuple[float, ...]
+    prefill_target_s: float
+    prefill_drafter_s: float
+    first_extra_s: tuple[float, ...]
+
+    @classmethod
+    def of(cls, profile: Profile, max_running: int) -> StepCosts:
+        k_max = profile.max_k
+        batches = range(max_running + 1)
+        spec = tuple(
+            tuple(profile.step_ms(max(b, 1), k) / 1000.0 for k in range(k_max + 1)) for b in batches
+        )
+        no_spec = tuple(profile.no_spec_ms(max(b, 1)) / 1000.0 for b in batches)
+        return cls(
+            k_max,
+            spec,
+            no_spec,
+            profile.prefill_ms_per_token.target / 1000.0,
+            profile.prefill_ms_per_token.drafter / 1000.0,
+            tuple(profile.first_token_extra(k) / 1000.0 for k in range(k_max + 1)),
+        )

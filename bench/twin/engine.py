@@ -1,0 +1,412 @@
+"""The virtual-time engine: vLLM-style continuous batching with an EAGLE drafter, simulated.
+
+Requests arrive (a closed loop of C clients, or Poisson arrival times), wait
+while the engine holds `max_running`, and enter at a step boundary. A request
+prefills in the step it enters, which yields its first token; from the next step
+on it decodes. One step:
+
+    cost = step(b, D) + sum(prefill of the newcomers) + max(first-token extra of the newcomers)
+
+with b the requests decoding and D the deepest k among them (the drafter drafts
+that deep for every request: vLLM's drafter runs batch-wide), read from the
+profile (`bench.twin.costs`); an engine with no drafter pays `no_spec(b)`. A
+newcomer's prefill costs its prompt tokens at the target's rate, plus the
+drafter's where the depth source says the drafter prefills it; the first
+drafts of the newcomers run as one batched pass, so the step pays the largest
+first-token extra among them. Each decoding request at depth k_i <= D verifies
+k_i drafts and accepts min(run, k_i) of them (`bench.twin.requests`), emitting
+accepted + 1 tokens, capped at the tokens it has left. A step with newcomers is
+reported with `prefill_requests > 0` (the cost model files no such step).
+
+A mode is a `DepthSource`: the engine asks it for each request's depth at
+arrival, for one depth per step where the mode is engine-wide, and tells it of
+every step and every finished request. Single-threaded, no wall clock, no
+unordered iteration: the same inputs give the same results, bit for bit.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple, Protocol
+
+from bench.twin.costs import StepCosts
+from bench.twin.requests import TwinRequest
+from engine.interface import EngineStep, RequestOutcome, SpeculationOutcome
+
+#: vLLM's default `max_num_seqs`: requests beyond it wait outside the batch.
+MAX_RUNNING = 256
+
+
+class VirtualClock:
+    """The twin's time in seconds; the engine advances it, the control plane reads it."""
+
+    __slots__ = ("now",)
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Plan(NamedTuple):
+    """A mode's answer for one arriving request."""
+
+    #: Depth the request verifies (engine-wide modes: the depth at its arrival).
+    k: int
+    #: Lower every request already in the engine to at most this as it enters (None: no).
+    cap: int | None = None
+    #: The mode's own handle, passed back to `enter` and `finish`.
+    handle: Any = None
+    #: The depth its class chose (differs from k where it rides a deeper batch).
+    chosen: int | None = None
+
+
+class LiveRequest(Protocol):
+    """What a mode may read of a request in the engine (the clairvoyant bound reads draws)."""
+
+    runs: bytes
+    pos: int
+    out: int
+
+
+class DepthSource(Protocol):
+    """A speculation mode as the engine sees it."""
+
+    #: The engine loads a drafter (step costs from `batch_stats`; else `no_spec`).
+    drafter: bool
+    #: One depth for every request in a step (`step_depth`); else each request's own k.
+    engine_wide: bool
+    #: Wants `observe_step` with each step and `finish` with a full `RequestOutcome`.
+    observes: bool
+
+    def arrive(self, request: TwinRequest, running: int, queued: int) -> Plan: ...
+
+    def enter(self, plan: Plan) -> None: ...
+
+    def prefills_drafter(self, k: int) -> bool:
+        """Whether a request entering at depth k pays the drafter's prefill."""
+        ...
+
+    def step_depth(self, batch: int, running: Sequence[LiveRequest]) -> int:
+        """Engine-wide modes: the depth of the next step of `batch` decoding requests."""
+        ...
+
+    def verified(self, batch: int, depth: int, accepted: int) -> None:
+        """Engine-wide modes: a decode step's batch, depth and summed accepted drafts."""
+        ...
+
+    def observe_step(self, step: EngineStep) -> None: ...
+
+    def finish(self, plan: Plan, outcome: RequestOutcome | None) -> None: ...
+
+
+class _Live:
+    """One request in the engine (mutable, per run)."""
+
+    __slots__ = (
+        "accepted",
+        "dhist",
+        "drafted",
+        "enter_t",
+        "first_t",
+        "hist",
+        "k",
+        "out",
+        "plan",
+        "pos",
+        "prefill_s",
+        "request",
+        "runs",
+        "start_t",
+        "steps",
+        "verify",
+    )
+
+    def __init__(self, request: TwinRequest, plan: Plan, start_t: float, depth: int) -> None:
+        self.request = request
+        self.plan = plan
+        self.k = plan.k
+        self.runs = request.runs
+        self.out = request.output_tokens
+        self.pos = 0
+        self.start_t = start_t
+        self.enter_t = start_t
+        self.first_t = 0.0
+        self.prefill_s = 0.0
+        self.steps = 0
+        self.verify = 0
+        self.drafted = 0
+        self.accepted = 0
+        #: Verify steps by drafts accepted (vLLM's per-request histogram), and by drafts made.
+        self.hist = [0] * (depth + 1)
+        self.dhist = [0] * (depth + 1)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    """What one finished request did, for the report (times in virtual seconds)."""
+
+    index: int
+    class_index: int
+    phase: int
+    segment: int
+    arrival_s: float
+    first_s: float
+    last_s: float
+    output_tokens: int
+    k: int
+    chosen: int
+    verify_steps: int
+    draft_tokens: int
+    accepted_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    records: list[RequestRecord]
+    makespan_s: float
+    steps: int
+
+    @property
+    def tokens_per_s(self) -> float:
+        tokens = sum(r.output_tokens for r in self.records)
+        return tokens / self.makespan_s if self.makespan_s > 0 else 0.0
+
+
+def outcome_of(live: _Live, last_t: float) -> RequestOutcome:
+    """The request's outcome as vLLM's per-request metrics report it (`engine.outcome`):
+    per-position counts from the accepted histogram (a suffix sum) and from the
+    drafts made per verify step, both trimmed to the request's k."""
+    k = live.plan.k
+    depth = len(live.hist) - 1
+    hist, dhist = live.hist, live.dhist
+    accepted_pos = tuple(sum(hist[d + 1 :]) for d in range(depth))[:k] if live.verify else ()
+    drafted_pos = tuple(sum(dhist[d + 1 :]) for d in range(depth))[:k] if live.verify else ()
+    out = live.out
+    ttft = live.first_t - live.enter_t
+    e2e = last_t - live.enter_t
+    return RequestOutcome(
+        request_id=f"twin-{live.request.index}",
+        prompt_tokens=live.request.prompt_tokens,
+        output_tokens=out,
+        finish_reason="length",
+        speculation=SpeculationOutcome(
+            k, live.verify, live.drafted, live.accepted, accepted_pos, drafted_pos
+        ),
+        ttft_s=ttft,
+        tpot_s=(e2e - ttft) / (out - 1) if out > 1 else 0.0,
+        e2e_s=e2e,
+        decode_steps=live.steps + 1,
+    )
+
+
+class _Arrivals:
+    """Closed loop (C clients) or fixed arrival times, over the request list in order."""
+
+    def __init__(self, requests: list[TwinRequest], times: list[float] | None, clients: int):
+        self._requests = requests
+        self._times = times
+        self._next = 0
+        #: Closed loop: requests whose client is free now (arrive at the current time).
+        self._ready = min(clients, len(requests)) if times is None else 0
+
+    def due(self, now: float) -> list[tuple[TwinRequest, float]]:
+        out = []
+        n = len(self._requests)
+        if self._times is None:
+            while self._ready and self._next < n:
+                out.append((self._requests[self._next], now))
+                self._next += 1
+                self._ready -= 1
+        else:
+            times = self._times
+            while self._next < n and times[self._next] <= now:
+                out.append((self._requests[self._next], times[self._next]))
+                self._next += 1
+        return out
+
+    def freed(self) -> None:
+        """A closed-loop client's request finished: it sends its next one now."""
+        if self._times is None:
+            self._ready += 1
+
+    def next_time(self) -> float | None:
+        if self._times is not None and self._next < len(self._requests):
+            return self._times[self._next]
+        return None
+
+
+def simulate(
+    requests: list[TwinRequest],
+    source: DepthSource,
+    costs: StepCosts,
+    clock: VirtualClock,
+    *,
+    times: list[float] | None = None,
+    clients: int = 1,
+    max_running: int = MAX_RUNNING,
+) -> RunResult:
+    """Replay `requests` through the engine under one mode; see the module docstring."""
+    arrivals = _Arrivals(requests, times, clients)
+    waiting: deque[_Live] = deque()
+    running: list[_Live] = []
+    records: list[RequestRecord] = []
+    clock.now = 0.0
+    steps = 0
+    first_arrival: float | None = None
+    depth = costs.max_k
+    while True:
+        now = clock.now
+        newcomers: list[_Live] = []
+        _admit(waiting, running, newcomers, source, costs, now, max_running)
+        for request, at in arrivals.due(now):
+            if first_arrival is None:
+                first_arrival = at
+            # Planned at arrival with the load it sees, admitted at once if there is room.
+            plan = source.arrive(request, len(running) + len(newcomers), len(waiting))
+            waiting.append(_Live(request, plan, at, depth))
+            _admit(waiting, running, newcomers, source, costs, now, max_running)
+        if not running and not newcomers:
+            later = arrivals.next_time()
+            if later is None:
+                break
+            clock.now = later
+            continue
+        steps += 1
+        done = _step(running, newcomers, source, costs, clock)
+        for live in done:
+            last = clock.now
+            records.append(_record(live, last))
+            source.finish(live.plan, outcome_of(live, last) if source.observes else None)
+            arrivals.freed()
+    makespan = clock.now - (first_arrival or 0.0)
+    return RunResult(records, makespan, steps)
+
+
+def _admit(
+    waiting: deque[_Live],
+    running: list[_Live],
+    newcomers: list[_Live],
+    source: DepthSource,
+    costs: StepCosts,
+    now: float,
+    max_running: int,
+) -> None:
+    """Admit waiting requests (first come, first served) up to `max_running` into
+    `newcomers`; each applies its cap to the requests in the engine as it enters."""
+    while waiting and len(running) + len(newcomers) < max_running:
+        live = waiting.popleft()
+        cap = live.plan.cap
+        if cap is not None:
+            for other in running:
+                if other.k > cap:
+                    other.k = cap
+            for other in newcomers:
+                if other.k > cap:
+                    other.k = cap
+        live.enter_t = now
+        prompt = live.request.prompt_tokens
+        live.prefill_s = prompt * costs.prefill_target_s
+        if source.prefills_drafter(live.k):
+            live.prefill_s += prompt * costs.prefill_drafter_s
+        source.enter(live.plan)
+        newcomers.append(live)
+
+
+def _step(
+    running: list[_Live],
+    newcomers: list[_Live],
+    source: DepthSource,
+    costs: StepCosts,
+    clock: VirtualClock,
+) -> list[_Live]:
+    """Run one engine step; returns the requests that finished in it (in batch order)."""
+    b = len(running)
+    engine_wide = source.engine_wide
+    depth = 0
+    if b:
+        if engine_wide:
+            depth = source.step_depth(b, running)
+        else:
+            for live in running:
+                if live.k > depth:
+                    depth = live.k
+        seconds = costs.spec[b][depth] if source.drafter else costs.no_spec[b]
+    else:
+        seconds = 0.0
+    if newcomers:
+        extra = 0.0
+        for live in newcomers:
+            seconds += live.prefill_s
+            k = depth if engine_wide and b else live.k
+            if k > 0 and costs.first_extra_s[k] > extra:
+                extra = costs.first_extra_s[k]
+        seconds += extra
+    clock.now += seconds
+    now = clock.now
+    done: list[_Live] = []
+    accepted_sum = _decode(running, depth if engine_wide else -1, done)
+    if engine_wide and b:
+        source.verified(b, depth, accepted_sum)
+    if source.observes:
+        tokens = b + (b * depth if engine_wide else sum(live.k for live in running))
+        prefill_tokens = sum(live.request.prompt_tokens for live in newcomers)
+        source.observe_step(EngineStep(seconds, b, tokens, len(newcomers), prefill_tokens))
+    if done:
+        running[:] = [live for live in running if live.pos < live.out]
+    for live in newcomers:
+        live.first_t = now
+        live.pos = 1
+        if live.out <= 1:
+            done.append(live)
+        else:
+            running.append(live)
+    return done
+
+
+def _decode(running: list[_Live], shared: int, done: list[_Live]) -> int:
+    """Every decoding request verifies its drafts (`shared` >= 0: all at that depth);
+    returns the drafts accepted in the step, summed."""
+    total = 0
+    for live in running:
+        k = live.k if shared < 0 else shared
+        pos = live.pos
+        a = live.runs[pos]
+        if a > k:
+            a = k
+        pos += a + 1
+        live.steps += 1
+        if k:
+            live.verify += 1
+            live.drafted += k
+            live.accepted += a
+            live.hist[a] += 1
+            live.dhist[k] += 1
+            total += a
+        if pos >= live.out:
+            pos = live.out
+            done.append(live)
+        live.pos = pos
+    return total
+
+
+def _record(live: _Live, last_t: float) -> RequestRecord:
+    request, plan = live.request, live.plan
+    return RequestRecord(
+        request.index,
+        request.class_index,
+        request.phase,
+        request.segment,
+        live.start_t,
+        live.first_t,
+        last_t,
+        live.out,
+        plan.k,
+        plan.k if plan.chosen is None else plan.chosen,
+        live.verify,
+        live.drafted,
+        live.accepted,
+    )

@@ -1,0 +1,198 @@
+"""The virtual-time engine: step costs, acceptance chains, caps, arrivals, outcomes, CRN."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench.twin.costs import StepCosts
+from bench.twin.engine import Plan, RunResult, VirtualClock, simulate
+from bench.twin.modes.static import NoSpec, PerRequestDepths, Static
+from bench.twin.requests import TwinRequest, build_requests, class_counts, poisson_times
+from bench.twin.schema import Profile, load_workload
+from engine.interface import RequestOutcome
+
+FIXTURES = Path(__file__).parent / "twin_fixtures"
+
+#: Step ms = 10 + 2 k + b (batch b, deepest k); no drafter: 9 + b. Prefill 0.1 ms per
+#: prompt token, drafter 0.05 more; first-token extra 1 ms per k.
+PROFILE = Profile.model_validate(
+    {
+        "name": "linear",
+        "source": "test",
+        "max_k": 4,
+        "batch_stats": {
+            "1": {"0": 11.0, "4": 19.0},
+            "2": {"0": 12.0, "4": 20.0},
+        },
+        "no_spec_step_ms": {"1": 10.0, "2": 11.0},
+        "prefill_ms_per_token": {"target": 0.1, "drafter": 0.05},
+        "first_token_extra_ms": {"4": 4.0},
+    }
+)
+COSTS = StepCosts.of(PROFILE, 8)
+
+
+def _request(index: int, runs: list[int], prompt: int = 10) -> TwinRequest:
+    return TwinRequest(index, "c", 0, 0, 0, prompt, len(runs), (1.0,) * 16, bytes(runs))
+
+
+def _run(requests: list[TwinRequest], source: object, clients: int = 1, **kw: object) -> RunResult:
+    return simulate(requests, source, COSTS, VirtualClock(), clients=clients, **kw)  # type: ignore[arg-type]
+
+
+def test_one_request_time_and_tokens_by_hand() -> None:
+    # 5 tokens at k = 2: prefill -> 1 token; then runs[1] = 2 accepted -> 3 tokens (pos 4);
+    # then runs[4] = 2, but one token is left -> done. Two decode steps at b = 1, k = 2.
+    result = _run([_request(0, [0, 2, 0, 0, 2])], Static(2))
+    prefill_ms = 10 * (0.1 + 0.05) + 2.0  # drafter prefills; first drafts at k = 2
+    assert result.makespan_s == pytest.approx((prefill_ms + 2 * 15.0) / 1000)
+    (record,) = result.records
+    assert (record.output_tokens, record.verify_steps, record.accepted_tokens) == (5, 2, 4)
+    assert record.draft_tokens == 4
+    assert result.steps == 3
+
+
+def test_no_spec_engine_pays_no_drafter() -> None:
+    result = _run([_request(0, [0, 3, 3])], NoSpec())
+    assert result.makespan_s == pytest.approx((10 * 0.1 + 2 * 10.0) / 1000)
+    assert result.records[0].verify_steps == 0
+
+
+def test_step_runs_at_the_deepest_request_and_each_accepts_at_its_own_k() -> None:
+    depths = {0: 0, 1: 4}
+    source = PerRequestDepths(lambda r: depths[r.index])
+    a = _request(0, [0, 4, 4], prompt=10)
+    b = _request(1, [0, 4, 4, 4], prompt=20)
+    result = _run([a, b], source, clients=2)
+    # One prefill step (both; only b's drafter prefills; first drafts at k = 4 -> 4 ms),
+    # then b (k = 4) finishes in one step, a (k = 0) needs two: the first with b at
+    # batch 2 / k = 4, the second alone at k = 0.
+    prefill = 10 * 0.1 + 20 * 0.15 + 4.0
+    assert result.makespan_s == pytest.approx((prefill + 20.0 + 11.0) / 1000)
+    by_index = {r.index: r for r in result.records}
+    assert by_index[0].verify_steps == 0
+    # Counted as vLLM counts them, before the output is cut at its length.
+    assert by_index[1].accepted_tokens == 4
+
+
+class _Capper(PerRequestDepths):
+    """First request at k = 4; the second lowers the batch to 1 as it enters."""
+
+    def arrive(self, request: TwinRequest, running: int, queued: int) -> Plan:
+        return Plan(4) if request.index == 0 else Plan(1, cap=1)
+
+
+def test_a_newcomer_cap_lowers_the_requests_in_flight() -> None:
+    first = _request(0, [0, 4, 4, 4, 4, 4, 4, 4, 4, 4])
+    second = _request(1, [0, 4, 4, 4, 4, 4, 4, 4, 4, 4])
+    result = _run([first, second], _Capper(lambda r: 0), clients=2)
+    by_index = {r.index: r for r in result.records}
+    # Both lowered to k = 1 from the start (they enter in the same step): 2 tokens a step.
+    assert by_index[0].accepted_tokens == by_index[0].verify_steps
+    assert by_index[0].draft_tokens == by_index[0].verify_steps
+
+
+def test_closed_loop_keeps_at_most_c_requests_in_flight() -> None:
+    requests = [_request(i, [0, 1, 1, 1, 1, 1]) for i in range(12)]
+    result = _run(requests, Static(1), clients=3)
+    events = sorted(
+        [(r.first_s, 1) for r in result.records] + [(r.last_s, -1) for r in result.records]
+    )
+    live = peak = 0
+    for _, step in events:
+        live += step
+        peak = max(peak, live)
+    assert peak <= 3
+    assert len(result.records) == 12
+
+
+def test_poisson_requests_wait_for_their_arrival_and_for_room() -> None:
+    requests = [_request(i, [0] * 4) for i in range(6)]
+    times = [0.0, 0.0, 0.0, 1.0, 1.0, 5.0]
+    result = _run(requests, Static(0), times=times, max_running=2)
+    by_index = {r.index: r for r in result.records}
+    assert all(by_index[i].first_s >= times[i] for i in range(6))
+    assert by_index[2].first_s > by_index[0].last_s - 1e-12  # waited for room
+    assert result.makespan_s == pytest.approx(by_index[5].last_s)
+
+
+class _Outcomes(PerRequestDepths):
+    observes = True
+
+    def __init__(self) -> None:
+        super().__init__(lambda r: 3)
+        self.outcomes: list[RequestOutcome] = []
+
+    def finish(self, plan: Plan, outcome: RequestOutcome | None) -> None:
+        assert outcome is not None
+        self.outcomes.append(outcome)
+
+
+def test_outcome_counts_as_vllm_per_request_metrics() -> None:
+    source = _Outcomes()
+    # runs at positions 1, 3, 4, 7: 2 -> pos 4; 0 -> pos 5 ... as below
+    runs = [0, 2, 0, 0, 0, 3, 0, 0, 1, 0, 0, 0]
+    _run([_request(0, runs)], source)
+    (outcome,) = source.outcomes
+    spec = outcome.speculation
+    # pos 1: a=2 -> 4; pos 4: a=0 -> 5; pos 5: a=3 -> 9; pos 9: a=0 -> 10; pos 10: 0 -> 11;
+    # pos 11: 0 -> 12 (done). Six verify steps at k = 3.
+    assert spec.verify_steps == 6
+    assert spec.accepted_tokens == 5
+    assert spec.draft_tokens == 18
+    assert spec.accepted_per_position == (2, 2, 1)
+    assert spec.drafted_per_position == (6, 6, 6)
+    assert outcome.decode_steps == 7
+    assert outcome.e2e_s > outcome.ttft_s > 0
+
+
+def test_common_random_numbers_depend_on_seed_and_index_only() -> None:
+    workload = load_workload(FIXTURES / "workload_small.json")
+    first, again = build_requests(workload, 7), build_requests(workload, 7)
+    assert first == again
+    other = build_requests(workload, 8)
+    assert [r.runs for r in first] != [r.runs for r in other]
+
+
+def test_acceptance_draws_follow_the_conditional_profile() -> None:
+    workload = load_workload(FIXTURES / "workload_small.json")
+    requests = [r for r in build_requests(workload, 3) if r.class_name == "code"]
+    runs = [run for r in requests for run in r.runs]
+    n = len(runs)
+    p1 = sum(run >= 1 for run in runs) / n
+    p2_given_1 = sum(run >= 2 for run in runs) / max(sum(run >= 1 for run in runs), 1)
+    assert p1 == pytest.approx(0.9, abs=0.02)
+    assert p2_given_1 == pytest.approx(0.85, abs=0.02)
+
+
+def test_shift_scales_acceptance_from_its_request_on() -> None:
+    workload = load_workload(FIXTURES / "workload_small.json")
+    chat = [r for r in build_requests(workload, 3) if r.class_name == "chat"]
+    before = {r.acceptance[0] for r in chat if r.index < 60}
+    after = {r.acceptance[0] for r in chat if r.index >= 60}
+    assert before == {0.85}
+    assert len(after) == 1
+    assert after.pop() == pytest.approx(0.85 * 0.7)
+
+
+@pytest.mark.parametrize(
+    ("mix", "n", "expected"),
+    [
+        ({"a": 0.5, "b": 0.5}, 5, [("a", 3), ("b", 2)]),
+        ({"a": 0.6, "b": 0.2, "c": 0.2}, 10, [("a", 6), ("b", 2), ("c", 2)]),
+        ({"a": 0.34, "b": 0.33, "c": 0.33}, 3, [("a", 1), ("b", 1), ("c", 1)]),
+    ],
+)
+def test_class_counts_are_exact(
+    mix: dict[str, float], n: int, expected: list[tuple[str, int]]
+) -> None:
+    assert class_counts(mix, n) == expected
+
+
+def test_poisson_times_have_the_rate() -> None:
+    times = poisson_times(20.0, 4001, seed=1)
+    assert times[0] == 0.0
+    assert times[-1] / 4000 == pytest.approx(1 / 20.0, rel=0.05)
+    assert times == poisson_times(20.0, 4001, seed=1)
