@@ -2,7 +2,7 @@
 
 Relative step costs at batch 4 are learnt from engine steps of 10 / 15 / 16 / 18 /
 24 ms at k = 0..4 (about 1 / 1.49 / 1.60 / 1.80 / 2.39 after the prior's weight:
-this CPU's shape, a dear first draft, then small increments, then a jump), and the
+a CPU's shape, a dear first draft, then small increments, then a jump), and the
 hysteresis is 10 %. Each case's expected depth follows from those costs by hand in
 its comment; `test_the_costs_are_the_ones_the_tables_assume` pins them.
 """

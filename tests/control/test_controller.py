@@ -124,9 +124,9 @@ def test_probe_shares_are_per_batch_once_a_load_is_calibrated() -> None:
 
 def test_a_stale_k0_at_batch_1_is_probed_until_re_measured() -> None:
     """Once the traffic has run STALE_STEPS engine steps at batch 1 without k = 0, the
-    price every relative cost divides by comes from another sitting: k = 0 is probed
-    at `cost_probe_share` (0.2) until it has steps of this one, then exploration is
-    back at its share."""
+    price every relative cost divides by may describe the host as it was: k = 0 is
+    probed at `cost_probe_share` (0.2) until it has steps of the host as it is, then
+    exploration is back at its share."""
     controller = trained(HIGH)
     cls = controller.classify(RequestFeatures("chat"))
     cost = controller.cost_model
@@ -356,7 +356,7 @@ def test_a_class_is_held_to_the_depth_its_batch_gains_from() -> None:
 
 
 def _held_at_zero(min_samples: int) -> tuple[Controller, RequestClass]:
-    """A controller starting classes at k = 0 on batch-1 costs calibrated like this CPU's
+    """A controller starting classes at k = 0 on batch-1 costs calibrated like a CPU's
     (20 ms steps, 0.37 of one a draft; first token 30 ms at k = 0, 70 ms deeper; 1.5 ms a
     cold prompt token), and its long-prompt chat class."""
     controller = Controller(

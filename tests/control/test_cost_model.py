@@ -162,9 +162,9 @@ def test_a_depth_the_traffic_leaves_keeps_its_measured_cost() -> None:
 
     With every depth's mean decayed by every sample, 300 requests at k = 2 left
     k = 0 and k = 4 to the line, whose prior slope is a GPU's: k = 4 looked cheap
-    and classes crept deeper (2026-11-24 benchmark, concurrency 4).
+    and classes crept deeper (benchmark at concurrency 4).
     """
-    steep = (0.015, 0.025, 0.039, 0.048, 0.059)  # start-up calibration, batch 4, this CPU
+    steep = (0.015, 0.025, 0.039, 0.048, 0.059)  # start-up calibration, batch 4, on CPU
     model = _calibrated(steep, 4, 4)
     calibrated = model.relative_costs(4)
     for _ in range(300):
@@ -290,14 +290,14 @@ def test_a_depth_the_traffic_left_is_re_measured_at_batch_1_when_the_host_change
     traffic then ran at k = 2 alone on a host 1.5x faster (10 ms). Divided by k = 0's
     busy price, k = 2 looks as cheap as k = 0 (a test gateway kept tool calls at k = 2
     so). Past STALE_STEPS k = 0, which every relative cost divides by, is named for
-    exploration; a probe's few dozen steps at k = 0 price it in the new sitting (its
+    exploration; a probe's few dozen steps at k = 0 price it on the changed host (its
     old samples weigh REVISIT_WEIGHT), and k = 2 is back near 1.5x."""
     model = step_calibrated((10.0, 12.0, 15.0, 17.0, 19.0), batch=1, steps=100)
     assert model.relative_costs(1)[2] == pytest.approx(1.5, rel=0.02)
     assert model.thin_depths(1, 3.0) == []
     for _ in range(STALE_STEPS + STEPS_PER_REFRESH):
         model.observe_step(1, 2, 0.010)
-    assert model.relative_costs(1)[2] < 1.1  # the two sittings mixed
+    assert model.relative_costs(1)[2] < 1.1  # the two hosts' prices mixed
     assert model.thin_depths(1, 3.0) == [0]
     assert model.report()[0]["stale"] == [0]
     for _ in range(40):  # one probe request at k = 0, on the faster host
@@ -309,7 +309,7 @@ def test_a_depth_the_traffic_left_is_re_measured_at_batch_1_when_the_host_change
 def test_stale_depths_are_not_probed_under_load_but_revisits_forget_them() -> None:
     """In a batch of 4 the step runs at its deepest request's depth, so a probe at
     k = 0 measures nothing there: no re-measuring. A depth the batch comes back to is
-    still priced by the new sitting's steps within a few dozen."""
+    still priced by the changed host's steps within a few dozen."""
     model = step_calibrated((10.0, 12.0, 15.0, 17.0, 19.0), batch=4, steps=100)
     for _ in range(STALE_STEPS + STEPS_PER_REFRESH):
         model.observe_step(4, 2, 0.010)

@@ -98,7 +98,7 @@ def test_factory_by_name() -> None:
 
 
 def test_the_first_tokens_price_decides_short_replies_not_long_ones() -> None:
-    """Calibrated on this CPU at batch 1 (2026-11-24): a step costs 1.65x at k = 1 and the
+    """Calibrated on a CPU at batch 1: a step costs 1.65x at k = 1 and the
     first token 2.6 steps at k = 0 against 4.5 at k = 1. A class accepting 80 % of first
     drafts gains 9 % per step at k = 1 (1.8 tokens for 1.65x); whether that pays depends
     on how many steps the reply has to earn the dearer first token back."""
@@ -120,7 +120,7 @@ def test_the_first_tokens_price_decides_short_replies_not_long_ones() -> None:
 
 
 def test_a_class_at_k0_probes_hard_only_while_k1_could_pay() -> None:
-    """Batch-1 costs of this CPU (step 1.37x at k = 1, first token 2.2 -> 6.1 steps),
+    """Batch-1 costs of a CPU host (step 1.37x at k = 1, first token 2.2 -> 6.1 steps),
     30-token replies: k = 1 pays only from p_1 of about 0.55. Never measured (the prior's
     0.7, no trials) it could; measured at 0.2 over 400 drafts it cannot, nor over 10
     (upper bound 0.41)."""
@@ -138,7 +138,7 @@ def test_a_class_at_k0_probes_hard_only_while_k1_could_pay() -> None:
 
 def test_a_probe_that_prefills_a_cached_prompt_again_cannot_pay() -> None:
     """The same batch-1 costs; a class whose k = 0 runs find 1,300 prompt tokens cached,
-    which its k = 1 probe prefills again (0.14 steps a token on this CPU: 180 steps), does
+    which its k = 1 probe prefills again (0.14 steps a token on that CPU: 180 steps), does
     not probe hard even at the prior's 0.7; with nothing cached it does."""
     cost, first = (1.0, 1.37), (2.2, 6.1)
     prof = DepthProfile((0.7,), (0.0,))
@@ -148,10 +148,10 @@ def test_a_probe_that_prefills_a_cached_prompt_again_cannot_pay() -> None:
 
 
 def test_leaving_k0_pays_the_prompt_a_deeper_request_prefills_again() -> None:
-    """Concurrency 1 on this CPU (2026-11-24): tool calls held at k = 0 left cold start
-    on the prior's 0.7 alone and moved to k = 1, whose requests prefilled their ~400
-    cached prompt tokens again (0.5 to 0.6 s to the first token; 61 tokens/s against
-    88 without speculation). With the switch priced (0.14 steps a token) the class
+    """Concurrency 1 on a CPU: tool calls held at k = 0 would leave cold start on the
+    prior's 0.7 alone and move to k = 1, whose requests prefill their ~400 cached
+    prompt tokens again (0.5 to 0.6 s to the first token; 61 tokens/s against 88
+    without speculation). With the switch priced (0.14 steps a token) the class
     stays at k = 0; with nothing to prefill again it moves. A class already deep is not
     held there by the price (it is paid only to leave k = 0)."""
     prof = profile(0.7, 0.665, 0.632, 0.6, 0.57)

@@ -121,7 +121,8 @@ def test_prometheus_loads_the_rules_and_scrapes_the_gateway(
     promtool = shutil.which("promtool")
     if promtool is None:
         pytest.skip("promtool not installed (`make system-deps`): config syntax not checked")
-    # promtool resolves rule_files on this machine: point it at the repository's copy.
+    # promtool resolves rule_files on the host, not in the container: point it at the
+    # repository's copy.
     local = dict(config, rule_files=[str(mounts[rules_dir] / rules_name)])
     checked = tmp_path / "prometheus.yml"
     checked.write_text(yaml.safe_dump(local), encoding="utf-8")

@@ -1,7 +1,7 @@
 """vLLM's per-request metrics -> `RequestOutcome`, on vLLM's own value objects (no engine).
 
-Issue 3, item 4: k, verify steps, drafted and accepted tokens, accepted count per
-draft position, acceptance length (1 + accepted / steps), TTFT and TPOT.
+What the controller needs: k, verify steps, drafted and accepted tokens, accepted
+count per draft position, acceptance length (1 + accepted / steps), TTFT and TPOT.
 """
 
 from __future__ import annotations

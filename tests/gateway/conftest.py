@@ -84,7 +84,7 @@ def start_gateway(
     """A ready gateway on a free port. `free_port` can only hand out a port that was free
     a moment ago: another process (an engine's own sockets among them) may take it before
     the gateway binds, so a start that fails on "address already in use" is tried again on
-    a new port (CI on 2026-11-25 lost two tests to one such race)."""
+    a new port (in a full suite, with engines starting beside it, the race does happen)."""
     for attempt in range(3):
         try:
             return _start_gateway(tmp, extra_env, extra_args)

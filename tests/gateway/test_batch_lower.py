@@ -5,7 +5,7 @@ batch yields more tokens per unit of step cost at a lower depth, it lowers the
 requests in flight to it (flag `batch-lower`, `Controller.decide`; the engine's
 cap, `engine.scheduler`). Here completions (labels `plain/...`) are held at k = 4
 by a `k-min` targeting rule (the controller's choice within bounds, not a pin),
-chat at k = 0 by `k-max`; the start-up calibration prices this CPU's steps (a
+chat at k = 0 by `k-max`; the start-up calibration prices the CPU's steps (a
 draft costs a large share of a step). Chat requests sent while a completion
 streams at k = 4 bring its drafts down to none, which the completion's own
 `speculation` usage object shows (drafted tokens per output token: about 4 / 3 at

@@ -1,7 +1,7 @@
 """`spec-gateway serve`: help for every option, settings precedence, the loopback rule.
 
-Issue 4, item 7 (flags, YAML config, environment overrides, `--help` that explains
-each option) and item 6 (no keys = loopback only). No engine is started.
+Flags, YAML config, environment overrides, `--help` that explains each option, and
+no keys = loopback only. No engine is started.
 """
 
 from __future__ import annotations

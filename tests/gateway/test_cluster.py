@@ -52,7 +52,7 @@ def replicas(
 ) -> Iterator[list[GatewayProcess]]:
     tmp = tmp_path_factory.mktemp("replicas")
     # No start-up calibration: the kill-switch test needs speculation to come back once
-    # the switch is off, and on this CPU the calibrated policy (first-token price, step
+    # the switch is off, and on a CPU the calibrated policy (first-token price, step
     # costs) rightly runs its short replies at k = 0; from the cost prior it speculates.
     env = {
         "SPECGW_REDIS_URL": redis_srv.url,

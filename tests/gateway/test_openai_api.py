@@ -342,7 +342,7 @@ def test_client_disconnect_aborts_engine_request(gateway: GatewayProcess) -> Non
 
 def test_step_costs_are_calibrated_before_ready(gateway: GatewayProcess) -> None:
     """The gateway measured every depth at the calibration batch sizes at start-up; the
-    cost model has them, so the policy starts from this machine's costs, not the prior's."""
+    cost model has them, so the policy starts from the host's own costs, not the prior's."""
     batches = ControllerSettings().calibrate_batches
     with gateway.http(ADMIN_KEY) as http:
         report = http.get("/admin/costs").json()
@@ -355,8 +355,8 @@ def test_step_costs_are_calibrated_before_ready(gateway: GatewayProcess) -> None
     deepest = max(depths)
     assert points[(1, deepest)]["step_ms"] > points[(1, 0)]["step_ms"]  # drafts cost time
     # Every depth's first token was timed. Not compared: whether the drafter's prefill
-    # shows is the machine's (2026-11-24 on this CPU's faster host: 26 ms at k = 5
-    # against 28 ms at k = 0, within the noise; 70 against 32 ms on the slower one).
+    # shows is the machine's (on one CPU host 26 ms at k = 5 against 28 ms at k = 0,
+    # within the noise; on a slower one 70 against 32 ms).
     assert all(p["ttft_ms"] > 0 for p in points.values())
     buckets = {b["batch_bucket"]: b for b in report["buckets"]}
     for bucket in batches:

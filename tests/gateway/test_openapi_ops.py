@@ -69,7 +69,7 @@ def test_errors_conform_to_the_schema(case: Any) -> None:
 
 
 async def test_v1_is_503_with_retry_after_until_the_engine_is_ready() -> None:
-    """Issue 4, item 4: before the runtime is up (no lifespan yet), 503 in OpenAI's shape."""
+    """Before the runtime is up (no lifespan yet), 503 in OpenAI's shape."""
     body = {"model": "specgw-default", "messages": [{"role": "user", "content": "hi"}]}
     transport = httpx.ASGITransport(app=_app)
     async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:

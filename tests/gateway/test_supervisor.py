@@ -1,5 +1,5 @@
 """Engine supervision on the scripted `FakeEngine`: a dead engine core is replaced, and
-when it cannot be, the replica gives up so the process exits non-zero (issue 10, item 2).
+when it cannot be, the replica gives up so the process exits non-zero.
 """
 
 from __future__ import annotations

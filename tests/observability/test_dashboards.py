@@ -63,7 +63,7 @@ def test_drift_dashboard_has_the_main_panels_and_annotations() -> None:
 
 def test_every_specgw_family_is_on_a_dashboard_or_rule() -> None:
     """A family the gateway exports but no panel, annotation or rule reads is invisible
-    to an operator (specgw_batch_lowered_requests shipped that way, 2026-11-25)."""
+    to an operator."""
     registry = CollectorRegistry()
     GatewayMetrics(registry, max_depth=4, flags=("speculation.enabled",))
     families = {family.name for family in registry.collect()}

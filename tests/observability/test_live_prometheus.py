@@ -1,6 +1,6 @@
-"""Issue 7, "Must show" #1: a real Prometheus scrapes a live gateway under a short mixed
-load; every PromQL expression of every dashboard panel and every rule is evaluated and
-must succeed, and return series unless it is an alert condition or an event counter.
+"""A real Prometheus scrapes a live gateway under a short mixed load; every PromQL
+expression of every dashboard panel and every rule is evaluated and must succeed, and
+return series unless it is an alert condition or an event counter.
 
 Needs the `prometheus` binary (Debian package) and a real vLLM engine.
 """
@@ -41,7 +41,7 @@ def live_gateway(
     prometheus_binary: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[GatewayProcess]:
     # No start-up calibration: the acceptance panels and rules need speculating traffic,
-    # and on this CPU the calibrated policy (first-token price, step costs) rightly runs
+    # and on a CPU the calibrated policy (first-token price, step costs) rightly runs
     # 24-token replies at k = 0; from the cost prior it speculates.
     gw = start_gateway(
         tmp_path_factory.mktemp("gw-live"), {"SPECGW_CONTROL_CALIBRATE_BATCHES": "[]"}

@@ -1,6 +1,6 @@
 """`GatewayTelemetry`, what the real service calls at each request's end: it counts the
 request, folds the outcome into the metrics and annotates the current request span with
-the GenAI attributes (issue 7, item 3), never with prompt or completion text."""
+OpenTelemetry's GenAI attributes, never with prompt or completion text."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The request edge without an engine: CORS is off unless configured, and a client's
-`x-request-id` is propagated when plain and replaced when not (issue 10, item 4)."""
+`x-request-id` is propagated when plain and replaced when not."""
 
 from __future__ import annotations
 

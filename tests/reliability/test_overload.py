@@ -9,8 +9,8 @@ every admitted or queued request must end in a real finish with `[DONE]`.
 The burst is written by a minimal HTTP/1.1 client on raw sockets: all 24
 requests go out in one loop pass, and each is timed from its own write to its
 status line. With httpx the client itself needs milliseconds of CPU per request
-on this 2-core machine (shared with the engine), which staggered the burst's
-sends over most of 100 ms and put the client's cost into the gateway's figure.
+on a 2-core machine shared with the engine, which staggers the burst's sends over
+most of 100 ms and puts the client's cost into the gateway's figure.
 The probes, one at a time, use httpx.
 """
 

@@ -1,4 +1,4 @@
-"""The long schemathesis run (issue 10: at least 5,000 generated cases), in-process.
+"""The long schemathesis run (at least 5,000 generated cases), in-process.
 
 Same app and checks as `tests/gateway/test_schemathesis.py` (one real vLLM
 engine, every response checked: no 5xx, status codes and bodies as

@@ -39,9 +39,9 @@ async def running(url: str, **overrides: Any) -> AsyncIterator[RedisClassStore]:
 
 #: The longest a record + cluster_totals call may take: far below what waiting on Redis
 #: takes (the 200 to 300 ms operation timeout, or the delay proxy's 500 ms), far above
-#: what the calls cost (microseconds). CI once read 13.4 ms here with the collector
-#: paused: the process descheduled on the two cores it shares with the suite's engines
-#: and a restarting redis-server; 10 ms had bounded the scheduler, not the store.
+#: what the calls cost (microseconds). Even with the collector paused a call can read
+#: over 10 ms when the process is descheduled on a few cores shared with the suite's
+#: engines and a restarting redis-server: a 10 ms bound would time the scheduler.
 NO_WAIT_S = 0.05
 
 
@@ -50,9 +50,9 @@ def collector_paused() -> Iterator[None]:
     """Time the store's calls, not the interpreter's garbage collector.
 
     Under the full suite this process also holds torch and vLLM, and a full collection
-    there takes 10 ms or more and lands on whichever call happens to be timed (CI once read
-    12 ms for a record). What these tests bound is waiting on Redis: a call blocked on a down
-    or slow server would take the 300 ms operation timeout.
+    there takes 10 ms or more and lands on whichever call happens to be timed. What
+    these tests bound is waiting on Redis: a call blocked on a down or slow server
+    would take the 300 ms operation timeout.
     """
     enabled = gc.isenabled()
     gc.disable()
