@@ -1,0 +1,525 @@
+"""Step-cost profile of EAGLE-3 speculative decoding on a GPU, for the engine twin.
+
+    python bench/twin/gpu_profile.py --out gpu_profile.json   # CUDA, about 1 to 2 minutes
+    python bench/twin/gpu_profile.py --tiny --out /tmp/p.json  # CPU, float32, seconds
+
+Needs only torch. The models are random bf16 weights in the shapes of Llama-3.1-8B (the target)
+and of a one-layer EAGLE-3 head for it: these are the costs of the shapes, not of a trained
+model, and acceptance is not measured here.
+
+A step at batch B and depth k is what vLLM runs per decode step: the target verifies k + 1 new
+tokens per sequence against a KV cache of C tokens, and for k > 0 the drafter runs once over the
+k + 1 tokens (fc of the three captured target states, its layer, the 32k draft lm_head at the
+last position) and then k - 1 times over one token (vLLM's EAGLE propose loop). k = 0 without a
+drafter is plain decoding (`no_spec_step_ms`); the profile's k = 0 adds one drafter pass over one
+token, which an engine that keeps the head running pays (+6.6 %, vLLM issue 49986).
+
+Steps are captured in CUDA graphs, as vLLM runs decode, and timed with CUDA events: the median
+and p10/p90 of --replays replays after the warm-ups. Attention is SDPA with an explicit mask over
+a static cache; the 4 query heads that share a KV head are folded into the query length, so the
+cache is read once per KV head, as decode kernels do, instead of being repeated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from functools import partial
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+Attend = Callable[[Tensor, Tensor, Tensor], Tensor]
+ATTENTION = "SDPA with an explicit mask, the query heads of each KV head folded into one"
+
+
+@dataclass(frozen=True)
+class Shape:
+    """Model dimensions; the defaults are Llama-3.1-8B's and its EAGLE-3 head's."""
+
+    hidden: int = 4096
+    layers: int = 32
+    heads: int = 32
+    kv_heads: int = 8
+    head_dim: int = 128
+    intermediate: int = 14336
+    vocab: int = 128256
+    draft_vocab: int = 32000
+    context: int = 1024
+    rope_theta: float = 500000.0
+    eps: float = 1e-5
+
+    @property
+    def aux_layers(self) -> tuple[int, ...]:
+        """EAGLE-3 reads the target's hidden states at layers (2, L // 2, L - 3)."""
+        picks = (2, self.layers // 2, self.layers - 3)
+        return tuple(min(max(i, 0), self.layers - 1) for i in picks)
+
+
+TINY = Shape(64, 2, 4, 2, 16, 128, 1000, 500, 32)
+
+
+@dataclass
+class Layer:
+    in_norm: Tensor
+    qkv: Tensor
+    o: Tensor
+    post_norm: Tensor
+    gate_up: Tensor
+    down: Tensor
+
+
+@dataclass
+class Drafter:
+    fc: Tensor
+    embed_norm: Tensor
+    hidden_norm: Tensor
+    layer: Layer
+    norm: Tensor
+    lm_head: Tensor
+    d2t: Tensor
+
+
+@dataclass
+class Stat:
+    median: float
+    p10: float
+    p90: float
+
+
+@dataclass
+class Results:
+    steps: dict[int, dict[str, Stat]] = field(default_factory=dict)
+    prefill: dict[int, dict[str, float]] = field(default_factory=dict)
+    first_extra: dict[int, float] = field(default_factory=lambda: {0: 0.0})
+    complete: bool = False
+
+
+def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * weight
+
+
+def rope(x: Tensor, rot: Tensor) -> Tensor:
+    """Rotate-half RoPE; x is [B, T, H, D], rot is [cos, sin] of shape [2, T, D]."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * rot[0, :, None, :] + rotated * rot[1, :, None, :]
+
+
+def rope_table(shape: Shape, length: int, device: torch.device, dtype: torch.dtype) -> Tensor:
+    inv = shape.rope_theta ** -(torch.arange(0, shape.head_dim, 2, device=device) / shape.head_dim)
+    angles = torch.outer(torch.arange(length, device=device, dtype=torch.float32), inv)
+    angles = torch.cat((angles, angles), dim=-1)
+    return torch.stack((angles.cos(), angles.sin())).to(dtype)
+
+
+def fold_mask(groups: int, t: int, start: int, device: torch.device, dtype: torch.dtype) -> Tensor:
+    """Additive mask [groups * t, start + t] for t new tokens after `start` cached ones.
+
+    Row g * t + i is new token i of query group g: it sees cache slots <= start + i. The storage
+    row is padded to a multiple of 16 so that the memory-efficient kernel takes the mask as is.
+    """
+    length = start + t
+    cols = torch.arange(-(-length // 16) * 16, device=device)
+    rows = torch.arange(groups * t, device=device) % t
+    hidden = cols[None, :] > start + rows[:, None]
+    mask = torch.zeros(hidden.shape, device=device, dtype=dtype).masked_fill_(hidden, -torch.inf)
+    return mask[:, :length]
+
+
+def attend_cached(
+    q: Tensor, k: Tensor, v: Tensor, cache: tuple[Tensor, Tensor], start: int, mask: Tensor
+) -> Tensor:
+    """Write the new K/V at `start` and attend over the cache: q [B, T, Hq, D] -> [B, T, Hq * D]."""
+    b, t, hq, d = q.shape
+    hkv = k.shape[2]
+    cache_k, cache_v = cache
+    cache_k[:b, :, start : start + t].copy_(k.transpose(1, 2))
+    cache_v[:b, :, start : start + t].copy_(v.transpose(1, 2))
+    folded = q.view(b, t, hkv, hq // hkv, d).permute(0, 2, 3, 1, 4).reshape(b, hkv, -1, d)
+    out = F.scaled_dot_product_attention(
+        folded, cache_k[:b, :, : start + t], cache_v[:b, :, : start + t], attn_mask=mask
+    )
+    return out.view(b, hkv, hq // hkv, t, d).permute(0, 3, 1, 2, 4).reshape(b, t, hq * d)
+
+
+def attend_causal(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """Prefill attention, causal over the prompt (flash SDPA on CUDA)."""
+    b, t, hq, d = q.shape
+    q, k, v = (x.transpose(1, 2) for x in (q, k, v))
+    try:
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    except TypeError:  # torch < 2.5 has no enable_gqa
+        groups = hq // k.shape[1]
+        k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return out.transpose(1, 2).reshape(b, t, hq * d)
+
+
+def decoder_layer(
+    layer: Layer, normed: Tensor, residual: Tensor, s: Shape, rot: Tensor, attend: Attend
+) -> Tensor:
+    """One Llama decoder layer whose attention reads `normed` (2H wide in the EAGLE-3 head)."""
+    b, t, _ = normed.shape
+    q_size, kv_size = s.heads * s.head_dim, s.kv_heads * s.head_dim
+    q, k, v = torch.split(F.linear(normed, layer.qkv), [q_size, kv_size, kv_size], dim=-1)
+    q = rope(q.reshape(b, t, s.heads, s.head_dim), rot)
+    k = rope(k.reshape(b, t, s.kv_heads, s.head_dim), rot)
+    x = residual + F.linear(attend(q, k, v.reshape(b, t, s.kv_heads, s.head_dim)), layer.o)
+    gate, up = F.linear(rms_norm(x, layer.post_norm, s.eps), layer.gate_up).chunk(2, dim=-1)
+    return x + F.linear(F.silu(gate) * up, layer.down)
+
+
+class Twin:
+    """The target, its EAGLE-3 head and their static KV caches (sized for the largest batch)."""
+
+    def __init__(
+        self, shape: Shape, args: argparse.Namespace, device: torch.device, dtype: torch.dtype
+    ) -> None:
+        self.shape, self.device, self.dtype = shape, device, dtype
+        h = shape.hidden
+        self.embed = self._weight(shape.vocab, h)
+        self.layers = [self._layer(h) for _ in range(shape.layers)]
+        self.norm = torch.ones(h, device=self.device, dtype=dtype)
+        self.lm_head = self._weight(shape.vocab, h)
+        offsets = torch.randint(0, shape.vocab - shape.draft_vocab, (shape.draft_vocab,))
+        self.drafter = Drafter(
+            fc=self._weight(h, 3 * h),
+            embed_norm=self.norm.clone(),
+            hidden_norm=self.norm.clone(),
+            layer=self._layer(2 * h),
+            norm=self.norm.clone(),
+            lm_head=self._weight(shape.draft_vocab, h),
+            d2t=offsets.to(self.device),
+        )
+        slots, draft_slots = shape.context + args.max_k + 1, shape.context + 2 * args.max_k + 2
+        self.caches = [self._cache(max(args.batches), slots) for _ in self.layers]
+        self.draft_cache = self._cache(max(args.batches), draft_slots)
+        self.rot = rope_table(shape, max(draft_slots, *args.prefill), self.device, dtype)
+
+    def _weight(self, rows: int, cols: int) -> Tensor:
+        """N(0, 0.02) drawn on the device itself: the 16 GB target never passes through the host."""
+        return torch.randn(rows, cols, device=self.device, dtype=self.dtype).mul_(0.02)
+
+    def _layer(self, attn_in: int) -> Layer:
+        s = self.shape
+        ones = torch.ones(s.hidden, device=self.device, dtype=self.dtype)
+        return Layer(
+            in_norm=ones,
+            qkv=self._weight((s.heads + 2 * s.kv_heads) * s.head_dim, attn_in),
+            o=self._weight(s.hidden, s.heads * s.head_dim),
+            post_norm=ones.clone(),
+            gate_up=self._weight(2 * s.intermediate, s.hidden),
+            down=self._weight(s.hidden, s.intermediate),
+        )
+
+    def _cache(self, batch: int, slots: int) -> tuple[Tensor, Tensor]:
+        size = (batch, self.shape.kv_heads, slots, self.shape.head_dim)
+        new = partial(torch.zeros, size, device=self.device, dtype=self.dtype)
+        return new(), new()
+
+    def _cached(self, start: int, t: int, cache: tuple[Tensor, Tensor]) -> Attend:
+        groups = self.shape.heads // self.shape.kv_heads
+        mask = fold_mask(groups, t, start, self.device, self.dtype)
+        return partial(attend_cached, cache=cache, start=start, mask=mask)
+
+    def target(
+        self, ids: Tensor, start: int, attends: list[Attend], all_logits: bool
+    ) -> tuple[Tensor, Tensor]:
+        """Greedy tokens and the three captured hidden states, concatenated (3H wide)."""
+        s, t = self.shape, ids.shape[1]
+        x = F.embedding(ids, self.embed)
+        aux: list[Tensor] = []
+        for index, (layer, attend) in enumerate(zip(self.layers, attends, strict=True)):
+            aux.extend(x for a in s.aux_layers if a == index)
+            normed = rms_norm(x, layer.in_norm, s.eps)
+            x = decoder_layer(layer, normed, x, s, self.rot[:, start : start + t], attend)
+        x = rms_norm(x if all_logits else x[:, -1:], self.norm, s.eps)
+        return F.linear(x, self.lm_head).argmax(-1), torch.cat(aux, dim=-1)
+
+    def draft(
+        self, ids: Tensor, hidden: Tensor, start: int, attend: Attend, fuse: bool
+    ) -> tuple[Tensor, Tensor]:
+        """One EAGLE-3 pass (vLLM llama_eagle3): fc on the first pass only, the layer on
+        [norm(embed), norm(hidden)], the draft lm_head at the last position mapped to target ids
+        by d2t; returns the draft token and the pre-norm hidden state for the next pass."""
+        s, d, t = self.shape, self.drafter, ids.shape[1]
+        if fuse:
+            hidden = F.linear(hidden, d.fc)
+        embeds = rms_norm(F.embedding(ids, self.embed), d.embed_norm, s.eps)
+        normed = torch.cat((embeds, rms_norm(hidden, d.hidden_norm, s.eps)), dim=-1)
+        h = decoder_layer(d.layer, normed, hidden, s, self.rot[:, start : start + t], attend)
+        index = F.linear(rms_norm(h[:, -1:], d.norm, s.eps), d.lm_head).argmax(-1)
+        return index + d.d2t[index], h[:, -1:]
+
+    def draft_chain(self, t: int, passes: int) -> Callable[[Tensor, Tensor], Tensor]:
+        """The drafter's work in one step: a pass over t tokens, then passes - 1 over one."""
+        c = self.shape.context
+        starts = [c] + [c + t + j for j in range(passes - 1)]
+        widths = [t] + [1] * (passes - 1)
+        attends = [
+            self._cached(a, w, self.draft_cache) for a, w in zip(starts, widths, strict=True)
+        ]
+
+        def run(ids: Tensor, aux: Tensor) -> Tensor:
+            token, hidden = self.draft(ids, aux, starts[0], attends[0], fuse=True)
+            for start, attend in zip(starts[1:], attends[1:], strict=True):
+                token, hidden = self.draft(token, hidden, start, attend, fuse=False)
+            return token
+
+        return run
+
+    def step(self, batch: int, k: int, head_at_k0: bool) -> Callable[[], Tensor]:
+        """One decode/verify step at (batch, k), as a closure over static buffers."""
+        t, c = k + 1, self.shape.context
+        ids = torch.randint(0, self.shape.vocab, (batch, t), device=self.device)
+        attends = [self._cached(c, t, cache) for cache in self.caches]
+        passes = max(k, 1) if k > 0 or head_at_k0 else 0
+        drafter = self.draft_chain(t, passes) if passes else None
+
+        def run() -> Tensor:
+            tokens, aux = self.target(ids, c, attends, all_logits=True)
+            return tokens if drafter is None else drafter(tokens, aux)
+
+        return run
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Linear interpolation between the closest ranks (numpy's default)."""
+    ordered = sorted(values)
+    position = q * (len(ordered) - 1)
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+class Clock:
+    """Times steps: captured in a CUDA graph and timed by CUDA events on a GPU, as vLLM replays
+    decode graphs; eager with perf_counter on the CPU, or on a GPU where capture fails."""
+
+    def __init__(self, device: torch.device, graphs: bool, warmups: int, replays: int) -> None:
+        self.device, self.graphs = device, graphs and device.type == "cuda"
+        self.warmups, self.replays = warmups, replays
+        self.started = time.monotonic()
+        # One side stream for every warm-up: torch keeps a cuBLAS workspace per stream.
+        self.side = torch.cuda.Stream() if self.graphs else None  # type: ignore[no-untyped-call]
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def log(self, message: str) -> None:
+        print(f"[{self.elapsed():7.1f}s] {message}", file=sys.stderr, flush=True)
+
+    def measure(self, fn: Callable[[], Tensor], graph: bool = True, replays: int = 0) -> Stat:
+        graph_or_none = self._capture(fn) if graph and self.graphs else None
+        run = fn if graph_or_none is None else graph_or_none.replay
+        times = self._times(run, replays or self.replays)
+        return Stat(statistics.median(times), percentile(times, 0.1), percentile(times, 0.9))
+
+    def _capture(self, fn: Callable[[], Tensor]) -> torch.cuda.CUDAGraph | None:
+        """Warm up on a side stream, then capture (the order torch.cuda.graph documents)."""
+        assert self.side is not None
+        try:
+            self.side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(self.side):
+                for _ in range(self.warmups):
+                    fn()
+            torch.cuda.current_stream().wait_stream(self.side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                fn()
+            return graph
+        except RuntimeError as exc:
+            self.log(f"CUDA graph capture failed, timing eagerly from here on: {exc}")
+            self.graphs = False
+            torch.cuda.synchronize()
+            return None
+
+    def _times(self, run: Callable[[], object], replays: int) -> list[float]:
+        for _ in range(self.warmups):
+            run()
+        if self.device.type != "cuda":
+            times = []
+            for _ in range(replays):
+                began = time.perf_counter()
+                run()
+                times.append((time.perf_counter() - began) * 1000.0)
+            return times
+        timed = partial(torch.cuda.Event, enable_timing=True)
+        events = [(timed(), timed()) for _ in range(replays)]
+        for begin, end in events:
+            begin.record()
+            run()
+            end.record()
+        torch.cuda.synchronize()
+        return [begin.elapsed_time(end) for begin, end in events]
+
+
+def measure_prefill(twin: Twin, clock: Clock, length: int) -> dict[str, float]:
+    """Eager batch-1 prefill of one prompt: the target (logits at the last token only, as vLLM
+    computes them), then the drafter's pass over the same prompt (fc + layer + draft lm_head)."""
+    ids = torch.randint(0, twin.shape.vocab, (1, length), device=twin.device)
+    attends: list[Attend] = [attend_causal] * twin.shape.layers
+    aux = twin.target(ids, 0, attends, all_logits=False)[1]
+    replays = max(2, clock.replays // 4)
+    target = clock.measure(lambda: twin.target(ids, 0, attends, False)[0], False, replays)
+    drafter = clock.measure(lambda: twin.draft(ids, aux, 0, attend_causal, True)[0], False, replays)
+    return {"target": target.median, "drafter": drafter.median}
+
+
+def measure_first_drafts(twin: Twin, clock: Clock, k: int) -> float:
+    """Drafts for the first verify step after prefill, batch 1: one drafter pass over the
+    prompt's last token, then k - 1 single-token passes (graph-captured like a step)."""
+    ids = torch.randint(0, twin.shape.vocab, (1, 1), device=twin.device)
+    aux = torch.randn(1, 1, 3 * twin.shape.hidden, device=twin.device, dtype=twin.dtype)
+    chain = twin.draft_chain(1, k)
+    return clock.measure(lambda: chain(ids, aux)).median
+
+
+def sweep_batch(
+    twin: Twin, clock: Clock, batch: int, args: argparse.Namespace
+) -> dict[str, Stat] | None:
+    """Every variant at one batch size, or None when the deadline cuts the batch short."""
+    variants = [("no_spec", 0, False), ("0", 0, True)]
+    variants += [(str(k), k, True) for k in range(1, args.max_k + 1)]
+    row: dict[str, Stat] = {}
+    for name, k, head in variants:
+        if clock.elapsed() > args.deadline_s:
+            return None
+        row[name] = stat = clock.measure(twin.step(batch, k, head))
+        clock.log(f"batch {batch} {name}: {stat.median:.3f} ms [{stat.p10:.3f}, {stat.p90:.3f}]")
+    return row
+
+
+def ms(value: float) -> float:
+    return round(value, 4)
+
+
+def profile_json(
+    args: argparse.Namespace, twin: Twin, graphs: bool, res: Results
+) -> dict[str, object]:
+    """The profile in the engine twin's format (vLLM dynamic-SD's `batch_stats` shape)."""
+    shape, ks = twin.shape, [str(k) for k in range(args.max_k + 1)]
+    device = torch.cuda.get_device_name() if twin.device.type == "cuda" else "cpu"
+    model = "tiny test shape" if args.tiny else "Llama-3.1-8B shape"
+    dtype = "bf16" if twin.dtype == torch.bfloat16 else str(twin.dtype).removeprefix("torch.")
+    longest = max(res.prefill, default=0)
+    return {
+        "name": args.name,
+        "source": f"measured by bench/twin/gpu_profile.py on {device}, torch {torch.__version__}, "
+        f"random {dtype} weights, {model}, one-layer EAGLE-3 head, context {shape.context}, "
+        f"CUDA graphs {'yes' if graphs else 'no'}",
+        "device": device,
+        "torch": torch.__version__,
+        "complete": res.complete,
+        "graphs": graphs,
+        "max_k": args.max_k,
+        "batch_stats": {str(b): {k: ms(row[k].median) for k in ks} for b, row in res.steps.items()},
+        "no_spec_step_ms": {str(b): ms(row["no_spec"].median) for b, row in res.steps.items()},
+        "spread": {
+            str(b): {k: [ms(row[k].p10), ms(row[k].p90)] for k in ks}
+            for b, row in res.steps.items()
+        },
+        "prefill_ms_per_token": {
+            part: ms(v / longest) for part, v in res.prefill.get(longest, {}).items()
+        },
+        "prefill_ms": {
+            str(n): {part: ms(v) for part, v in parts.items()} for n, parts in res.prefill.items()
+        },
+        "first_token_extra_ms": {str(k): ms(v) for k, v in res.first_extra.items()},
+        "shape": asdict(shape)
+        | {"aux_layers": list(shape.aux_layers), "dtype": dtype, "attention": ATTENTION},
+    }
+
+
+def profile(args: argparse.Namespace, twin: Twin, clock: Clock) -> None:
+    """Prefill and first drafts first (seconds), then batch by batch; the JSON is rewritten
+    after each part, so that a run cut short still leaves what it measured."""
+    results = Results()
+
+    def save() -> None:
+        document = profile_json(args, twin, clock.graphs, results)
+        partial_path = args.out.with_name(args.out.name + ".tmp")
+        partial_path.write_text(json.dumps(document, indent=2) + "\n")
+        partial_path.replace(args.out)
+
+    for length in args.prefill:
+        results.prefill[length] = measure_prefill(twin, clock, length)
+        clock.log(f"prefill {length}: {results.prefill[length]}")
+    for k in range(1, args.max_k + 1):
+        results.first_extra[k] = measure_first_drafts(twin, clock, k)
+    clock.log(f"first-token extra ms: {results.first_extra}")
+    save()
+    for batch in args.batches:
+        row = sweep_batch(twin, clock, batch, args)
+        if row is None:
+            clock.log(f"deadline {args.deadline_s} s reached during batch {batch}: incomplete")
+            return
+        results.steps[batch] = row
+        save()
+    results.complete = True
+    save()
+    clock.log(f"wrote {args.out}")
+
+
+def int_list(text: str) -> list[int]:
+    return [int(b) for b in text.split(",")]
+
+
+OPTIONS: dict[str, tuple[Callable[[str], object], str, str, str]] = {
+    # name: (type, default, default with --tiny, help)
+    "context": (int, "1024", "32", "cached tokens per sequence"),
+    "batches": (int_list, "1,2,4,8,16,32,64", "1,2", "batch sizes, comma-separated"),
+    "prefill": (int_list, "512,2048", "64,256", "prompt lengths to prefill at batch 1"),
+    "max_k": (int, "7", "3", "deepest speculation depth"),
+    "replays": (int, "20", "2", "timed replays per step"),
+    "warmups": (int, "3", "1", "untimed runs before the timed replays"),
+}
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--out", type=Path, default=Path("gpu_profile.json"))
+    parser.add_argument("--name", default="measured-llama8b-eagle3")
+    for name, (kind, full, tiny, text) in OPTIONS.items():
+        flag = "--" + name.replace("_", "-")
+        parser.add_argument(flag, type=kind, help=f"{text} ({full}; with --tiny {tiny})")
+    parser.add_argument(
+        "--deadline-s", type=float, default=200.0, help="start no measurement after this (200)"
+    )
+    parser.add_argument("--eager", action="store_true", help="time eagerly, without CUDA graphs")
+    parser.add_argument("--tiny", action="store_true", help="tiny float32 shape on the CPU")
+    args = parser.parse_args(argv)
+    for name, (kind, full, tiny, _) in OPTIONS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, kind(tiny if args.tiny else full))
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if not args.tiny and not torch.cuda.is_available():
+        print("needs a CUDA device (use --tiny on the CPU)", file=sys.stderr)
+        return 2
+    dtype = torch.float32 if args.tiny else torch.bfloat16
+    shape = replace(TINY if args.tiny else Shape(), context=args.context)
+    torch.manual_seed(0)
+    device = torch.device("cpu" if args.tiny else "cuda")
+    with torch.inference_mode():
+        clock = Clock(device, not args.eager, args.warmups, args.replays)
+        twin = Twin(shape, args, device, dtype)
+        clock.log(f"weights and KV caches allocated on {twin.device}")
+        profile(args, twin, clock)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

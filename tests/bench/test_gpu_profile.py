@@ -1,0 +1,111 @@
+"""bench/twin/gpu_profile.py on the CPU: its --tiny run, its deadline, and its attention.
+
+The GPU run is the lead's; here the script must run end to end, write the profile's shape, stop
+cleanly at its deadline, and compute the same attention as repeating K/V for every query head.
+No timing is asserted: CPU timings on shared cores say nothing about the GPU's.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "bench" / "twin" / "gpu_profile.py"
+TINY_BATCHES = ("1", "2")
+TINY_KS = ("0", "1", "2", "3")
+
+
+@pytest.fixture(scope="module")
+def profile(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The script run as the lead runs it, in its own process."""
+    out = tmp_path_factory.mktemp("gpu-profile") / "profile.json"
+    cmd = [sys.executable, str(SCRIPT), "--tiny", "--out", str(out)]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"wrote {out}" in proc.stderr
+    document: dict[str, Any] = json.loads(out.read_text())
+    return document
+
+
+@pytest.fixture(scope="module")
+def script() -> ModuleType:
+    """The script as a module (it has no package: bench/twin is a folder of scripts)."""
+    spec = importlib.util.spec_from_file_location("gpu_profile", SCRIPT)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_profile"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_tiny_profile_has_every_batch_and_depth(profile: dict[str, Any]) -> None:
+    assert profile["complete"] is True
+    assert profile["graphs"] is False
+    assert profile["max_k"] == 3
+    assert "on cpu" in profile["source"]
+    assert "CUDA graphs no" in profile["source"]
+    assert set(profile["batch_stats"]) == set(TINY_BATCHES) == set(profile["no_spec_step_ms"])
+    assert set(profile["spread"]) == set(TINY_BATCHES)
+    for batch in TINY_BATCHES:
+        assert tuple(profile["batch_stats"][batch]) == TINY_KS
+        assert all(ms > 0 for ms in profile["batch_stats"][batch].values())
+        assert profile["no_spec_step_ms"][batch] > 0
+        for k in TINY_KS:
+            p10, p90 = profile["spread"][batch][k]
+            assert 0 < p10 <= p90
+
+
+def test_tiny_profile_has_prefill_and_first_token_costs(profile: dict[str, Any]) -> None:
+    assert set(profile["prefill_ms"]) == {"64", "256"}
+    for parts in profile["prefill_ms"].values():
+        assert parts["target"] > 0
+        assert parts["drafter"] > 0
+    per_token = profile["prefill_ms_per_token"]
+    assert per_token["target"] == pytest.approx(profile["prefill_ms"]["256"]["target"] / 256, 1e-2)
+    assert tuple(profile["first_token_extra_ms"]) == TINY_KS
+    assert profile["first_token_extra_ms"]["0"] == 0.0
+    assert all(profile["first_token_extra_ms"][k] > 0 for k in TINY_KS[1:])
+    assert profile["shape"]["hidden"] == 64
+    assert profile["shape"]["context"] == 32
+
+
+def test_deadline_writes_what_was_measured(script: ModuleType, tmp_path: Path) -> None:
+    out = tmp_path / "cut.json"
+    assert script.main(["--tiny", "--out", str(out), "--deadline-s", "0"]) == 0
+    document = json.loads(out.read_text())
+    assert document["complete"] is False
+    assert document["batch_stats"] == {}
+    assert document["no_spec_step_ms"] == {}
+    assert set(document["prefill_ms"]) == {"64", "256"}
+
+
+@pytest.mark.parametrize("new_tokens", [1, 4])
+def test_folded_attention_equals_repeated_kv(script: ModuleType, new_tokens: int) -> None:
+    """Folding the query heads of each KV head into the query length is exact GQA attention
+    with a causal mask aligned to the end of the cache."""
+    torch.manual_seed(1)
+    batch, heads, kv_heads, dim, context = 2, 8, 2, 16, 10
+    q = torch.randn(batch, new_tokens, heads, dim)
+    k, v = (torch.randn(batch, new_tokens, kv_heads, dim) for _ in "kv")
+    cache = tuple(torch.randn(batch + 1, kv_heads, context + 8, dim) for _ in "kv")
+    old = tuple(c[:batch, :, :context].clone() for c in cache)
+    mask = script.fold_mask(heads // kv_heads, new_tokens, context, q.device, q.dtype)
+    got = script.attend_cached(q, k, v, cache, context, mask)
+
+    keys = torch.cat((old[0], k.transpose(1, 2)), dim=2).repeat_interleave(4, dim=1)
+    values = torch.cat((old[1], v.transpose(1, 2)), dim=2).repeat_interleave(4, dim=1)
+    visible = torch.ones(new_tokens, context + new_tokens, dtype=torch.bool).tril(context)
+    want = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values, attn_mask=visible)
+    assert got.shape == (batch, new_tokens, heads * dim)
+    torch.testing.assert_close(got, want.transpose(1, 2).reshape(batch, new_tokens, -1))
