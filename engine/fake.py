@@ -12,6 +12,10 @@ contract tests as `VLLMEngine` (tests/engine/contract.py). What it simulates:
 * Each step sleeps `StepTimeModel(k, batch)` seconds, batch = streams in flight.
 * `kill()` plays the engine core dying: every in-flight and later request fails
   with `EngineDeadError`.
+* As `VLLMEngine` does for the gateway's serving layer, a request carrying the
+  gateway's id (`GATEWAY_ID_ARG` in `extra`) hands its outcome to `on_outcome`
+  before its last chunk is yielded, and one carrying `SPEC_CAP_ARG` lowers the
+  requests already running to at most that depth as it is added.
 """
 
 from __future__ import annotations
@@ -20,10 +24,12 @@ import asyncio
 import hashlib
 import random
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from engine.interface import (
+    GATEWAY_ID_ARG,
+    SPEC_CAP_ARG,
     EngineDeadError,
     EngineHealth,
     GenerateRequest,
@@ -33,6 +39,9 @@ from engine.interface import (
     SpeculationOutcome,
     StepListener,
 )
+
+#: Called with (gateway id, outcome) as a request carrying the gateway's id finishes.
+OutcomeCallback = Callable[[str, RequestOutcome], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +74,14 @@ class FakeEngineConfig:
     #: Token id that ends a completion early when generated (None = never).
     eos_token: int | None = None
     max_prompt_tokens: int = 4096
+
+
+@dataclass
+class _Running:
+    """A request in the engine: its depth now (a later request's cap may lower it)."""
+
+    k: int
+    aborted: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 @dataclass
@@ -103,9 +120,12 @@ class _Accounting:
 class FakeEngine:
     """Scripted `Engine`; see the module docstring for what it simulates."""
 
-    def __init__(self, config: FakeEngineConfig | None = None) -> None:
+    def __init__(
+        self, config: FakeEngineConfig | None = None, *, on_outcome: OutcomeCallback | None = None
+    ) -> None:
         self.config = config or FakeEngineConfig()
-        self._running: dict[str, asyncio.Event] = {}
+        self._on_outcome = on_outcome
+        self._running: dict[str, _Running] = {}
         self._dead = False
         self._closed = False
         self.outcomes: list[RequestOutcome] = []
@@ -128,7 +148,7 @@ class FakeEngine:
         digest = hashlib.blake2b(f"{prompt}\x00{position}".encode(), digest_size=4).digest()
         return int.from_bytes(digest, "big") % self.config.vocab
 
-    async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerationChunk]:
+    async def generate(self, request: GenerateRequest) -> AsyncGenerator[GenerationChunk, None]:
         if self._dead or self._closed:
             raise EngineDeadError("fake engine is dead")
         prompt = request.prompt or " ".join(map(str, request.prompt_token_ids or ()))
@@ -137,18 +157,22 @@ class FakeEngine:
             raise InvalidRequestError("max_tokens must be >= 1 and the prompt must fit")
         if request.request_id in self._running:
             raise InvalidRequestError(f"duplicate request id {request.request_id}")
-        aborted = asyncio.Event()
-        self._running[request.request_id] = aborted
+        cap = request.extra.get(SPEC_CAP_ARG)
+        if isinstance(cap, int):
+            for running in self._running.values():
+                running.k = min(running.k, cap)
+        state = _Running(max(0, min(request.k, self.max_depth)))
+        self._running[request.request_id] = state
         try:
-            async for chunk in self._stream(request, prompt, prompt_tokens, aborted):
+            async for chunk in self._stream(request, prompt, prompt_tokens, state):
                 yield chunk
         finally:
             self._running.pop(request.request_id, None)
 
     async def _stream(
-        self, request: GenerateRequest, prompt: str, prompt_tokens: int, aborted: asyncio.Event
+        self, request: GenerateRequest, prompt: str, prompt_tokens: int, state: _Running
     ) -> AsyncIterator[GenerationChunk]:
-        k = max(0, min(request.k, self.max_depth))
+        k = state.k
         rng = random.Random(f"{request.request_id}/{prompt}")
         probs = self.acceptance_for(prompt)
         acct = _Accounting(k)
@@ -157,11 +181,11 @@ class FakeEngine:
         produced = 0
         finish: str | None = None
         while finish is None:
-            step_k = 0 if produced == 0 else k  # the prefill step verifies no drafts
+            step_k = 0 if produced == 0 else state.k  # the prefill step verifies no drafts
             await asyncio.sleep(self.config.step_time(step_k, len(self._running)))
             if self._dead:
                 raise EngineDeadError("fake engine core died")
-            if aborted.is_set():
+            if state.aborted.is_set():
                 finish = "abort"
                 break
             accepted = 0
@@ -194,6 +218,9 @@ class FakeEngine:
             decode_steps=acct.steps + max(produced - acct.steps - acct.accepted, 0),
         )
         self.outcomes.append(outcome)
+        gateway_id = request.extra.get(GATEWAY_ID_ARG)
+        if self._on_outcome is not None and isinstance(gateway_id, str):
+            self._on_outcome(gateway_id, outcome)
         last = [] if finish == "abort" else new
         yield self._chunk(request, last, finish=finish, outcome=outcome)
 
@@ -214,9 +241,9 @@ class FakeEngine:
         )
 
     async def abort(self, request_id: str) -> None:
-        event = self._running.get(request_id)
-        if event is not None:
-            event.set()
+        running = self._running.get(request_id)
+        if running is not None:
+            running.aborted.set()
 
     async def reset_prefix_cache(self) -> bool:
         """The fake keeps no KV cache: there is nothing to drop, except while requests run."""
@@ -244,5 +271,5 @@ class FakeEngine:
 
     async def shutdown(self) -> None:
         self._closed = True
-        for event in self._running.values():
-            event.set()
+        for running in self._running.values():
+            running.aborted.set()

@@ -11,7 +11,7 @@ scheduler and the outcome tap in `SamplingParams.extra_args` (via `vllm_xargs`).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -19,20 +19,16 @@ from typing import Any
 from starlette.datastructures import State
 
 from engine.interface import GATEWAY_ID_ARG, SPEC_CAP_ARG, SPEC_DEPTH_ARG, InvalidRequestError
-from engine.protocol import (
-    ChatCompletionRequest,
-    ChatCompletionResponse,
-    CompletionRequest,
-    CompletionResponse,
-    ErrorResponse,
-    ModelList,
-)
+from engine.port import RESERVED_XARGS, ChatResult, CompletionResult
+from engine.protocol import ChatCompletionRequest, CompletionRequest, ModelList
 
-#: Keys of `vllm_xargs` reserved for the gateway; a client may never set them.
-RESERVED_XARGS = frozenset({SPEC_DEPTH_ARG, SPEC_CAP_ARG, GATEWAY_ID_ARG})
-
-ChatResult = ChatCompletionResponse | ErrorResponse | AsyncIterator[str]
-CompletionResult = CompletionResponse | ErrorResponse | AsyncIterator[str]
+__all__ = [
+    "RESERVED_XARGS",
+    "ChatResult",
+    "CompletionResult",
+    "FrontendConfig",
+    "OpenAIFrontend",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +58,10 @@ def _client_errors() -> Iterator[None]:
 
 
 class OpenAIFrontend:
-    """Runs one OpenAI request through vLLM's serving classes at a given depth."""
+    """Runs one OpenAI request through vLLM's serving classes at a given depth.
+
+    The vLLM implementation of `engine.port.ServingPort`.
+    """
 
     def __init__(
         self, state: State, served_model_name: str, *, lossless_sampling: bool = True

@@ -1,27 +1,67 @@
-"""vLLM's OpenAI protocol models, re-exported for the gateway's routes.
+"""vLLM's OpenAI protocol models, re-exported for the gateway's routes and the fake backend.
 
 The gateway validates bodies with exactly the models `vllm serve` uses (so
 every field a vLLM client sends is understood the same way), without importing
-vLLM itself: only `engine/` does.
+vLLM itself: only `engine/` does. `engine.fake_frontend` builds its replies and
+stream chunks from the same models, so the fake's wire format is vLLM's.
 """
 
+from vllm.entrypoints.generate.base.protocol import (
+    DeltaFunctionCall,
+    DeltaMessage,
+    DeltaToolCall,
+    FunctionCall,
+    ToolCall,
+)
 from vllm.entrypoints.openai.chat_completion.protocol import (
+    ChatCompletionNamedToolChoiceParam,
     ChatCompletionRequest,
     ChatCompletionResponse,
+    ChatCompletionResponseChoice,
+    ChatCompletionResponseStreamChoice,
+    ChatCompletionStreamResponse,
+    ChatMessage,
 )
 from vllm.entrypoints.openai.completion.protocol import (
     CompletionRequest,
     CompletionResponse,
+    CompletionResponseChoice,
+    CompletionResponseStreamChoice,
+    CompletionStreamResponse,
 )
-from vllm.entrypoints.serve.engine.protocol import ErrorResponse, ModelList
+from vllm.entrypoints.serve.engine.protocol import (
+    ErrorInfo,
+    ErrorResponse,
+    ModelCard,
+    ModelList,
+    PromptTokenUsageInfo,
+    UsageInfo,
+)
 from vllm.exceptions import VLLMClientError as ClientError
 
 __all__ = [
+    "ChatCompletionNamedToolChoiceParam",
     "ChatCompletionRequest",
     "ChatCompletionResponse",
+    "ChatCompletionResponseChoice",
+    "ChatCompletionResponseStreamChoice",
+    "ChatCompletionStreamResponse",
+    "ChatMessage",
     "ClientError",
     "CompletionRequest",
     "CompletionResponse",
+    "CompletionResponseChoice",
+    "CompletionResponseStreamChoice",
+    "CompletionStreamResponse",
+    "DeltaFunctionCall",
+    "DeltaMessage",
+    "DeltaToolCall",
+    "ErrorInfo",
     "ErrorResponse",
+    "FunctionCall",
+    "ModelCard",
     "ModelList",
+    "PromptTokenUsageInfo",
+    "ToolCall",
+    "UsageInfo",
 ]

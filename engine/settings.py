@@ -19,6 +19,13 @@ class EngineSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="SPECGW_ENGINE_", extra="ignore")
 
+    backend: str = Field(
+        "vllm",
+        min_length=1,
+        description="Engine backend, by name (`gateway.backends.BACKENDS`): `vllm`, the "
+        "embedded vLLM engine; `fake`, a scripted engine with no model (the in-process test "
+        "tier, trials of the gateway).",
+    )
     model: Path | None = Field(
         None, description="Target model directory (None = the embedded default model)."
     )

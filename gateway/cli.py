@@ -74,15 +74,18 @@ def serve(
         int | None, typer.Option(help="k for classes the controller knows nothing of.")
     ] = None,
     log_level: Annotated[str | None, typer.Option(help="Log level.")] = None,
+    backend: Annotated[
+        str | None, typer.Option(help="Engine backend: vllm (default) or fake (no model).")
+    ] = None,
 ) -> None:
-    """Start the gateway with its embedded vLLM engine."""
+    """Start the gateway with its embedded vLLM engine (or the backend `--backend` names)."""
     import uvicorn
 
     from engine.settings import EngineSettings
     from gateway.app import create_app
+    from gateway.backends import runtime_factory
     from gateway.control.settings import ControllerSettings
     from gateway.observability.logs import configure_logging
-    from gateway.runtime import real_runtime_factory
     from gateway.server import DrainingServer
     from gateway.settings import GatewaySettings
 
@@ -90,12 +93,12 @@ def serve(
     controller_settings = (
         ControllerSettings(default_k=default_k) if default_k is not None else ControllerSettings()
     )
-    engine_settings = EngineSettings.load(config, model=model, drafter=drafter, max_depth=max_depth)
+    engine_settings = EngineSettings.load(
+        config, model=model, drafter=drafter, max_depth=max_depth, backend=backend
+    )
     configure_logging(settings.log_level)
     try:
-        application = create_app(
-            settings, real_runtime_factory(engine_settings, controller_settings)
-        )
+        application = create_app(settings, runtime_factory(engine_settings, controller_settings))
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
     server_config = uvicorn.Config(

@@ -17,7 +17,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from engine.interface import Engine
-from engine.openai_frontend import FrontendConfig, OpenAIFrontend
+from engine.openai_frontend import FrontendConfig
+from engine.port import ServingPort
 from gateway.admission import Admission
 from gateway.calibration import CalibrationPoint, calibrate
 from gateway.cluster import ClusterSync
@@ -43,7 +44,7 @@ log = logging.getLogger("specgw")
 class Runtime:
     settings: GatewaySettings
     engine: Engine
-    frontend: OpenAIFrontend
+    frontend: ServingPort
     plane: ControlPlane
     admission: Admission
     board: OutcomeBoard
@@ -104,7 +105,7 @@ class Runtime:
 
 def build_service(
     settings: GatewaySettings,
-    frontend: OpenAIFrontend,
+    frontend: ServingPort,
     plane: ControlPlane,
     board: OutcomeBoard,
     telemetry: Telemetry | None,

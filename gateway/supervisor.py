@@ -12,34 +12,54 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from typing import Any
 
 from engine.openai_frontend import FrontendConfig, OpenAIFrontend
+from engine.port import ServingPort
 
 log = logging.getLogger("specgw.supervisor")
 
 EngineStarter = Callable[[], AbstractAsyncContextManager[Any]]
+#: The serving port on a started engine (vLLM's: its serving layer on `serving_client`).
+FrontendBuilder = Callable[[Any], Awaitable[ServingPort]]
+
+
+def vllm_frontend(config: FrontendConfig) -> FrontendBuilder:
+    """vLLM's OpenAI serving layer on a started `VLLMEngine`."""
+
+    async def build(engine: Any) -> ServingPort:
+        return await OpenAIFrontend.create(
+            engine.serving_client, config, lossless_sampling=engine.lossless_sampling
+        )
+
+    return build
 
 
 class EngineSlot:
-    """The current engine and vLLM serving layer on it; replaced whole on restart."""
+    """The current engine and the serving port on it; replaced whole on restart.
 
-    def __init__(self, start_engine: EngineStarter, config: FrontendConfig) -> None:
+    `frontend` is a `FrontendConfig` for vLLM's serving layer, or a builder of any
+    backend's port (`gateway.backends`).
+    """
+
+    def __init__(
+        self, start_engine: EngineStarter, frontend: FrontendConfig | FrontendBuilder
+    ) -> None:
         self._start_engine = start_engine
-        self._config = config
+        self._build_frontend = (
+            vllm_frontend(frontend) if isinstance(frontend, FrontendConfig) else frontend
+        )
         self._stack: AsyncExitStack | None = None
         self.engine: Any = None
-        self.frontend: OpenAIFrontend | None = None
+        self.frontend: ServingPort | None = None
 
     async def start(self) -> None:
         stack = AsyncExitStack()
         try:
             engine = await stack.enter_async_context(self._start_engine())
-            frontend = await OpenAIFrontend.create(
-                engine.serving_client, self._config, lossless_sampling=engine.lossless_sampling
-            )
+            frontend = await self._build_frontend(engine)
         except BaseException:
             await stack.aclose()
             raise

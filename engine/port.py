@@ -1,0 +1,86 @@
+"""The serving port: everything the gateway asks of a backend to answer `/v1`.
+
+Requests and replies are vLLM's OpenAI wire models (`engine.protocol`), the
+field's library for parsing and validating OpenAI bodies; a backend answers a
+chat or completion request at the speculation depth k the control plane chose,
+under the gateway's request id. Two implementations: `OpenAIFrontend` (vLLM's
+own serving layer on the embedded engine) and `FakeFrontend` (the scripted
+`FakeEngine`, for the in-process test tier); both pass `tests/engine/port_contract.py`.
+
+The contract, beyond the signatures:
+
+* A reply is the wire model, an `ErrorResponse` (unknown model: code 404), or a
+  stream of OpenAI SSE lines (`data: {...}\\n\\n` ... `data: [DONE]\\n\\n`) whose
+  errors arrive as one `data: {"error": ...}` line; a request the backend's own
+  validation refuses (prompt over the context) raises `InvalidRequestError`.
+* The request's outcome (`RequestOutcome`) reaches the `on_outcome(gateway_id, outcome)`
+  callback the backend was built with before the reply's last chunk is produced
+  (vLLM: `VLLMEngine.started(..., on_outcome=...)`).
+* `k` is the request's depth; `cap`, where set, lowers the requests already in
+  the engine to at most that depth as this one is added (`SPEC_CAP_ARG`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Protocol
+
+from engine.interface import GATEWAY_ID_ARG, SPEC_CAP_ARG, SPEC_DEPTH_ARG
+from engine.protocol import (
+    ChatCompletionRequest,
+    ChatCompletionResponse,
+    CompletionRequest,
+    CompletionResponse,
+    ErrorResponse,
+    ModelList,
+)
+
+#: Keys of `vllm_xargs` reserved for the gateway; a client may never set them.
+RESERVED_XARGS = frozenset({SPEC_DEPTH_ARG, SPEC_CAP_ARG, GATEWAY_ID_ARG})
+
+ChatResult = ChatCompletionResponse | ErrorResponse | AsyncIterator[str]
+CompletionResult = CompletionResponse | ErrorResponse | AsyncIterator[str]
+
+
+class ServingPort(Protocol):
+    """One backend's OpenAI serving, as the service and the routes use it."""
+
+    @property
+    def served_model_name(self) -> str:
+        """The model name `/v1/models` lists and requests must name."""
+        ...
+
+    @property
+    def lossless_sampling(self) -> bool:
+        """Whether speculation leaves a sampled request's output distribution unchanged
+        (`Engine.lossless_sampling`); where not, the gateway runs sampled requests at k = 0."""
+        ...
+
+    @property
+    def harmony_messages(self) -> bool:
+        """Whether the model reads OpenAI-harmony messages (author/channel: gpt-oss only)."""
+        ...
+
+    def temperature_of(self, request: ChatCompletionRequest | CompletionRequest) -> float:
+        """The temperature the backend will sample this request at (its default filled in)."""
+        ...
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens of plain text with the served tokenizer."""
+        ...
+
+    async def chat(
+        self, request: ChatCompletionRequest, *, k: int, gateway_id: str, cap: int | None = None
+    ) -> ChatResult:
+        """Answer a chat request at depth k under the gateway's id."""
+        ...
+
+    async def completion(
+        self, request: CompletionRequest, *, k: int, gateway_id: str, cap: int | None = None
+    ) -> CompletionResult:
+        """Answer a completion request at depth k under the gateway's id."""
+        ...
+
+    async def models(self) -> ModelList:
+        """The served model, as `/v1/models` lists it."""
+        ...
