@@ -27,9 +27,11 @@ from bench.modes import (
     default_modes,
     select_modes,
 )
+from bench.twin.cli import app as twin_app
 from bench.workload import Arrival, ClosedLoop, Phase, Poisson, build_workload, default_phases
 
 app = typer.Typer(help="spec-gateway benchmark harness.", no_args_is_help=True)
+app.add_typer(twin_app, name="twin")
 REPO = Path(__file__).resolve().parents[1]
 
 

@@ -1,0 +1,157 @@
+"""`python -m bench twin`: run the engine twin and write summary, report and plots.
+
+With no `--profile`, every shipped profile (`bench/twin/profiles/*.json`) runs its
+own workload (`bench/twin/workloads/<name>.json`): the one its `workload` field
+names, else `make-bench` for `cpu-embedded` and `production-mix` for the others.
+`--workload` given once applies to every profile, given as often as `--profile`
+pairs with them in order. `--quick` is the CI size: one profile, 120 requests,
+the workload's first and last arrival, one seed.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from bench.twin.schema import Profile, TwinInputError, Workload, load_profile, load_workload
+
+if TYPE_CHECKING:
+    from bench.twin.runner import Case, CaseRun
+
+TWIN = Path(__file__).resolve().parent
+REPO = TWIN.parents[1]
+PROFILES = TWIN / "profiles"
+WORKLOADS = TWIN / "workloads"
+REAL_SUMMARY = REPO / "bench" / "results" / "summary.json"
+DEFAULT_OUT = REPO / "bench" / "results" / "twin"
+QUICK_REQUESTS = 120
+#: Default workload of the profile measured on this repository's CPU engine.
+CPU_PROFILE, CPU_WORKLOAD, GPU_WORKLOAD = "cpu-embedded", "make-bench", "production-mix"
+
+app = typer.Typer(help="The engine twin: simulated GPU economics driving the real controller.")
+
+
+def default_workload(profile: Profile) -> str:
+    if profile.workload:
+        return profile.workload
+    return CPU_WORKLOAD if profile.name == CPU_PROFILE else GPU_WORKLOAD
+
+
+def select_cases(profiles: Sequence[Path], workloads: Sequence[Path]) -> list[Case]:
+    """The (profile, workload) pairs a run covers (module docstring)."""
+    from bench.twin.runner import Case
+
+    paths = list(profiles) or sorted(PROFILES.glob("*.json"))
+    if not paths:
+        raise TwinInputError(f"no profiles given and none in {PROFILES}")
+    loaded = [load_profile(p) for p in paths]
+    if workloads and len(workloads) not in (1, len(loaded)):
+        raise TwinInputError(
+            f"{len(workloads)} workloads for {len(loaded)} profiles: give one, or one per profile"
+        )
+    cases = []
+    for i, profile in enumerate(loaded):
+        if workloads:
+            path = workloads[0] if len(workloads) == 1 else workloads[i]
+        else:
+            path = WORKLOADS / f"{default_workload(profile)}.json"
+        cases.append(Case(profile, load_workload(path)))
+    return cases
+
+
+def quick_cases(cases: Sequence[Case]) -> list[Case]:
+    """One profile, `QUICK_REQUESTS` requests, the first and last arrival."""
+    from bench.twin.runner import Case, scaled
+
+    case = cases[0]
+    workload: Workload = scaled(case.workload, QUICK_REQUESTS)
+    arrivals = workload.arrivals
+    picked = [arrivals[0], arrivals[-1]] if len(arrivals) > 1 else list(arrivals)
+    return [Case(case.profile, workload.model_copy(update={"arrivals": picked}))]
+
+
+def run_all(cases: Sequence[Case], seeds: Sequence[int]) -> list[CaseRun]:
+    from tqdm import tqdm
+
+    from bench.twin.runner import count_runs, run_case
+
+    runs = []
+    with tqdm(total=count_runs(cases, len(seeds)), unit="run", desc="twin") as bar:
+
+        def tick(label: str) -> None:
+            bar.set_postfix_str(label, refresh=False)
+            bar.update(1)
+
+        for case in cases:
+            runs.append(run_case(case, seeds, tick))
+    return runs
+
+
+def write(out: Path, runs: Sequence[CaseRun], seeds: Sequence[int]) -> dict[str, object]:
+    """summary.json, report.md and the PNGs into `out`."""
+    from bench.twin.plots import write_plots
+    from bench.twin.report import render
+    from bench.twin.summary import build_summary
+    from bench.twin.validation import validate
+
+    out.mkdir(parents=True, exist_ok=True)
+    summary = build_summary(runs, seeds)
+    checked = validate(summary["profiles"], REAL_SUMMARY)
+    if checked is not None:
+        summary = build_summary(runs, seeds, checked)
+    (out / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
+    (out / "report.md").write_text(render(summary) + "\n")
+    write_plots(summary, runs, out)
+    return summary
+
+
+@app.callback(invoke_without_command=True)
+def twin(
+    ctx: typer.Context,
+    profile: Annotated[
+        list[Path] | None, typer.Option("--profile", help="Cost profile JSON (repeatable).")
+    ] = None,
+    workload: Annotated[
+        list[Path] | None, typer.Option("--workload", help="Workload JSON (repeatable).")
+    ] = None,
+    seeds: Annotated[int, typer.Option(help="Seeds to run (the spread is over them).")] = 3,
+    seed: Annotated[int, typer.Option(help="First seed.")] = 1234,
+    requests: Annotated[
+        int | None, typer.Option(help="Scale each workload to about this many requests.")
+    ] = None,
+    quick: Annotated[bool, typer.Option(help=f"CI size: {QUICK_REQUESTS} requests.")] = False,
+    out: Annotated[Path, typer.Option(help="Results directory.")] = DEFAULT_OUT,
+) -> None:
+    """Replay each profile's workload through every mode; write summary, report, plots."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from bench.twin.runner import Case, count_runs, scaled
+
+    try:
+        cases = select_cases(profile or [], workload or [])
+    except TwinInputError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    if requests:
+        cases = [Case(c.profile, scaled(c.workload, requests)) for c in cases]
+    chosen = [seed] if quick else [seed + i for i in range(seeds)]
+    if quick:
+        cases = quick_cases(cases)
+    started = time.perf_counter()
+    runs = run_all(cases, chosen)
+    simulated = time.perf_counter() - started
+    write(out, runs, chosen)
+    run_info = {
+        "simulation_wall_s": round(simulated, 1),
+        "total_wall_s": round(time.perf_counter() - started, 1),
+        "runs": count_runs(cases, len(chosen)),
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+    }
+    (out / "run.json").write_text(json.dumps(run_info, indent=1) + "\n")
+    typer.echo(f"twin: {run_info['runs']} runs in {simulated:.1f} s; report: {out / 'report.md'}")

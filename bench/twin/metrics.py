@@ -1,0 +1,107 @@
+"""Figures of one twin run: throughput, per-class speed, depth and acceptance, settling.
+
+- tokens/s = output tokens / virtual makespan (first arrival to last token);
+- a class's speed = its output tokens / its requests' summed latency (arrival to
+  last token): what its users see, so a class slowed by its batch-mates' depth
+  shows it even where the engine's tokens/s rose;
+- settling: within a stretch of one acceptance regime (a phase, cut at its
+  shifts), a class has settled at request i when from i on at least
+  `TAIL_SHARE` of its requests get the stretch's final modal depth (the last half's
+  mode; probes may take the rest), as `bench.stats.settle_points` defines it for
+  the real-engine benchmark; the depth is the one its class chose (a request that
+  rides a deeper batch counts at its class's choice).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+from bench.twin.engine import RequestRecord, RunResult
+from bench.twin.requests import Segment
+
+TAIL_SHARE = 0.9
+
+
+def class_phase_speeds(records: Sequence[RequestRecord]) -> dict[tuple[int, int], float]:
+    """(class index, phase) -> output tokens / summed latency of its requests."""
+    tokens: dict[tuple[int, int], int] = defaultdict(int)
+    latency: dict[tuple[int, int], float] = defaultdict(float)
+    for r in records:
+        key = (r.class_index, r.phase)
+        tokens[key] += r.output_tokens
+        latency[key] += r.last_s - r.arrival_s
+    return {key: tokens[key] / latency[key] for key in sorted(tokens) if latency[key] > 0}
+
+
+def class_speeds(records: Sequence[RequestRecord]) -> dict[int, float]:
+    tokens: dict[int, int] = defaultdict(int)
+    latency: dict[int, float] = defaultdict(float)
+    for r in records:
+        tokens[r.class_index] += r.output_tokens
+        latency[r.class_index] += r.last_s - r.arrival_s
+    return {c: tokens[c] / latency[c] for c in sorted(tokens) if latency[c] > 0}
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
+
+
+def summarise(result: RunResult, class_names: Sequence[str]) -> dict[str, Any]:
+    """The run's figures for `summary.json` (classes by name)."""
+    records = result.records
+    by_class: dict[int, list[RequestRecord]] = defaultdict(list)
+    for r in records:
+        by_class[r.class_index].append(r)
+    speeds = class_speeds(records)
+    ttfts = [r.first_s - r.arrival_s for r in records]
+    return {
+        "tokens_per_s": result.tokens_per_s,
+        "makespan_s": result.makespan_s,
+        "requests": len(records),
+        "steps": result.steps,
+        "ttft_p50_s": _percentile(ttfts, 0.5),
+        "ttft_p99_s": _percentile(ttfts, 0.99),
+        "class_speed": {class_names[c]: s for c, s in speeds.items()},
+        "mean_k_by_class": {
+            class_names[c]: statistics.fmean(r.k for r in rs) for c, rs in sorted(by_class.items())
+        },
+        "acceptance_length_by_class": {
+            class_names[c]: _acceptance_length(rs) for c, rs in sorted(by_class.items())
+        },
+    }
+
+
+def _acceptance_length(records: Sequence[RequestRecord]) -> float:
+    """vLLM's definition over the class's verify steps: 1 + accepted / steps (1 with none)."""
+    steps = sum(r.verify_steps for r in records)
+    return 1.0 + sum(r.accepted_tokens for r in records) / steps if steps else 1.0
+
+
+def settle_after(ks: Sequence[int], tail_share: float = TAIL_SHARE) -> int:
+    """Requests of a class until its depth settles, in one stretch (module docstring)."""
+    if not ks:
+        return 0
+    final = statistics.mode(ks[len(ks) // 2 :])
+    for i in range(len(ks)):
+        rest = ks[i:]
+        if sum(k == final for k in rest) >= tail_share * len(rest):
+            return i
+    return len(ks)
+
+
+def settle_points(
+    records: Sequence[RequestRecord], cuts: Sequence[Segment], class_names: Sequence[str]
+) -> dict[str, dict[str, int]]:
+    """stretch label -> class -> requests until its chosen depth settled there."""
+    chosen: dict[tuple[int, int], list[tuple[int, int]]] = defaultdict(list)
+    for r in records:
+        chosen[(r.segment, r.class_index)].append((r.index, r.chosen))
+    out: dict[str, dict[str, int]] = {}
+    for (segment, cls), pairs in sorted(chosen.items()):
+        ks = [k for _, k in sorted(pairs)]
+        out.setdefault(cuts[segment].label, {})[class_names[cls]] = settle_after(ks)
+    return out

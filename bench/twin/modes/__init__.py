@@ -1,0 +1,74 @@
+"""The speculation modes the twin compares, one module each, built by name (`build`).
+
+`nospec`, `static-k0..K` (`static`), `vllm-schedule` (`vllm_schedule`),
+`sglang-adaptive` (`sglang`), `trtllm-threshold` (`trtllm`), `adaptive` and
+`adaptive-floor` (`adaptive`: the gateway's control plane), `upper-bound`
+(`upper_bound`); `oracle` (`oracle`) is built from the static runs' results.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bench.twin.costs import StepCosts
+from bench.twin.engine import DepthSource, VirtualClock
+from bench.twin.modes.adaptive import FLOOR, AdaptiveControl
+from bench.twin.modes.sglang import EmaTiers
+from bench.twin.modes.static import NoSpec, Static
+from bench.twin.modes.trtllm import DRAFT_LEN, AcceptanceGate, break_even_rate
+from bench.twin.modes.upper_bound import Clairvoyant
+from bench.twin.modes.vllm_schedule import BatchSchedule, depth_table, marginals
+from bench.twin.schema import Profile, Workload
+
+ADAPTIVE = "adaptive"
+ADAPTIVE_FLOOR = "adaptive-floor"
+NOSPEC = "nospec"
+ORACLE = "oracle"
+UPPER_BOUND = "upper-bound"
+VLLM = "vllm-schedule"
+SGLANG = "sglang-adaptive"
+TRTLLM = "trtllm-threshold"
+#: The engines' own adaptive modes and schedules, which adaptive must beat.
+BASELINES = (VLLM, SGLANG, TRTLLM)
+
+
+def static_modes(max_k: int) -> list[str]:
+    return [NOSPEC, *(f"static-k{k}" for k in range(max_k + 1))]
+
+
+def mode_names(max_k: int) -> list[str]:
+    """Every mode of a run, in run order (the oracle after the static runs it reads)."""
+    return [*static_modes(max_k), *BASELINES, ADAPTIVE, ADAPTIVE_FLOOR, ORACLE, UPPER_BOUND]
+
+
+@dataclass(frozen=True, slots=True)
+class ModeContext:
+    """What building a mode needs: the inputs, the cost tables, the clock and the seed."""
+
+    profile: Profile
+    workload: Workload
+    costs: StepCosts
+    clock: VirtualClock
+    seed: int
+
+
+def build(name: str, ctx: ModeContext) -> DepthSource:
+    """The depth source of a mode by name (every mode but `oracle`)."""
+    k_max = ctx.profile.max_k
+    if name == NOSPEC:
+        return NoSpec()
+    if name.startswith("static-k"):
+        return Static(int(name.removeprefix("static-k")))
+    if name == VLLM:
+        return BatchSchedule(depth_table(ctx.costs, marginals(ctx.profile, ctx.workload)))
+    if name == SGLANG:
+        return EmaTiers(k_max)
+    if name == TRTLLM:
+        k = min(DRAFT_LEN, k_max)
+        return AcceptanceGate(k, break_even_rate(ctx.profile, k))
+    if name in (ADAPTIVE, ADAPTIVE_FLOOR):
+        floor = FLOOR if name == ADAPTIVE_FLOOR else 0.0
+        return AdaptiveControl(ctx.workload, ctx.costs, ctx.clock, ctx.seed, floor)
+    if name == UPPER_BOUND:
+        return Clairvoyant(ctx.costs)
+    raise ValueError(f"unknown mode {name!r}")

@@ -1,0 +1,186 @@
+"""`report.md` of a twin run, rendered from `summary.json` alone.
+
+Per profile: tokens/s by mode and arrival (median over seeds), the ratios the
+claims read with their spread over seeds, the oracle's ceiling over the best
+static depth, each arrival's worst class against no speculation, how many
+requests each class took to settle after each shift, and the checks; then the
+validation against the committed real-engine run, where the summary has one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from bench.twin.modes import ADAPTIVE, ADAPTIVE_FLOOR, BASELINES, ORACLE, UPPER_BOUND
+from bench.twin.summary import worst_settle
+
+INTRO = (
+    "Simulation, not a measurement: the engine twin replays each workload in virtual "
+    "time on a cost profile (published or measured step costs, cited per profile) and "
+    "drives the gateway's real control plane (`gateway.control.plane.ControlPlane`, "
+    "calibrated by `gateway.calibration.calibrate` on the twin). Every mode replays the "
+    "same requests with the same acceptance draws (common random numbers). Figures are "
+    "medians over seeds; `min-max` is their spread."
+)
+UPPER_BOUND_NOTE = (
+    "`upper-bound`: a clairvoyant engine that at every step knows each request's actual "
+    "acceptance draws and runs the batch at the depth maximising that step's tokens per "
+    "second (greedy per step, on the speculative engine's costs): a yardstick no online "
+    "controller can reach, not a strict bound."
+)
+
+
+def _f(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    return [
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join("---" for _ in header) + "|",
+        *("| " + " | ".join(row) + " |" for row in rows),
+    ]
+
+
+def _ratio(cell: Mapping[str, Any], name: str) -> str:
+    s = cell["ratios"].get(name)
+    if s is None:
+        return "-"
+    if s["min"] == s["max"]:
+        return _f(s["median"])
+    return f"{_f(s['median'])} ({_f(s['min'])}-{_f(s['max'])})"
+
+
+def _throughput(arrivals: Mapping[str, Any]) -> list[str]:
+    labels = list(arrivals)
+    modes = list(next(iter(arrivals.values()))["tokens_per_s"]) if arrivals else []
+    first = next(iter(arrivals.values()))["seeds"] if arrivals else {}
+    order = list(next(iter(first.values()))) if first else modes
+    rows = [
+        [m, *(_f(arrivals[a]["tokens_per_s"].get(m, {}).get("median"), 1) for a in labels)]
+        for m in order
+    ]
+    return _table(["mode", *(f"{a} tokens/s" for a in labels)], rows)
+
+
+RATIO_ROWS = (
+    (f"{ADAPTIVE}/best-static", "adaptive / best static"),
+    (f"{ADAPTIVE_FLOOR}/best-static", "adaptive-floor / best static"),
+    (f"{ADAPTIVE}/{ORACLE}", "adaptive / oracle"),
+    (f"{ORACLE}/best-static", "oracle ceiling (oracle / best static)"),
+    (f"{UPPER_BOUND}/best-static", "upper-bound / best static"),
+    *((f"{ADAPTIVE}/{b}", f"adaptive / {b}") for b in BASELINES),
+    (f"worst-class:{ADAPTIVE}", "adaptive: worst class / no spec"),
+    (f"worst-class:{ADAPTIVE_FLOOR}", "adaptive-floor: worst class / no spec"),
+)
+
+
+def _ratios(arrivals: Mapping[str, Any]) -> list[str]:
+    labels = list(arrivals)
+    rows = [[title, *(_ratio(arrivals[a], name) for a in labels)] for name, title in RATIO_ROWS]
+    best = [
+        "best static (first seed)",
+        *(next(iter(arrivals[a]["best_static"].values()), "-") for a in labels),
+    ]
+    worst = [
+        "adaptive's worst class (first seed)",
+        *(_first_seed(arrivals[a]["worst_class"]).get(ADAPTIVE, "-") for a in labels),
+    ]
+    return _table(["ratio", *labels], [*rows, best, worst])
+
+
+def _first_seed(by_seed: Mapping[str, Any]) -> Mapping[str, Any]:
+    return next(iter(by_seed.values()), {})
+
+
+def _settle(arrivals: Mapping[str, Any]) -> list[str]:
+    rows = []
+    for label, cell in arrivals.items():
+        for mode in (ADAPTIVE, ADAPTIVE_FLOOR):
+            worst = worst_settle(cell["settle"], mode)
+            if worst is not None:
+                rows.append([label, mode, worst[0], str(worst[1])])
+    return _table(["arrival", "mode", "slowest class after a shift", "requests"], rows)
+
+
+def _checks(checks: Sequence[Mapping[str, Any]]) -> list[str]:
+    rows = [
+        [
+            c["claim"],
+            _f(c["value"]) if isinstance(c["value"], float) else str(c["value"]),
+            c["target"],
+            "pass" if c["pass"] else "FAIL",
+        ]
+        for c in checks
+    ]
+    return _table(["claim (median over seeds)", "value", "target", "result"], rows)
+
+
+def _profile(name: str, p: Mapping[str, Any]) -> list[str]:
+    arrivals = p["arrivals"]
+    lines = [
+        f"## {name} (workload `{p['workload']}`, K = {p['max_k']}, "
+        f"{p['requests_per_run']} requests per run)",
+        "",
+        f"Costs: {p['profile_source']}",
+        "",
+        f"Acceptance: {p['workload_source']}",
+        "",
+        *_throughput(arrivals),
+        "",
+        *_ratios(arrivals),
+        "",
+        *_settle(arrivals),
+        "",
+        *_checks(p["checks"]),
+        "",
+    ]
+    return lines
+
+
+def _validation(v: Mapping[str, Any]) -> list[str]:
+    rows = [
+        [
+            r["arrival"],
+            r["mode"],
+            _f(r["real"]),
+            _f(r["twin"]),
+            _f(r["difference"], 2),
+            "yes" if abs(r["difference"]) > v["tolerance"] else "",
+        ]
+        for r in v["rows"]
+    ]
+    agreement = [
+        [a, _f(x["kendall_tau"], 2), x["real_best"], x["twin_best"]]
+        for a, x in v["ranking"].items()
+    ]
+    return [
+        "## Validation against the real engine",
+        "",
+        v["what"],
+        "",
+        *_table(
+            [
+                "arrival",
+                "mode",
+                "real / no spec",
+                "twin / no spec",
+                "twin - real (share)",
+                f"> {v['tolerance']:.0%}",
+            ],
+            rows,
+        ),
+        "",
+        *_table(["arrival", "Kendall tau", "real best mode", "twin best mode"], agreement),
+        "",
+    ]
+
+
+def render(summary: Mapping[str, Any]) -> str:
+    lines = ["# Engine twin report", "", INTRO, "", UPPER_BOUND_NOTE, ""]
+    for name, profile in summary["profiles"].items():
+        lines += _profile(name, profile)
+    if "validation" in summary:
+        lines += _validation(summary["validation"])
+    return "\n".join(lines)

@@ -1,0 +1,189 @@
+"""Run every mode on the same requests for each (profile, workload, arrival, seed).
+
+Per seed the request list (lengths, acceptance draws) is built once and replayed
+by every mode under every arrival process; the oracle runs after the static
+modes whose per-class results it reads. Each run is summarised at once
+(`bench.twin.metrics`); only the first seed's records of the modes the plots
+draw are kept. Before any run, the workload's classes are checked to reach
+distinct controller classes (`check_classes`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from bench.twin.costs import StepCosts
+from bench.twin.engine import (
+    MAX_RUNNING,
+    DepthSource,
+    RequestRecord,
+    RunResult,
+    VirtualClock,
+    simulate,
+)
+from bench.twin.metrics import settle_points, summarise
+from bench.twin.modes import (
+    ADAPTIVE,
+    ADAPTIVE_FLOOR,
+    ORACLE,
+    TRTLLM,
+    VLLM,
+    ModeContext,
+    build,
+    mode_names,
+)
+from bench.twin.modes.adaptive import AdaptiveControl
+from bench.twin.modes.oracle import choose, oracle
+from bench.twin.modes.trtllm import AcceptanceGate
+from bench.twin.modes.vllm_schedule import BatchSchedule, ranges
+from bench.twin.requests import TwinRequest, arrival_times, build_requests, segments
+from bench.twin.schema import ClosedArrival, Profile, TwinInputError, Workload
+from gateway.control.classify import class_id_of
+from gateway.control.features import (
+    features_from_chat,
+    features_from_completion,
+    sampling_bucket,
+)
+
+#: Modes whose first-seed records the plots draw.
+PLOTTED = (ADAPTIVE,)
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    """One profile with the workload it replays."""
+
+    profile: Profile
+    workload: Workload
+
+
+@dataclass(slots=True)
+class CaseRun:
+    """A case's results: arrival label -> seed -> mode -> figures, plus what the report adds."""
+
+    case: Case
+    cells: dict[str, dict[int, dict[str, dict[str, Any]]]] = field(default_factory=dict)
+    #: arrival -> seed -> mode -> stretch -> class -> requests to settle.
+    settle: dict[str, dict[int, dict[str, dict[str, dict[str, int]]]]] = field(default_factory=dict)
+    #: arrival -> seed -> mode -> notes (drift alarms, the gate's trip, the schedule).
+    notes: dict[str, dict[int, dict[str, dict[str, Any]]]] = field(default_factory=dict)
+    #: arrival -> "class/phase" -> depth (first seed).
+    oracle_choice: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: arrival -> mode -> records (first seed, `PLOTTED` modes and the deepest static).
+    records: dict[str, dict[str, list[RequestRecord]]] = field(default_factory=dict)
+
+
+def check_classes(workload: Workload, requests: Sequence[TwinRequest]) -> None:
+    """Fail, naming two workload classes, if the gateway's classifier puts requests of
+    both into one class (their sample bodies and prompt lengths look alike to it)."""
+    owner: dict[str, str] = {}
+    for r in requests:
+        spec = workload.classes[r.class_name]
+        sampling = sampling_bucket(spec.temperature)
+        if spec.endpoint == "chat":
+            body = spec.request
+            features = features_from_chat(
+                body["messages"],
+                body.get("tools"),
+                body.get("tool_choice"),
+                body.get("response_format"),
+                r.prompt_tokens,
+                None,
+                sampling,
+            )
+        else:
+            features = features_from_completion(
+                spec.request["prompt"], r.prompt_tokens, None, sampling
+            )
+        cid = class_id_of(features)
+        other = owner.setdefault(cid, r.class_name)
+        if other != r.class_name:
+            raise TwinInputError(
+                f"workload {workload.name}: classes {other!r} and {r.class_name!r} reach the "
+                f"same controller class {cid} (make their sample requests or prompt lengths differ)"
+            )
+
+
+def scaled(workload: Workload, total: int) -> Workload:
+    """The workload with its phases' request counts scaled to about `total` in all."""
+    factor = total / workload.total_requests
+    phases = [
+        p.model_copy(update={"requests": max(1, round(p.requests * factor))})
+        for p in workload.phases
+    ]
+    return workload.model_copy(update={"phases": phases})
+
+
+def _notes(source: object) -> dict[str, Any]:
+    if isinstance(source, AdaptiveControl):
+        return {"drift_alarms": len(source.events.drifts)}
+    if isinstance(source, AcceptanceGate):
+        return {"gate_tripped_at_iteration": source.tripped_at, "threshold": source.threshold}
+    if isinstance(source, BatchSchedule):
+        return {"schedule": ranges(source.table)}
+    return {}
+
+
+def run_case(
+    case: Case,
+    seeds: Sequence[int],
+    tick: Callable[[str], None] = lambda _: None,
+    modes: Sequence[str] | None = None,
+) -> CaseRun:
+    """Every mode (or `modes`) on every arrival of the workload, for each seed."""
+    profile, workload = case.profile, case.workload
+    costs = StepCosts.of(profile, MAX_RUNNING)
+    names = sorted(workload.classes)
+    cuts = segments(workload)
+    out = CaseRun(case)
+    chosen = [m for m in mode_names(profile.max_k) if modes is None or m in modes]
+    deepest = f"static-k{profile.max_k}"
+    for s, seed in enumerate(seeds):
+        requests = build_requests(workload, seed)
+        check_classes(workload, requests)
+        for arrival in workload.arrivals:
+            label = arrival.label
+            times = arrival_times(arrival, len(requests), seed)
+            clients = arrival.concurrency if isinstance(arrival, ClosedArrival) else 1
+            results: dict[str, RunResult] = {}
+            for mode in chosen:
+                tick(f"{profile.name} {label} seed {seed} {mode}")
+                clock = VirtualClock()
+                ctx = ModeContext(profile, workload, costs, clock, seed)
+                source: DepthSource
+                if mode == ORACLE:
+                    choice = choose(results)
+                    source = oracle(choice)
+                    if s == 0:
+                        out.oracle_choice[label] = {
+                            f"{names[c]}/{workload.phases[p].name}": k
+                            for (c, p), k in sorted(choice.items())
+                        }
+                else:
+                    source = build(mode, ctx)
+                result = simulate(requests, source, costs, clock, times=times, clients=clients)
+                results[mode] = result
+                cell = out.cells.setdefault(label, {}).setdefault(seed, {})
+                cell[mode] = summarise(result, names)
+                note = _notes(source)
+                if note:
+                    out.notes.setdefault(label, {}).setdefault(seed, {})[mode] = note
+                if mode in (ADAPTIVE, ADAPTIVE_FLOOR, VLLM, TRTLLM):
+                    settle = settle_points(result.records, cuts, names)
+                    out.settle.setdefault(label, {}).setdefault(seed, {})[mode] = settle
+                if s == 0 and (mode in PLOTTED or mode == deepest):
+                    out.records.setdefault(label, {})[mode] = result.records
+            results.clear()
+    return out
+
+
+def count_runs(cases: Sequence[Case], seeds: int, modes: Sequence[str] | None = None) -> int:
+    """Runs `run_case` will make over `cases` (the progress bar's total)."""
+    return sum(
+        seeds
+        * len(c.workload.arrivals)
+        * len([m for m in mode_names(c.profile.max_k) if modes is None or m in modes])
+        for c in cases
+    )

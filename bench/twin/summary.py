@@ -1,0 +1,209 @@
+"""`summary.json` of a twin run: every mode's figures, the ratios the claims read, the checks.
+
+Per (profile, arrival) and seed: each mode's figures (`bench.twin.metrics`), and
+the ratios: adaptive over the best static depth in hindsight (no speculation and
+every `static-k` count), over the per-class oracle and over each engine baseline;
+the oracle's and the clairvoyant bound's ceilings over the best static depth;
+each mode's worst class against no speculation. A ratio's spread over seeds is
+its min / median / max. The checks are the claims of the twin's definition of
+done, on the closed-loop arrivals, read at the median over seeds. Floats are
+rounded to 6 significant digits and keys sorted, so one seed's inputs give the
+same file byte for byte.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from bench.twin.modes import (
+    ADAPTIVE,
+    ADAPTIVE_FLOOR,
+    BASELINES,
+    NOSPEC,
+    ORACLE,
+    UPPER_BOUND,
+    static_modes,
+)
+from bench.twin.runner import CaseRun
+
+#: Concurrencies the claims are checked at.
+CHECKED = ("c1", "c4", "c16", "c64")
+#: adaptive / oracle at least this.
+ORACLE_SHARE = 0.97
+#: No class below this share of its speed without speculation.
+CLASS_FLOOR = 0.99
+#: Requests of a class for its depth to settle after a phase shift.
+SETTLE_REQUESTS = 20
+#: Where the oracle's ceiling over the best static depth exceeds this, adaptive must reach it.
+LARGE_CEILING = 1.10
+
+
+def rounded(value: Any) -> Any:
+    """Floats to 6 significant digits, recursively (dict keys as strings)."""
+    if isinstance(value, float):
+        return float(f"{value:.6g}")
+    if isinstance(value, Mapping):
+        return {str(k): rounded(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [rounded(v) for v in value]
+    return value
+
+
+def spread(values: Sequence[float]) -> dict[str, float]:
+    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
+
+
+def best_static(modes: Mapping[str, Mapping[str, Any]], max_k: int) -> str:
+    """The static mode with the most tokens/s (ties to the first: no speculation, then k)."""
+    present = [m for m in static_modes(max_k) if m in modes]
+    return max(present, key=lambda m: (modes[m]["tokens_per_s"], -present.index(m)))
+
+
+def worst_class(modes: Mapping[str, Mapping[str, Any]], mode: str) -> tuple[str, float]:
+    """(class, speed ratio) of the mode's slowest class against no speculation."""
+    base = modes[NOSPEC]["class_speed"]
+    ratios = {c: s / base[c] for c, s in modes[mode]["class_speed"].items() if base.get(c)}
+    cls = min(sorted(ratios), key=lambda c: ratios[c])
+    return cls, ratios[cls]
+
+
+def seed_ratios(modes: Mapping[str, Mapping[str, Any]], max_k: int) -> dict[str, float]:
+    """The ratios of one seed's run (module docstring); absent modes are skipped."""
+    tps = {m: f["tokens_per_s"] for m, f in modes.items()}
+    best = tps[best_static(modes, max_k)]
+    out: dict[str, float] = {}
+    for mode in (ADAPTIVE, ADAPTIVE_FLOOR, ORACLE, UPPER_BOUND, *BASELINES):
+        if mode in tps:
+            out[f"{mode}/best-static"] = tps[mode] / best
+    if ADAPTIVE in tps:
+        for other in (ORACLE, NOSPEC, *BASELINES):
+            if other in tps:
+                out[f"{ADAPTIVE}/{other}"] = tps[ADAPTIVE] / tps[other]
+    for mode in tps:
+        if mode != NOSPEC and NOSPEC in tps:
+            out[f"worst-class:{mode}"] = worst_class(modes, mode)[1]
+    return out
+
+
+def _arrival(run: CaseRun, label: str) -> dict[str, Any]:
+    k_max = run.case.profile.max_k
+    by_seed = run.cells[label]
+    ratios = {seed: seed_ratios(modes, k_max) for seed, modes in by_seed.items()}
+    names = sorted({n for r in ratios.values() for n in r})
+    modes = sorted({m for seeds in by_seed.values() for m in seeds})
+    return {
+        "seeds": by_seed,
+        "tokens_per_s": {
+            m: spread([s[m]["tokens_per_s"] for s in by_seed.values() if m in s]) for m in modes
+        },
+        "ratios": {n: spread([r[n] for r in ratios.values() if n in r]) for n in names},
+        "best_static": {seed: best_static(m, k_max) for seed, m in by_seed.items()},
+        "worst_class": {
+            seed: {m: worst_class(s, m)[0] for m in s if m != NOSPEC}
+            for seed, s in by_seed.items()
+            if NOSPEC in s
+        },
+        "settle": run.settle.get(label, {}),
+        "notes": run.notes.get(label, {}),
+        "oracle_choice": run.oracle_choice.get(label, {}),
+    }
+
+
+def worst_settle(settle: Mapping[int, Mapping[str, Any]], mode: str) -> tuple[str, int] | None:
+    """The slowest (stretch/class, requests) to settle after a shift, over seeds; the
+    run's first stretch (a cold start, not a shift) is left out."""
+    worst: tuple[str, int] | None = None
+    for stretches in settle.values():
+        table = stretches.get(mode, {})
+        for stretch in list(table)[1:]:
+            for cls, n in table[stretch].items():
+                if worst is None or n > worst[1]:
+                    worst = (f"{stretch}/{cls}", n)
+    return worst
+
+
+def _check(claim: str, value: float | None, target: str, ok: bool | None) -> dict[str, Any]:
+    return {"claim": claim, "value": value, "target": target, "pass": ok}
+
+
+def checks(arrivals: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The claims on each checked concurrency present, at the median over seeds."""
+    out: list[dict[str, Any]] = []
+    for label in CHECKED:
+        cell = arrivals.get(label)
+        if cell is None:
+            continue
+        r = {n: s["median"] for n, s in cell["ratios"].items()}
+        if f"{ADAPTIVE}/best-static" not in r:
+            continue
+        best = r[f"{ADAPTIVE}/best-static"]
+        out.append(_check(f"{label}: adaptive / best static", best, ">= 1.00", best >= 1.0))
+        if f"{ADAPTIVE}/{ORACLE}" in r:
+            v = r[f"{ADAPTIVE}/{ORACLE}"]
+            ok = v >= ORACLE_SHARE
+            out.append(_check(f"{label}: adaptive / oracle", v, f">= {ORACLE_SHARE}", ok))
+        for base in BASELINES:
+            if f"{ADAPTIVE}/{base}" in r:
+                v = r[f"{ADAPTIVE}/{base}"]
+                out.append(_check(f"{label}: adaptive / {base}", v, "> 1.00", v > 1.0))
+        if f"worst-class:{ADAPTIVE}" in r:
+            v = r[f"worst-class:{ADAPTIVE}"]
+            out.append(
+                _check(f"{label}: worst class / no spec", v, f">= {CLASS_FLOOR}", v >= CLASS_FLOOR)
+            )
+        settled = worst_settle(cell["settle"], ADAPTIVE)
+        if settled is not None:
+            out.append(
+                _check(
+                    f"{label}: k settles after a shift ({settled[0]})",
+                    settled[1],
+                    f"<= {SETTLE_REQUESTS} requests",
+                    settled[1] <= SETTLE_REQUESTS,
+                )
+            )
+        ceiling = r.get(f"{ORACLE}/best-static")
+        if ceiling is not None and ceiling > LARGE_CEILING:
+            out.append(
+                _check(
+                    f"{label}: oracle ceiling {ceiling:.3f} > {LARGE_CEILING}: "
+                    "adaptive / best static",
+                    best,
+                    f">= {LARGE_CEILING}",
+                    best >= LARGE_CEILING,
+                )
+            )
+    return out
+
+
+def build_summary(
+    runs: Sequence[CaseRun], seeds: Sequence[int], validation: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    profiles: dict[str, Any] = {}
+    for run in runs:
+        profile, workload = run.case.profile, run.case.workload
+        arrivals = {
+            a.label: _arrival(run, a.label) for a in workload.arrivals if a.label in run.cells
+        }
+        profiles[profile.name] = {
+            "workload": workload.name,
+            "max_k": profile.max_k,
+            "requests_per_run": workload.total_requests,
+            "profile_source": profile.source,
+            "workload_source": workload.source,
+            "arrivals": arrivals,
+            "checks": checks(arrivals),
+        }
+    summary: dict[str, Any] = {
+        "meta": {
+            "what": "simulation: the engine twin (virtual time, step costs from the profiles) "
+            "driving the gateway's real control plane",
+            "seeds": list(seeds),
+            "max_running": 256,
+        },
+        "profiles": profiles,
+    }
+    if validation is not None:
+        summary["validation"] = validation
+    return dict(rounded(summary))

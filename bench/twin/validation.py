@@ -1,0 +1,94 @@
+"""The twin against the real engine: the `make bench` workload on the `cpu-embedded` profile.
+
+`bench/results/summary.json` is the committed real-engine run of `python -m bench run`
+(the embedded model on this repository's CPU). For every arrival and mode both
+have, the twin's tokens/s relative to no speculation is set beside the real
+run's (`cells[mode][arrival].tokens_per_s.median`), with the difference as a share
+of the real figure, flagged beyond `TOLERANCE`; per arrival, Kendall's tau
+between the two orderings of the modes and whether both put the same mode first.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+#: Twin mode -> the real benchmark's name for it (`bench.modes`).
+REAL_NAMES = {
+    "nospec": "no-spec",
+    "static-k0": "k0",
+    "vllm-schedule": "batch-schedule",
+    "adaptive": "adaptive",
+    "adaptive-floor": "adaptive-floor",
+    **{f"static-k{k}": f"static-k{k}" for k in range(1, 17)},
+}
+TOLERANCE = 0.15
+PROFILE = "cpu-embedded"
+
+
+def kendall_tau(a: Mapping[str, float], b: Mapping[str, float]) -> float:
+    """Kendall's tau-a of two scorings of the same items (ties count as neither)."""
+    keys = sorted(set(a) & set(b))
+    pairs = list(itertools.combinations(keys, 2))
+    if not pairs:
+        return 0.0
+    score = 0
+    for x, y in pairs:
+        da, db = a[x] - a[y], b[x] - b[y]
+        score += (da * db > 0) - (da * db < 0)
+    return score / len(pairs)
+
+
+def compare(twin: Mapping[str, Any], real: Mapping[str, Any]) -> dict[str, Any]:
+    """`twin`: a profile's entry of the twin's summary; `real`: the real summary."""
+    rows: list[dict[str, Any]] = []
+    ranking: dict[str, Any] = {}
+    cells = real["cells"]
+    for label, cell in twin["arrivals"].items():
+        tps = {m: s["median"] for m, s in cell["tokens_per_s"].items()}
+        real_tps = {
+            m: cells[r][label]["tokens_per_s"]["median"]
+            for m, r in REAL_NAMES.items()
+            if r in cells and label in cells[r] and m in tps
+        }
+        if "nospec" not in real_tps:
+            continue
+        twin_rel = {m: tps[m] / tps["nospec"] for m in real_tps}
+        real_rel = {m: v / real_tps["nospec"] for m, v in real_tps.items()}
+        for mode in real_tps:
+            if mode == "nospec":
+                continue
+            rows.append(
+                {
+                    "arrival": label,
+                    "mode": mode,
+                    "real": real_rel[mode],
+                    "twin": twin_rel[mode],
+                    "difference": twin_rel[mode] / real_rel[mode] - 1.0,
+                }
+            )
+        ranking[label] = {
+            "kendall_tau": kendall_tau(twin_rel, real_rel),
+            "real_best": max(sorted(real_rel), key=lambda m: real_rel[m]),
+            "twin_best": max(sorted(twin_rel), key=lambda m: twin_rel[m]),
+        }
+    return {
+        "what": (
+            f"The `{twin['workload']}` workload on the `{PROFILE}` profile (twin, median over "
+            "seeds) beside the committed real-engine run `bench/results/summary.json` (median "
+            "over its repeats); tokens/s relative to no speculation in each."
+        ),
+        "tolerance": TOLERANCE,
+        "rows": rows,
+        "ranking": ranking,
+    }
+
+
+def validate(summary_profiles: Mapping[str, Any], real_path: Path) -> dict[str, Any] | None:
+    """The comparison, if the run has the `cpu-embedded` profile and the real summary exists."""
+    if PROFILE not in summary_profiles or not real_path.exists():
+        return None
+    return compare(summary_profiles[PROFILE], json.loads(real_path.read_text()))
