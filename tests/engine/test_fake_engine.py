@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from engine.fake import AcceptanceScript, FakeEngine, FakeEngineConfig
-from engine.interface import EngineDeadError, GenerateRequest
+from engine.interface import GATEWAY_ID_ARG, SPEC_CAP_ARG, EngineDeadError, GenerateRequest
 from tests.engine.contract import CONTRACT, collect
 
 
@@ -46,3 +46,31 @@ async def test_kill_fails_in_flight_requests() -> None:
     assert not (await engine.health()).alive
     with pytest.raises(EngineDeadError):
         await anext(engine.generate(GenerateRequest("y", prompt="p", max_tokens=4)))
+
+
+async def test_a_cap_lowers_the_requests_already_running() -> None:
+    """`SPEC_CAP_ARG` as vLLM's scheduler applies it: a newcomer lowers the depth of the
+    requests in flight (never its own, never raising one)."""
+    engine = FakeEngine(FakeEngineConfig(default_acceptance=(1.0,)))
+    deep = engine.generate(GenerateRequest("deep", prompt="p", max_tokens=60, k=4))
+    await anext(deep)  # in flight at k = 4
+    capping = GenerateRequest("cap", prompt="q", max_tokens=4, k=2, extra={SPEC_CAP_ARG: 0})
+    _, newcomer = await collect(engine, capping)
+    rest = [chunk async for chunk in deep]
+    outcome = rest[-1].outcome
+    assert outcome is not None
+    assert outcome.speculation.k == 4  # the depth it asked for, as vLLM reports it
+    assert outcome.speculation.verify_steps < 60 // 5  # at k = 0 after the cap: no verify
+    assert newcomer.speculation.k == 2
+    assert newcomer.speculation.verify_steps > 0
+
+
+async def test_outcomes_reach_the_callback_by_gateway_id() -> None:
+    delivered: list[tuple[str, int]] = []
+    engine = FakeEngine(on_outcome=lambda gid, o: delivered.append((gid, o.output_tokens)))
+    tagged = GenerateRequest("a", prompt="p", max_tokens=5, extra={GATEWAY_ID_ARG: "gw-1"})
+    async for chunk in engine.generate(tagged):
+        assert bool(delivered) == chunk.finished  # handed over just before the last chunk
+    assert delivered == [("gw-1", 5)]
+    await collect(engine, GenerateRequest("b", prompt="p", max_tokens=3))  # no gateway id
+    assert len(delivered) == 1

@@ -1,0 +1,200 @@
+"""The serving-port contract: every `ServingPort` (OpenAIFrontend, FakeFrontend) passes these.
+
+Each check is an async function of a `PortHarness`: the port, and the outcomes its
+engine handed to `on_outcome` (by gateway id), as `gateway.outcomes.OutcomeBoard`
+receives them. `tests/engine/test_port_contract.py` runs them on the fake in the
+unit tier and on vLLM in the engine tier. Requests are greedy, so a stream and a
+reply of the same request say the same text.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from engine.interface import InvalidRequestError, RequestOutcome
+from engine.port import ServingPort
+from engine.protocol import (
+    ChatCompletionRequest,
+    ChatCompletionResponse,
+    CompletionRequest,
+    CompletionResponse,
+    ErrorResponse,
+)
+
+MESSAGES = [{"role": "user", "content": "Name three rivers of Europe."}]
+PROMPT = "def fibonacci(n):\n    if n < 2:\n        return n\n    return"
+
+
+@dataclass
+class PortHarness:
+    port: ServingPort
+    max_depth: int
+    #: Longest prompt + completion the backend serves (tokens).
+    max_model_len: int
+    outcomes: dict[str, RequestOutcome] = field(default_factory=dict)
+
+    def deliver(self, gateway_id: str, outcome: RequestOutcome) -> None:
+        self.outcomes[gateway_id] = outcome
+
+
+def _gid() -> str:
+    return uuid.uuid4().hex
+
+
+def _chat(port: ServingPort, **body: Any) -> ChatCompletionRequest:
+    fields = {"model": port.served_model_name, "messages": MESSAGES, "temperature": 0, **body}
+    return ChatCompletionRequest.model_validate(fields)
+
+
+def _completion(port: ServingPort, **body: Any) -> CompletionRequest:
+    fields = {"model": port.served_model_name, "prompt": PROMPT, "temperature": 0, **body}
+    return CompletionRequest.model_validate(fields)
+
+
+async def _events(stream: AsyncIterator[str]) -> list[dict[str, Any] | str]:
+    """Every SSE event: the JSON payloads, then the literal `[DONE]`."""
+    events: list[dict[str, Any] | str] = []
+    async for line in stream:
+        assert line.startswith("data: "), line
+        assert line.endswith("\n\n"), line
+        payload = line[len("data: ") : -2]
+        events.append(payload if payload == "[DONE]" else json.loads(payload))
+    return events
+
+
+async def models_list_the_served_name(h: PortHarness) -> None:
+    listed = await h.port.models()
+    assert [card.id for card in listed.data] == [h.port.served_model_name]
+
+
+async def chat_reply_carries_usage_and_its_outcome(h: PortHarness) -> None:
+    gid = _gid()
+    reply = await h.port.chat(_chat(h.port, max_tokens=8), k=h.max_depth, gateway_id=gid)
+    assert isinstance(reply, ChatCompletionResponse), reply
+    assert reply.id.endswith(gid)
+    assert reply.model == h.port.served_model_name
+    choice = reply.choices[0]
+    assert choice.finish_reason in {"length", "stop"}
+    assert choice.message.role == "assistant"
+    assert choice.message.content
+    outcome = h.outcomes[gid]  # delivered before the reply was returned
+    assert reply.usage.completion_tokens == outcome.output_tokens <= 8
+    assert reply.usage.prompt_tokens > 0
+    assert outcome.speculation.k == h.max_depth
+
+
+async def chat_stream_is_openai_sse_and_says_what_the_reply_says(h: PortHarness) -> None:
+    reply = await h.port.chat(_chat(h.port, max_tokens=12), k=0, gateway_id=_gid())
+    assert isinstance(reply, ChatCompletionResponse)
+    gid = _gid()
+    request = _chat(h.port, max_tokens=12, stream=True, stream_options={"include_usage": True})
+    stream = await h.port.chat(request, k=0, gateway_id=gid)
+    assert not isinstance(stream, ChatCompletionResponse | ErrorResponse)
+    events = await _events(stream)
+    assert events[-1] == "[DONE]"
+    chunks = [e for e in events[:-1] if isinstance(e, dict)]
+    assert all(c["object"] == "chat.completion.chunk" and c["id"].endswith(gid) for c in chunks)
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    finishes = [c["choices"][0].get("finish_reason") for c in chunks if c["choices"]]
+    assert [f for f in finishes if f is not None] == [finishes[-1]]  # exactly one, the last
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    assert text == reply.choices[0].message.content
+    usage_chunk = chunks[-1]
+    assert usage_chunk["choices"] == []
+    assert usage_chunk["usage"]["completion_tokens"] == h.outcomes[gid].output_tokens
+
+
+async def completion_reply_and_stream_agree(h: PortHarness) -> None:
+    gid = _gid()
+    reply = await h.port.completion(_completion(h.port, max_tokens=10), k=1, gateway_id=gid)
+    assert isinstance(reply, CompletionResponse), reply
+    assert reply.id.endswith(gid)
+    assert reply.choices[0].finish_reason in {"length", "stop"}
+    assert reply.usage.completion_tokens == h.outcomes[gid].output_tokens
+    request = _completion(
+        h.port, max_tokens=10, stream=True, stream_options={"include_usage": True}
+    )
+    stream = await h.port.completion(request, k=1, gateway_id=_gid())
+    assert not isinstance(stream, CompletionResponse | ErrorResponse)
+    events = await _events(stream)
+    assert events[-1] == "[DONE]"
+    chunks = [e for e in events[:-1] if isinstance(e, dict)]
+    text = "".join(c["choices"][0]["text"] for c in chunks if c["choices"])
+    assert text == reply.choices[0].text
+    assert chunks[-1]["choices"] == []
+    assert chunks[-1]["usage"]["completion_tokens"] == reply.usage.completion_tokens
+
+
+async def k_zero_drafts_nothing_and_k_is_clamped_to_the_maximum(h: PortHarness) -> None:
+    low, high = _gid(), _gid()
+    await h.port.completion(_completion(h.port, max_tokens=6), k=0, gateway_id=low)
+    await h.port.completion(_completion(h.port, max_tokens=6), k=h.max_depth + 3, gateway_id=high)
+    assert h.outcomes[low].speculation.k == 0
+    assert h.outcomes[low].speculation.draft_tokens == 0
+    assert h.outcomes[high].speculation.k == h.max_depth
+
+
+async def a_cap_is_taken_with_the_request(h: PortHarness) -> None:
+    gid = _gid()
+    reply = await h.port.chat(_chat(h.port, max_tokens=4), k=1, gateway_id=gid, cap=0)
+    assert isinstance(reply, ChatCompletionResponse)
+    assert h.outcomes[gid].speculation.k == 1
+
+
+async def an_unknown_model_is_a_404_error_response(h: PortHarness) -> None:
+    request = _chat(h.port, model="no-such-model")
+    answer = await h.port.chat(request, k=0, gateway_id=_gid())
+    assert isinstance(answer, ErrorResponse)
+    assert answer.error.code == 404
+    assert "no-such-model" in answer.error.message
+
+
+async def _refused(answer: Awaitable[Any]) -> None:
+    """A client error: `InvalidRequestError` raised, or a 4xx `ErrorResponse` (vLLM answers
+    some of its checks one way, some the other; the gateway maps both to 400)."""
+    try:
+        reply = await answer
+    except InvalidRequestError:
+        return
+    assert isinstance(reply, ErrorResponse), reply
+    assert 400 <= reply.error.code < 500, reply
+
+
+async def a_prompt_over_the_context_is_a_client_error(h: PortHarness) -> None:
+    long = " ".join(["river"] * (h.max_model_len + 8))
+    await _refused(h.port.completion(_completion(h.port, prompt=long), k=0, gateway_id=_gid()))
+    too_many = _chat(h.port, max_tokens=h.max_model_len * 2)
+    await _refused(h.port.chat(too_many, k=0, gateway_id=_gid()))
+
+
+async def sampling_defaults_and_token_counts(h: PortHarness) -> None:
+    port = h.port
+    assert port.temperature_of(_chat(port, temperature=0.3)) == pytest.approx(0.3)
+    unset = ChatCompletionRequest.model_validate({"model": "m", "messages": MESSAGES})
+    assert port.temperature_of(unset) >= 0.0
+    assert isinstance(port.lossless_sampling, bool)
+    assert port.harmony_messages is False  # neither backend serves gpt-oss in tests
+    short, longer = port.count_tokens("rivers run"), port.count_tokens("rivers run to the sea")
+    assert 0 < short < longer
+
+
+PORT_CONTRACT: dict[str, Callable[[PortHarness], Awaitable[None]]] = {
+    f.__name__: f
+    for f in (
+        models_list_the_served_name,
+        chat_reply_carries_usage_and_its_outcome,
+        chat_stream_is_openai_sse_and_says_what_the_reply_says,
+        completion_reply_and_stream_agree,
+        k_zero_drafts_nothing_and_k_is_clamped_to_the_maximum,
+        a_cap_is_taken_with_the_request,
+        an_unknown_model_is_a_404_error_response,
+        a_prompt_over_the_context_is_a_client_error,
+        sampling_defaults_and_token_counts,
+    )
+}
