@@ -7,19 +7,17 @@ hysteresis state so load swings do not reset what a quiet bucket learned.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from engine.interface import RequestOutcome
 from gateway.control.classify import RequestClass
 from gateway.control.cost_model import CostModel
 from gateway.control.decision import SpeculationDecision
-from gateway.control.depth_profile import DepthProfile
 from gateway.control.drift import DriftMonitor
 from gateway.control.estimator import AcceptanceEstimator
 from gateway.control.events import ControlEvents, DecisionChange
+from gateway.control.exploration import may_pay_at_one
 from gateway.control.policies import Policy, PolicyInput
-from gateway.control.policies.goodput import goodput_of
 from gateway.control.stats import ClassStats
 
 _NEVER = -(10**9)
@@ -32,43 +30,6 @@ def gains_at(expected: list[float], k: int) -> tuple[float, ...]:
     """E[tokens | min(k, D)] for D = 0..K: what a request at k yields in a batch at depth D."""
     k = min(k, len(expected) - 1)
     return tuple(expected[d if d < k else k] for d in range(len(expected)))
-
-
-def may_pay_at_one(inp: PolicyInput, prior_strength: float) -> bool:
-    """Whether k = 1 beats k = 0 with position 1's acceptance at its upper bound.
-
-    `inp.switch_steps` prices what the probe's first token costs beyond the
-    calibrated one: the prompt tokens the class's k = 0 runs find cached, which a
-    k = 1 request prefills again outside their cache namespace (long context at
-    concurrency 1: 1.99 s to a probe's first token against 0.06 s at k = 0).
-
-    The bound is two standard deviations of the posterior mean over the position's
-    trials plus the prior's `prior_strength` pseudo-trials. A class at k = 0 learns
-    only from its probes, and a probe costs (its first token dearer, no prefix-cache hit from the
-    class's k = 0 runs, and every batch-mate drafting): tool calls at concurrency 1
-    ran at 53 tokens/s against 85 without speculation, at k = 0 with one probe in
-    five. Where even the bound cannot pay, the class probes at `exploration_share`
-    only, which still lets a drift show.
-    """
-    profile = inp.profile
-    if not profile.p or len(inp.relative_cost) < 2:
-        return False
-    p, n = profile.p[0], profile.trials[0] + prior_strength
-    upper = min(1.0, p + 2.0 * math.sqrt(max(p * (1.0 - p), 0.01) / n))
-    optimistic = PolicyInput(
-        DepthProfile((upper,), (profile.trials[0],)),
-        inp.samples,
-        0,
-        0,
-        1,
-        inp.since_change,
-        inp.relative_cost[:2],
-        inp.first_token[:2],
-        inp.output_tokens,
-        inp.switch_steps,
-    )
-    goodput = goodput_of(optimistic, 1)
-    return goodput[1] > goodput[0]
 
 
 @dataclass(slots=True)

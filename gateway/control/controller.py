@@ -29,6 +29,7 @@ from gateway.control.decision import (
 from gateway.control.drift import DriftMonitor
 from gateway.control.estimator import AcceptanceEstimator, EstimatorParams
 from gateway.control.events import ControlEvents, DriftEvent, LoggingEvents
+from gateway.control.exploration import Exploration
 from gateway.control.features import RequestFeatures
 from gateway.control.policies import make_policy
 from gateway.control.report import ClassReport
@@ -77,6 +78,7 @@ class Controller:
             s.cost_step_forgetting,
         )
         self._batch = BatchDepth(self._cost, s.hysteresis)
+        self._exploration = Exploration(self._cost, s, self._rng, self._batch.floor)
         self._classifier = Classifier(
             s.max_classes, s.class_idle_s, s.classify_cache_size, clock, self._evicted
         )
@@ -90,6 +92,10 @@ class Controller:
     def cost_model(self) -> CostModel:
         return self._cost
 
+    @property
+    def exploration(self) -> Exploration:
+        return self._exploration
+
     # ---- request path ----------------------------------------------------------------
     def classify(self, features: RequestFeatures) -> RequestClass:
         return self._classifier.classify(features)
@@ -102,8 +108,8 @@ class Controller:
     ) -> SpeculationDecision:
         """The k for one request: ops flags first, then its class's cached choice at
         this load (`ClassState.adaptive_k`; the policy itself runs after responses, in
-        `observe`), a bounded probe, or that choice fitted to the batch in flight
-        (`BatchDepth.fit`)."""
+        `observe`), a bounded probe (`Exploration.probe`), or that choice fitted to
+        the batch in flight (`BatchDepth.fit`)."""
         o = overrides or NO_OVERRIDES
         cid, label = cls.class_id, cls.label
         bucket = batch_bucket(load.batch)
@@ -123,56 +129,13 @@ class Controller:
             return SpeculationDecision(
                 static, "shadow", False, cid, label, bucket, shadow_k=k, fixed=True
             )
-        probe = self._probe(state, k, (k_min, k_max), bucket, load, o)
+        hopeful = k == 0 and state.buckets[bucket].hopeful
+        probe = self._exploration.probe(
+            k, hopeful, (k_min, k_max), bucket, load, o.exploration_share
+        )
         if probe is not None:
-            return probe
+            return state.probe(probe, bucket)
         return self._batch.fit(state, state.decision_at(bucket), k, (k_min, k_max), bucket, load, o)
-
-    def _probe(
-        self,
-        state: ClassState,
-        k: int,
-        k_bounds: tuple[int, int],
-        bucket: int,
-        load: LoadSnapshot,
-        o: ControlOverrides,
-    ) -> SpeculationDecision | None:
-        """An exploration decision for this request, or None (bounded exploration).
-
-        Depths whose step cost is unmeasured at this load first (k = 0 included),
-        then k +- 1; a class at k = 0 keeps probing k = 1 while it could pay.
-        """
-        k_min, k_max = k_bounds
-        share = self._s.exploration_share if o.exploration_share is None else o.exploration_share
-        if k == 0 and share > 0:
-            if state.buckets[bucket].hopeful:
-                share = max(share, self._s.zero_probe_share)
-            elif bucket > 1:
-                # k = 1 cannot pay here even at its acceptance's upper bound, and the
-                # probe is dear for the whole batch: every mate drafts, and the probe's
-                # prompt, salted apart from the class's k = 0 blocks (`engine.scheduler`),
-                # is prefilled cold (tool-call probes at concurrency 4: 0.6 to 0.8 s to
-                # their first token, the other three requests waiting behind them). The
-                # drift floor stays at batch 1, where only the probe pays.
-                share = 0.0
-        # A probe deeper than its batch makes the drafter draft for every request in
-        # it, so the shares are per batch, not per request: at batch b, share / b.
-        share /= bucket
-        # Depths with no step-cost evidence at this load are measured first (k = 0
-        # included), at a higher share while they last, then k +- 1.
-        thin = self._cost.thin_depths_in(bucket, self._s.cost_min_samples) if share > 0 else []
-        if thin:
-            thin = [p for p in thin if k_min <= p <= k_max and p != k]
-        if thin:
-            share = max(share, self._s.cost_probe_share)
-        if share > 0 and self._rng.random() < share:
-            probes = thin or [p for p in (k - 1, k + 1) if k_min <= p <= k_max]
-            if probes:
-                probe = probes[0] if len(probes) == 1 else self._rng.choice(probes)
-                # Not past a guarded batch-mate's floor: the probe's depth is theirs too.
-                if not load.guarded or self._batch.floor(load, bucket, probe, k_min) == probe:
-                    return state.probe(probe, bucket)
-        return None
 
     def observe_step(self, batch: int, depth: int, seconds: float) -> None:
         """One timed engine step of `batch` decoding requests at batch depth `depth`

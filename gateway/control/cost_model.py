@@ -88,7 +88,6 @@ class CostModel:
         self._bucket_versions: dict[int, int] = {}
         #: Per bucket: the relative costs, then first-token costs, at the last bump.
         self._versioned: dict[int, tuple[float, ...]] = {}
-        self._calibrated: dict[int, float] = {}
 
     # ---- evidence --------------------------------------------------------------------
     def observe(
@@ -182,22 +181,6 @@ class CostModel:
     def stale_in(self, bucket: int) -> tuple[int, ...]:
         """(0,) while k = 0 is stale at this bucket (batch 1 only: `RESTALE_BUCKETS`)."""
         return self._steps.stale.get(bucket, ())
-
-    def thin_depths(self, batch: int, min_samples: float) -> list[int]:
-        return self.thin_depths_in(batch_bucket(batch), min_samples)
-
-    def thin_depths_in(self, bucket: int, min_samples: float) -> list[int]:
-        if min_samples <= self._calibrated.get(bucket, -1.0):
-            stale = self.stale_in(bucket)
-            return list(stale) if stale else []
-        row = self.runs_in(bucket)
-        if row is None:
-            return list(range(self.max_k + 1))
-        thin = [k for k, n in enumerate(row) if n < min_samples]
-        if not thin:
-            self._calibrated[bucket] = min_samples
-            return list(self.stale_in(bucket))
-        return thin
 
     # ---- reports and sharing ---------------------------------------------------------
     def report(self) -> list[dict[str, object]]:

@@ -77,7 +77,7 @@ def test_exploration_share_is_bounded_and_can_be_switched_off() -> None:
     off = ControlOverrides(exploration_share=0.0)
     assert not any(controller.decide(cls, IDLE, off).explored for _ in range(500))
     # At the trained load every depth has step-cost evidence: the configured share, k +- 1.
-    assert controller.cost_model.thin_depths(IDLE.batch, 3) == []
+    assert controller.exploration.thin_depths(IDLE.batch, 3) == []
     k = controller.decide(cls, IDLE, off).k
     probes = [controller.decide(cls, IDLE) for _ in range(4000)]
     assert 0.03 < sum(d.explored for d in probes) / 4000 < 0.07  # configured 0.05
@@ -95,7 +95,7 @@ def test_exploration_share_is_bounded_and_can_be_switched_off() -> None:
 def test_probe_shares_are_per_batch_once_a_load_is_calibrated() -> None:
     """A probe deeper than its batch makes every request in it draft: at batch 16 the
     k +- 1 share is a 16th of its batch-1 value. A class at k = 0 whose measured
-    acceptance cannot pay for k = 1 even at its upper bound (`class_state.may_pay_at_one`)
+    acceptance cannot pay for k = 1 even at its upper bound (`exploration.may_pay_at_one`)
     does not probe under load at all (its probe would also prefill cold); at batch 1 it
     keeps the `exploration_share` floor."""
     low = Controller(ControllerSettings(), rng=random.Random(1))
@@ -114,7 +114,7 @@ def test_probe_shares_are_per_batch_once_a_load_is_calibrated() -> None:
         cls = controller.classify(RequestFeatures("chat"))
         busy = LoadSnapshot(running=15)
         _calibrate(controller, busy, 0.1)
-        assert controller.cost_model.thin_depths(busy.batch, 3) == []
+        assert controller.exploration.thin_depths(busy.batch, 3) == []
         off = ControlOverrides(exploration_share=0.0)
         assert controller.decide(cls, busy, off).k == k_then
         n = 16_000
@@ -144,7 +144,7 @@ def test_a_stale_k0_at_batch_1_is_probed_until_re_measured() -> None:
     assert set(probes) == {0}
     for _ in range(STEPS_PER_REFRESH):
         cost.observe_step(1, 0, 0.01)
-    assert cost.thin_depths(1, 3.0) == []
+    assert controller.exploration.thin_depths(1, 3.0) == []
     assert sum(controller.decide(cls, IDLE).explored for _ in range(n)) < 1.4 * n * 0.05
 
 

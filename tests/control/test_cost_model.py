@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from engine.interface import RequestOutcome, SpeculationOutcome
 from gateway.control.cost_model import STALE_STEPS, STEPS_PER_REFRESH, CostModel
+from gateway.control.exploration import Exploration
+from gateway.control.settings import ControllerSettings
 
 #: Seconds per decode step at k = 0..4, read off the embedded model's benchmark at
 #: concurrency 1 (bench/results/report.md, static modes): a large first-draft cost,
@@ -21,6 +25,13 @@ def _model() -> CostModel:
         prior_batch_saturation=16.0,
         prior_weight=2.0,
         forgetting=0.01,
+    )
+
+
+def thin_depths(model: CostModel, batch: int, min_samples: float) -> list[int]:
+    """The depths exploration measures first at this load (`Exploration.thin_depths`)."""
+    return Exploration(model, ControllerSettings(), random.Random(0)).thin_depths(
+        batch, min_samples
     )
 
 
@@ -48,10 +59,10 @@ def test_a_line_through_deep_data_alone_is_not_trusted_for_k0() -> None:
     for _ in range(40):
         model.observe(3, 1, MEASURED[3])
         model.observe(4, 1, MEASURED[4])
-    assert model.thin_depths(1, 3) == [0, 1, 2]
+    assert thin_depths(model, 1, 3) == [0, 1, 2]
     for _ in range(10):
         model.observe(0, 1, MEASURED[0])
-    assert 0 not in model.thin_depths(1, 3)
+    assert 0 not in thin_depths(model, 1, 3)
     assert model.relative_costs(1)[3] == pytest.approx(MEASURED[3] / MEASURED[0], rel=0.1)
 
 
@@ -61,7 +72,7 @@ def test_per_depth_costs_travel_between_replicas() -> None:
         for k, seconds in enumerate(MEASURED):
             a.observe(k, 1, seconds)
     b.merge_counters(a.export_counters())
-    assert b.thin_depths(1, 3) == []
+    assert thin_depths(b, 1, 3) == []
     assert b.relative_costs(1) == pytest.approx(a.relative_costs(1), rel=0.05)
 
 
@@ -76,17 +87,6 @@ def test_a_refit_at_one_load_leaves_other_loads_decisions_cached() -> None:
     assert model.bucket_version(idle) == before
     model.observe(2, idle, 0.01)
     assert model.bucket_version(idle) > before
-
-
-def test_a_calibrated_bucket_stays_calibrated_and_a_stricter_ask_rechecks() -> None:
-    model = _model()
-    for _ in range(3):
-        for k, seconds in enumerate(MEASURED):
-            model.observe(k, 1, seconds)
-    assert model.thin_depths(1, 3) == []
-    assert model.thin_depths(1, 3) == []  # asking again changes nothing
-    assert model.thin_depths(1, 4) == [0, 1, 2, 3, 4]  # a stricter bound is checked again
-    assert model.thin_depths(2, 3) == [0, 1, 2, 3, 4]  # another load is its own bucket
 
 
 def test_small_cost_moves_keep_decisions_cached_but_cannot_add_up_unseen() -> None:
@@ -119,7 +119,7 @@ def test_a_probe_in_a_deep_batch_is_filed_at_the_batch_depth() -> None:
         model.observe(0, 4, MEASURED[4], depth=4.0)
     after = model.relative_costs(4)
     assert after[4] == pytest.approx(before[4], rel=0.1)
-    assert model.thin_depths(4, 3) == []
+    assert thin_depths(model, 4, 3) == []
     # The same steps filed under the probe's own k would have made k = 4 look cheap.
     naive = _calibrated(MEASURED, 4, 30)
     for _ in range(30):
@@ -145,7 +145,7 @@ def test_a_request_whose_batch_changed_depth_is_filed_at_none() -> None:
         model.observe(1, 1, 0.040, depth=1.05)
     assert model.relative_costs(1)[1] > 1.3 * before[1]
     assert model.relative_costs(1)[2] == pytest.approx(before[2], rel=0.02)
-    assert model.thin_depths(1, 3) == [0, 2, 3, 4]  # probes counted at their own k only
+    assert thin_depths(model, 1, 3) == [0, 2, 3, 4]  # probes counted at their own k only
 
 
 def test_probe_counts_travel_between_replicas_at_the_own_k() -> None:
@@ -153,8 +153,8 @@ def test_probe_counts_travel_between_replicas_at_the_own_k() -> None:
     for _ in range(5):
         a.observe(0, 4, MEASURED[4], depth=4.0)
     b.merge_counters(a.export_counters())
-    assert 0 not in b.thin_depths(4, 3)
-    assert 4 in b.thin_depths(4, 3)
+    assert 0 not in thin_depths(b, 4, 3)
+    assert 4 in thin_depths(b, 4, 3)
 
 
 def test_a_depth_the_traffic_leaves_keeps_its_measured_cost() -> None:
@@ -214,7 +214,7 @@ def test_steps_that_carried_other_requests_prefill_are_filed_at_no_depth() -> No
     # Unmoved up to the periodic refit of the bucket's line (REFIT_EVERY samples), which
     # catches up with the last calibration samples.
     assert model.relative_costs(4) == pytest.approx(before, rel=0.01)
-    assert model.thin_depths(4, 8 + 40) == [1, 2, 3, 4]  # counted as runs at k = 0
+    assert thin_depths(model, 4, 8 + 40) == [1, 2, 3, 4]  # counted as runs at k = 0
     for _ in range(40):
         model.observe_outcome(outcome, 4, 0.0, prefill=32 * 4)  # 1 token/step/request
     assert model.relative_costs(4)[1] < 0.5 * before[1]  # k = 0 now looks dear
@@ -294,16 +294,16 @@ def test_a_depth_the_traffic_left_is_re_measured_at_batch_1_when_the_host_change
     old samples weigh REVISIT_WEIGHT), and k = 2 is back near 1.5x."""
     model = step_calibrated((10.0, 12.0, 15.0, 17.0, 19.0), batch=1, steps=100)
     assert model.relative_costs(1)[2] == pytest.approx(1.5, rel=0.02)
-    assert model.thin_depths(1, 3.0) == []
+    assert thin_depths(model, 1, 3.0) == []
     for _ in range(STALE_STEPS + STEPS_PER_REFRESH):
         model.observe_step(1, 2, 0.010)
     assert model.relative_costs(1)[2] < 1.1  # the two hosts' prices mixed
-    assert model.thin_depths(1, 3.0) == [0]
+    assert thin_depths(model, 1, 3.0) == [0]
     assert model.report()[0]["stale"] == [0]
     for _ in range(40):  # one probe request at k = 0, on the faster host
         model.observe_step(1, 0, 0.010 / 1.5)
     assert model.relative_costs(1)[2] == pytest.approx(1.5, rel=0.08)
-    assert model.thin_depths(1, 3.0) == []
+    assert thin_depths(model, 1, 3.0) == []
 
 
 def test_stale_depths_are_not_probed_under_load_but_revisits_forget_them() -> None:
@@ -313,7 +313,7 @@ def test_stale_depths_are_not_probed_under_load_but_revisits_forget_them() -> No
     model = step_calibrated((10.0, 12.0, 15.0, 17.0, 19.0), batch=4, steps=100)
     for _ in range(STALE_STEPS + STEPS_PER_REFRESH):
         model.observe_step(4, 2, 0.010)
-    assert model.thin_depths(4, 3.0) == []
+    assert thin_depths(model, 4, 3.0) == []
     for _ in range(40):
         model.observe_step(4, 0, 0.010 / 1.5)
     assert model.relative_costs(4)[2] == pytest.approx(1.5, rel=0.08)
@@ -326,4 +326,4 @@ def test_a_visited_depth_keeps_its_weight() -> None:
     filed = model.report()[0]["filed"]
     assert isinstance(filed, list)
     assert filed[0] == pytest.approx((1 - 0.998**600) / 0.002, rel=0.01)
-    assert model.thin_depths(1, 3.0) == []
+    assert thin_depths(model, 1, 3.0) == []

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.control.class_state import may_pay_at_one
 from gateway.control.depth_profile import DepthProfile
+from gateway.control.exploration import may_pay_at_one
 from gateway.control.policies import GoodputPolicy, PolicyInput, StaticPolicy, make_policy
 from gateway.control.settings import ControllerSettings
 

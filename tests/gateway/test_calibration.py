@@ -23,6 +23,7 @@ from engine.interface import (
 )
 from gateway.calibration import PROMPT, calibrate
 from gateway.control.cost_model import CostModel
+from tests.control.test_cost_model import thin_depths
 
 #: Step seconds at depth k: the first draft is dear (a drafter pass), later ones cheap.
 STEP = (0.010, 0.018, 0.020, 0.022, 0.024)
@@ -130,9 +131,9 @@ def test_calibration_measures_every_depth_at_each_batch() -> None:
     # The first token in steps at k = 0 of the bucket: 4 samples of 10 ms, shrunk towards
     # the line by 2 prior pseudo-samples, so within 15 %.
     assert cost.first_token(1) == pytest.approx([f / STEP[0] for f in FIRST], rel=0.15)
-    assert cost.thin_depths(1, 3) == []
-    assert cost.thin_depths(4, 3) == []
-    assert cost.thin_depths(2, 3) == [0, 1, 2, 3, 4]  # not calibrated: traffic probes it
+    assert thin_depths(cost, 1, 3) == []
+    assert thin_depths(cost, 4, 3) == []
+    assert thin_depths(cost, 2, 3) == [0, 1, 2, 3, 4]  # not calibrated: traffic probes it
     # The relative costs the policy divides by move most of the way from the prior's
     # 8 % per draft to the measurement (each depth's mean is shrunk towards the line).
     truth = STEP[1] / STEP[0]
@@ -193,8 +194,8 @@ def test_an_engine_that_times_its_steps_is_calibrated_by_them() -> None:
             # the clock's ratios, far from the request means' (STEP).
             assert relative[k] == pytest.approx(CLOCK[k] / CLOCK[0], rel=0.05)
             assert abs(relative[k] - STEP[k] / STEP[0]) > 0.1
-    assert cost.thin_depths(1, 3) == []  # each request still counts as a run at its k
-    assert cost.thin_depths(4, 3) == []
+    assert thin_depths(cost, 1, 3) == []  # each request still counts as a run at its k
+    assert thin_depths(cost, 4, 3) == []
 
 
 def test_an_engine_without_a_step_clock_is_calibrated_by_request_means() -> None:

@@ -1,0 +1,174 @@
+"""Exploration: which requests run at another depth than their class's k, and at which.
+
+A class learns the acceptance only of the depths it runs, and the cost model the
+price only of the depths batches run at, so a bounded share of requests probes.
+For a request of a class whose k at batch bucket b is k (`ClassState.adaptive_k`):
+
+1. Its share s is `exploration_share` (5 %; the class's `exploration-share` flag
+   where set). A class at k = 0 learns only from its probes: s is raised to
+   `zero_probe_share` (20 %) while k = 1 could still pay with p_1 at its upper
+   bound (`may_pay_at_one`); where even that cannot pay, s stays at
+   `exploration_share` at batch 1 and is 0 above it (the probe would make every
+   batch-mate draft and would prefill its prompt cold, outside the k = 0 cache
+   namespace, `engine.scheduler`).
+2. s is per batch, s / b: a probe deeper than its batch makes the drafter draft
+   for every request in it.
+3. Thin depths first (`thin_depths`): depths run fewer than `cost_min_samples`
+   times at b, k = 0 included, or at b = 1 a stale k = 0 (no engine step at it in
+   the bucket's last `STALE_STEPS`). While one lies within the flag bounds and is
+   not k, s is at least `cost_probe_share` (20 %, not divided by b: a short
+   calibration per bucket) and the probe runs at one of them, drawn at random.
+4. Else it runs at k - 1 or k + 1 (within the bounds), drawn at random.
+5. Never past a guarded batch-mate's floor (`BatchDepth.floor`): where the probe's
+   depth would cost a request in flight its `batch-floor`, the request is not a probe.
+
+s = 0 (the flag at 0) turns all of it off, the thin-depth calibration included.
+Randomness comes from the controller's injected `random.Random`.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+
+from gateway.control.cost_model import CostModel, batch_bucket
+from gateway.control.decision import LoadSnapshot
+from gateway.control.depth_profile import DepthProfile
+from gateway.control.policies.base import PolicyInput
+from gateway.control.policies.goodput import goodput_of
+from gateway.control.settings import ControllerSettings
+
+#: `BatchDepth.floor`: (load, bucket, depth, k_min) -> the deepest depth <= `depth` at
+#: which every guarded request in flight keeps its floor.
+Floor = Callable[[LoadSnapshot, int, int, int], int]
+
+
+def may_pay_at_one(inp: PolicyInput, prior_strength: float) -> bool:
+    """Whether k = 1 beats k = 0 with position 1's acceptance at its upper bound.
+
+    The bound is two standard deviations of the posterior mean over the position's
+    trials plus the prior's `prior_strength` pseudo-trials. A probe from k = 0 costs
+    (its first token dearer, no prefix-cache hit from the class's k = 0 runs, every
+    batch-mate drafting), so a class whose measured acceptance cannot pay even at
+    the bound probes only at `exploration_share`, which still lets a drift show.
+    `inp.switch_steps` prices the prompt tokens the class's k = 0 runs find cached,
+    which a k = 1 request prefills again outside their cache namespace.
+    """
+    profile = inp.profile
+    if not profile.p or len(inp.relative_cost) < 2:
+        return False
+    p, n = profile.p[0], profile.trials[0] + prior_strength
+    upper = min(1.0, p + 2.0 * math.sqrt(max(p * (1.0 - p), 0.01) / n))
+    optimistic = PolicyInput(
+        DepthProfile((upper,), (profile.trials[0],)),
+        inp.samples,
+        0,
+        0,
+        1,
+        inp.since_change,
+        inp.relative_cost[:2],
+        inp.first_token[:2],
+        inp.output_tokens,
+        inp.switch_steps,
+    )
+    goodput = goodput_of(optimistic, 1)
+    return goodput[1] > goodput[0]
+
+
+class Exploration:
+    """The probes of `Controller.decide` (the module docstring's rule), over one cost model."""
+
+    __slots__ = (
+        "_calibrated",
+        "_cost",
+        "_floor",
+        "_rng",
+        "cost_min_samples",
+        "cost_probe_share",
+        "exploration_share",
+        "zero_probe_share",
+    )
+
+    def __init__(
+        self,
+        cost: CostModel,
+        settings: ControllerSettings,
+        rng: random.Random,
+        floor: Floor | None = None,
+    ) -> None:
+        self._cost = cost
+        self._rng = rng
+        self._floor = floor
+        self.exploration_share = settings.exploration_share
+        self.zero_probe_share = settings.zero_probe_share
+        self.cost_probe_share = settings.cost_probe_share
+        self.cost_min_samples = settings.cost_min_samples
+        #: Per bucket: the largest `min_samples` every depth is known to meet. Run
+        #: counts only grow, so once met it stays met and the decision path skips the scan.
+        self._calibrated: dict[int, float] = {}
+
+    def probe(
+        self,
+        k: int,
+        hopeful: bool,
+        k_bounds: tuple[int, int],
+        bucket: int,
+        load: LoadSnapshot,
+        share: float | None = None,
+    ) -> int | None:
+        """The depth this request probes, or None (it runs at its class's k).
+
+        `hopeful`: at k = 0, whether k = 1 could still pay (`may_pay_at_one`, kept per
+        bucket by `ClassState`); `share`: the class's flag (None: `exploration_share`).
+        """
+        k_min, k_max = k_bounds
+        if share is None:
+            share = self.exploration_share
+        if k == 0 and share > 0:
+            if hopeful:
+                share = max(share, self.zero_probe_share)
+            elif bucket > 1:
+                share = 0.0
+        share /= bucket
+        thin = self.thin_depths_in(bucket, self.cost_min_samples) if share > 0 else []
+        if thin:
+            thin = [p for p in thin if k_min <= p <= k_max and p != k]
+        if thin:
+            share = max(share, self.cost_probe_share)
+        if share > 0 and self._rng.random() < share:
+            probes = thin or [p for p in (k - 1, k + 1) if k_min <= p <= k_max]
+            if probes:
+                probe = probes[0] if len(probes) == 1 else self._rng.choice(probes)
+                floor = self._floor
+                if not load.guarded or floor is None or floor(load, bucket, probe, k_min) == probe:
+                    return probe
+        return None
+
+    def thin_depths(self, batch: int, min_samples: float) -> list[int]:
+        """Depths to measure at this load: run (as requests' own k) fewer than
+        `min_samples` times ever, or, at batch 1, k = 0 once stale.
+
+        Lifetime counts, not forgetting ones: a depth is calibrated once per bucket.
+        Staleness is the second reason: the depths the traffic visits are priced by
+        the host as it runs now, k = 0, which every relative cost divides by, by a
+        calibration the host may have run at another speed. k +- 1 exploration
+        already revisits the neighbours of a class's k, and a revisit prices them
+        anew (`cost_steps.REVISIT_WEIGHT`).
+        """
+        return self.thin_depths_in(batch_bucket(batch), min_samples)
+
+    def thin_depths_in(self, bucket: int, min_samples: float) -> list[int]:
+        """`thin_depths` for a bucket the caller already has (the decision path)."""
+        cost = self._cost
+        if min_samples <= self._calibrated.get(bucket, -1.0):
+            stale = cost.stale_in(bucket)
+            return list(stale) if stale else []
+        row = cost.runs_in(bucket)
+        if row is None:
+            return list(range(cost.max_k + 1))
+        thin = [k for k, n in enumerate(row) if n < min_samples]
+        if not thin:
+            self._calibrated[bucket] = min_samples  # larger than any bound met before
+            return list(cost.stale_in(bucket))
+        return thin

@@ -1,0 +1,132 @@
+"""Exploration's rule as a table: the share a request probes at, and the depths it may probe."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import TypeVar
+
+import pytest
+
+from gateway.control.cost_model import CostModel
+from gateway.control.decision import LoadSnapshot
+from gateway.control.exploration import Exploration
+from gateway.control.settings import ControllerSettings
+
+T = TypeVar("T")
+SETTINGS = ControllerSettings()  # shares: exploration 0.05, zero-probe 0.2, cost-probe 0.2
+
+
+class ScriptedRandom(random.Random):
+    """Draws a fixed number; `choice` takes the last option and records what it was offered."""
+
+    def __init__(self, draw: float) -> None:
+        super().__init__(0)
+        self.draw = draw
+        self.offered: list[object] = []
+
+    def random(self) -> float:
+        return self.draw
+
+    def choice(self, seq: Sequence[T]) -> T:
+        self.offered = list(seq)
+        return seq[-1]
+
+
+def calibrated_model() -> CostModel:
+    """Every depth run three times at batches 1 and 16; batch 4 never seen."""
+    model = CostModel(5, 0.02, 0.08, 16.0, 2.0, 0.01)
+    for batch in (1, 16):
+        for _ in range(3):
+            for k in range(6):
+                model.observe(k, batch, 0.02 * (1 + 0.1 * k), depth=k)
+    return model
+
+
+GUARDED = LoadSnapshot(running=1, guarded={((1.0,) * 6, 0.9): 1})
+
+CASES = [
+    # name, k, hopeful, bounds, bucket, flag share, load, share, depths offered, probe
+    ("k +- 1 at batch 1", 3, True, (0, 5), 1, None, LoadSnapshot(), 0.05, [2, 4], 4),
+    ("per batch at 16", 3, True, (0, 5), 16, None, LoadSnapshot(), 0.05 / 16, [2, 4], 4),
+    ("k at the upper bound", 5, True, (0, 5), 1, None, LoadSnapshot(), 0.05, [], 4),
+    ("the class's flag", 3, True, (0, 5), 1, 0.3, LoadSnapshot(), 0.3, [2, 4], 4),
+    ("k = 0 while k = 1 may pay", 0, True, (0, 5), 1, None, LoadSnapshot(), 0.2, [], 1),
+    ("k = 0 may pay, batch 16", 0, True, (0, 5), 16, None, LoadSnapshot(), 0.2 / 16, [], 1),
+    ("k = 0 cannot pay, batch 1", 0, False, (0, 5), 1, None, LoadSnapshot(), 0.05, [], 1),
+    ("k = 0 cannot pay, batch 16", 0, False, (0, 5), 16, None, LoadSnapshot(), 0.0, [], None),
+    (
+        "unmeasured load: thin depths",
+        3,
+        True,
+        (0, 5),
+        4,
+        None,
+        LoadSnapshot(),
+        0.2,
+        [0, 1, 2, 4, 5],
+        5,
+    ),
+    ("thin depths within bounds", 3, True, (2, 4), 4, None, LoadSnapshot(), 0.2, [2, 4], 4),
+    ("flag at 0: no calibration either", 3, True, (0, 5), 4, 0.0, LoadSnapshot(), 0.0, [], None),
+    ("not past a guarded floor", 3, True, (0, 5), 1, None, GUARDED, 0.05, [2, 4], None),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "k", "hopeful", "bounds", "bucket", "flag", "load", "share", "offered", "probe"),
+    CASES,
+    ids=[case[0] for case in CASES],
+)
+def test_exploration_table(
+    name: str,
+    k: int,
+    hopeful: bool,
+    bounds: tuple[int, int],
+    bucket: int,
+    flag: float | None,
+    load: LoadSnapshot,
+    share: float,
+    offered: list[object],
+    probe: int | None,
+) -> None:
+    model = calibrated_model()
+
+    def floor(load: LoadSnapshot, bucket: int, depth: int, k_min: int) -> int:
+        return min(depth, k)  # guarded mates afford no deeper than this class's k
+
+    def probe_at(draw: float) -> tuple[int | None, list[object]]:
+        rng = ScriptedRandom(draw)
+        explore = Exploration(model, SETTINGS, rng, floor)
+        return explore.probe(k, hopeful, bounds, bucket, load, flag), rng.offered
+
+    below, seen = probe_at(share * (1 - 1e-9))
+    assert below == probe, name
+    assert seen == offered, name
+    assert probe_at(share)[0] is None  # a draw at the share does not probe
+
+
+def test_a_calibrated_bucket_stays_calibrated_and_a_stricter_ask_rechecks() -> None:
+    model = calibrated_model()
+    explore = Exploration(model, SETTINGS, random.Random(0))
+    assert explore.thin_depths(1, 3) == []
+    assert explore.thin_depths(1, 3) == []  # asking again changes nothing
+    assert explore.thin_depths(1, 4) == [0, 1, 2, 3, 4, 5]  # a stricter bound is checked again
+    assert explore.thin_depths(4, 3) == [0, 1, 2, 3, 4, 5]  # another load is its own bucket
+    model.observe(2, 4, 0.02)
+    assert explore.thin_depths(4, 1) == [0, 1, 3, 4, 5]  # runs at the own k count
+
+
+def test_probes_are_drawn_from_the_injected_random() -> None:
+    """The same seed gives the same probes; the measured share is the configured one."""
+    model = calibrated_model()
+
+    def run(seed: int) -> list[int | None]:
+        explore = Exploration(model, SETTINGS, random.Random(seed))
+        return [explore.probe(3, True, (0, 5), 1, LoadSnapshot()) for _ in range(4000)]
+
+    first = run(7)
+    assert first == run(7)
+    probes = [p for p in first if p is not None]
+    assert 0.6 * 4000 * 0.05 < len(probes) < 1.4 * 4000 * 0.05
+    assert set(probes) == {2, 4}
