@@ -1,0 +1,196 @@
+"""Build a twin cost profile from a gateway's measured step costs or from vLLM's profiler.
+
+    python -m bench.twin.build_profile --admin-costs http://HOST:8000/admin/costs \\
+        --admin-key KEY --out bench/twin/profiles/mine.json
+    python -m bench.twin.build_profile --admin-costs costs.json --out mine.json
+    python -m bench.twin.build_profile --vllm-profile dynamic_speculative_config.json \\
+        --prefill-ms-per-token 0.03 --no-spec-overhead 0.066 --out mine.json
+
+`/admin/costs` (`gateway.runtime`: `calibration`, `buckets`, `prefill_ms_per_token`): the start-up
+calibration (`gateway.calibration.calibrate`) times each depth 0..K at each calibrated batch
+size by the engine's step clock; those medians become `batch_stats`, the time to the first token
+at each depth less k = 0's at the smallest batch becomes `first_token_extra_ms`, and the cold
+prefill per prompt token becomes the target's prefill cost. The drafter's own prefill is not
+timed apart: it is inside the calibration's first-token times (`drafter` is 0). With
+`--use-learned`, each calibrated batch's k > 0 times are its k = 0 time multiplied by the cost
+model's relative cost in that bucket as traffic left it (`buckets[].relative_cost`), so the
+profile carries what the gateway learned since start-up. The gateway runs with a drafter, so
+its profile has no `no_spec_step_ms` (the twin takes k = 0's).
+
+vLLM's dynamic speculative decoding profiler (`batch_stats: {batch: {k: median ms}}`,
+`acceptance_rate_per_pos`, `max_num_speculative_tokens`) gives `batch_stats` as it is; the first
+drafts are priced as a batch-1 step's extra over k = 0 at each k; the prefill costs, which the
+profiler does not measure, come from the options, and `--no-spec-overhead h` sets the engine
+without a drafter at k = 0's time / (1 + h) (vLLM issue 49986 measured h = 0.066 for an EAGLE-3
+head on Llama-3.1-8B).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import defaultdict
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from gateway.control.cost_model import batch_bucket
+
+
+def _fetch(location: str, admin_key: str | None) -> Any:
+    """JSON from a file, or from a URL with the admin key as a bearer token."""
+    if location.startswith(("http://", "https://")):
+        import httpx
+
+        headers = {"authorization": f"Bearer {admin_key}"} if admin_key else {}
+        return httpx.get(location, headers=headers, timeout=30).raise_for_status().json()
+    return json.loads(Path(location).read_text())
+
+
+def _median_by(points: list[Mapping[str, Any]], field: str) -> dict[int, dict[int, float]]:
+    """batch -> k -> median of `field` over the calibration points (one per batch and k)."""
+    values: dict[int, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for p in points:
+        if float(p.get(field, 0.0)) > 0:
+            values[int(p["batch"])][int(p["k"])].append(float(p[field]))
+    return {
+        b: {k: round(statistics.median(v), 3) for k, v in sorted(row.items())}
+        for b, row in sorted(values.items())
+    }
+
+
+def _learned(
+    stats: dict[int, dict[int, float]], buckets: list[Mapping[str, Any]]
+) -> dict[int, dict[int, float]]:
+    """Each calibrated batch's k > 0 times as k = 0's x the bucket's learned relative cost."""
+    relative = {int(b["batch_bucket"]): list(b.get("relative_cost") or []) for b in buckets}
+    out: dict[int, dict[int, float]] = {}
+    for batch, row in stats.items():
+        costs = relative.get(batch_bucket(batch))
+        if not costs or 0 not in row:
+            out[batch] = row
+            continue
+        out[batch] = {k: round(row[0] * float(c), 3) for k, c in enumerate(costs)}
+    return out
+
+
+def from_admin_costs(body: Mapping[str, Any], use_learned: bool = False) -> dict[str, Any]:
+    """Profile data (without name) from `/admin/costs` (module docstring)."""
+    points = list(body.get("calibration") or [])
+    stats = _median_by(points, "step_ms")
+    if not stats or any(0 not in row for row in stats.values()):
+        raise ValueError(
+            "/admin/costs has no calibration at k = 0 for every batch size: start the gateway "
+            "with the start-up calibration on (SPECGW_CONTROL_CALIBRATE_BATCHES, e.g. [1, 4, 16])"
+        )
+    if use_learned:
+        stats = _learned(stats, list(body.get("buckets") or []))
+    firsts = _median_by(points, "ttft_ms")
+    smallest = firsts.get(min(firsts), {}) if firsts else {}
+    first_extra = {
+        k: round(max(ms - smallest[0], 0.0), 3) for k, ms in smallest.items() if k and 0 in smallest
+    }
+    batches = ", ".join(str(b) for b in stats)
+    return {
+        "source": (
+            "Built by bench.twin.build_profile from a gateway's /admin/costs: median step ms per "
+            f"batch size ({batches}) and depth from its start-up calibration, timed by the "
+            "engine's step clock"
+            + (", k > 0 scaled by the cost model's learned relative costs" if use_learned else "")
+            + "; first-token extra per depth at the smallest batch; the cold prefill per prompt "
+            "token (the drafter's prefill is inside the first-token times)."
+        ),
+        "max_k": max(k for row in stats.values() for k in row),
+        "batch_stats": stats,
+        "prefill_ms_per_token": {
+            "target": float(body.get("prefill_ms_per_token") or 0.0),
+            "drafter": 0.0,
+        },
+        "first_token_extra_ms": first_extra,
+    }
+
+
+def from_vllm_profile(
+    body: Mapping[str, Any],
+    prefill_ms_per_token: float,
+    drafter_ms_per_token: float,
+    no_spec_overhead: float | None,
+) -> dict[str, Any]:
+    """Profile data (without name) from vLLM's dynamic-SD profiler output (module docstring)."""
+    stats = {
+        int(b): {int(k): float(ms) for k, ms in sorted(row.items(), key=lambda i: int(i[0]))}
+        for b, row in sorted(body["batch_stats"].items(), key=lambda i: int(i[0]))
+    }
+    if 1 not in stats or any(0 not in row for row in stats.values()):
+        raise ValueError("the profile needs batch size 1 and k = 0 at every batch size")
+    data: dict[str, Any] = {
+        "source": (
+            "Built by bench.twin.build_profile from vLLM's dynamic speculative decoding profile "
+            "(batch_stats, acceptance_rate_per_pos); first-token extra = a batch-1 step's extra "
+            f"over k = 0; prefill {prefill_ms_per_token} ms per prompt token (target) and "
+            f"{drafter_ms_per_token} (drafter) given on the command line"
+            + (
+                f"; no-drafter engine = k = 0 / {1 + no_spec_overhead:g}"
+                if no_spec_overhead is not None
+                else ""
+            )
+            + "."
+        ),
+        "max_k": int(
+            body.get("max_num_speculative_tokens") or max(k for r in stats.values() for k in r)
+        ),
+        "batch_stats": stats,
+        "prefill_ms_per_token": {"target": prefill_ms_per_token, "drafter": drafter_ms_per_token},
+        "first_token_extra_ms": {
+            k: round(ms - stats[1][0], 3) for k, ms in stats[1].items() if k and ms > stats[1][0]
+        },
+    }
+    if no_spec_overhead is not None:
+        data["no_spec_step_ms"] = {
+            b: round(row[0] / (1 + no_spec_overhead), 3) for b, row in stats.items()
+        }
+    rates = body.get("acceptance_rate_per_pos")
+    if rates:
+        data["acceptance_rate_per_pos"] = [float(r) for r in rates]
+    return data
+
+
+def main(
+    out: Annotated[Path, typer.Option(help="Profile JSON to write.")],
+    admin_costs: Annotated[
+        str | None, typer.Option(help="/admin/costs: a URL or a saved answer.")
+    ] = None,
+    vllm_profile: Annotated[
+        Path | None, typer.Option(help="vLLM's dynamic-SD profiler output (JSON).")
+    ] = None,
+    admin_key: Annotated[str | None, typer.Option(help="Admin key for a URL.")] = None,
+    use_learned: Annotated[
+        bool, typer.Option(help="Scale k > 0 by the cost model's learned relative costs.")
+    ] = False,
+    prefill_ms_per_token: Annotated[float, typer.Option(help="Target prefill (vLLM).")] = 0.0,
+    drafter_ms_per_token: Annotated[float, typer.Option(help="Drafter prefill (vLLM).")] = 0.0,
+    no_spec_overhead: Annotated[
+        float | None, typer.Option(help="k = 0's cost over an engine without drafter (vLLM).")
+    ] = None,
+    name: Annotated[str | None, typer.Option(help="Profile name (default: file stem).")] = None,
+) -> None:
+    """Write a twin cost profile from /admin/costs or from vLLM's profiler output."""
+    from bench.twin.schema import Profile
+
+    if admin_costs is not None and vllm_profile is None:
+        data = from_admin_costs(_fetch(admin_costs, admin_key), use_learned)
+    elif vllm_profile is not None and admin_costs is None:
+        body = json.loads(vllm_profile.read_text())
+        data = from_vllm_profile(body, prefill_ms_per_token, drafter_ms_per_token, no_spec_overhead)
+    else:
+        raise typer.BadParameter("give exactly one of --admin-costs and --vllm-profile")
+    profile = {"name": name or out.stem, **data}
+    Profile.model_validate(profile)
+    out.write_text(json.dumps(profile, indent=2) + "\n")
+    typer.echo(f"wrote {out}: batch sizes {', '.join(str(b) for b in data['batch_stats'])}")
+
+
+if __name__ == "__main__":
+    typer.run(main)
