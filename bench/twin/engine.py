@@ -114,6 +114,7 @@ class _Live:
         "first_t",
         "hist",
         "k",
+        "load",
         "out",
         "plan",
         "pos",
@@ -125,8 +126,12 @@ class _Live:
         "verify",
     )
 
-    def __init__(self, request: TwinRequest, plan: Plan, start_t: float, depth: int) -> None:
+    def __init__(
+        self, request: TwinRequest, plan: Plan, start_t: float, depth: int, load: int
+    ) -> None:
         self.request = request
+        #: The batch it was planned for: requests in the engine at arrival, itself included.
+        self.load = load
         self.plan = plan
         self.k = plan.k
         self.runs = request.runs
@@ -162,6 +167,8 @@ class RequestRecord:
     verify_steps: int
     draft_tokens: int
     accepted_tokens: int
+    #: The batch it was planned for (requests in the engine at its arrival, itself included).
+    load: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,8 +273,9 @@ def simulate(
             if first_arrival is None:
                 first_arrival = at
             # Planned at arrival with the load it sees, admitted at once if there is room.
-            plan = source.arrive(request, len(running) + len(newcomers), len(waiting))
-            waiting.append(_Live(request, plan, at, depth))
+            in_engine = len(running) + len(newcomers)
+            plan = source.arrive(request, in_engine, len(waiting))
+            waiting.append(_Live(request, plan, at, depth, in_engine + 1))
             _admit(waiting, running, newcomers, source, costs, now, max_running)
         if not running and not newcomers:
             later = arrivals.next_time()
@@ -409,4 +417,5 @@ def _record(live: _Live, last_t: float) -> RequestRecord:
         live.verify,
         live.drafted,
         live.accepted,
+        live.load,
     )

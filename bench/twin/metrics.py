@@ -9,7 +9,10 @@
   `TAIL_SHARE` of its requests get the stretch's final modal depth (the last half's
   mode; probes may take the rest), as `bench.stats.settle_points` defines it for
   the real-engine benchmark; the depth is the one its class chose (a request that
-  rides a deeper batch counts at its class's choice).
+  rides a deeper batch counts at its class's choice). The controller keeps a depth
+  per class and batch bucket (`ClassState.buckets`), so a class at a mixed load
+  settles per bucket: a stretch's figure is its slowest bucket with at least
+  `SETTLE_MIN` requests.
 """
 
 from __future__ import annotations
@@ -21,8 +24,11 @@ from typing import Any
 
 from bench.twin.engine import RequestRecord, RunResult
 from bench.twin.requests import Segment
+from gateway.control.cost_model import batch_bucket
 
 TAIL_SHARE = 0.9
+#: Requests of a class at one batch bucket in a stretch for its settling to count.
+SETTLE_MIN = 10
 
 
 def class_phase_speeds(records: Sequence[RequestRecord]) -> dict[tuple[int, int], float]:
@@ -95,13 +101,20 @@ def settle_after(ks: Sequence[int], tail_share: float = TAIL_SHARE) -> int:
 
 def settle_points(
     records: Sequence[RequestRecord], cuts: Sequence[Segment], class_names: Sequence[str]
-) -> dict[str, dict[str, int]]:
-    """stretch label -> class -> requests until its chosen depth settled there."""
-    chosen: dict[tuple[int, int], list[tuple[int, int]]] = defaultdict(list)
+) -> list[dict[str, Any]]:
+    """Per stretch, in order: its label, first request, and per class the requests until
+    its chosen depth settled there."""
+    chosen: dict[tuple[int, int, int], list[tuple[int, int]]] = defaultdict(list)
     for r in records:
-        chosen[(r.segment, r.class_index)].append((r.index, r.chosen))
-    out: dict[str, dict[str, int]] = {}
-    for (segment, cls), pairs in sorted(chosen.items()):
+        chosen[(r.segment, r.class_index, batch_bucket(r.load))].append((r.index, r.chosen))
+    by_stretch: list[dict[str, int]] = [{} for _ in cuts]
+    for (segment, cls, _), pairs in sorted(chosen.items()):
+        if len(pairs) < SETTLE_MIN:
+            continue
         ks = [k for _, k in sorted(pairs)]
-        out.setdefault(cuts[segment].label, {})[class_names[cls]] = settle_after(ks)
-    return out
+        name = class_names[cls]
+        by_stretch[segment][name] = max(by_stretch[segment].get(name, 0), settle_after(ks))
+    return [
+        {"stretch": cut.label, "start": cut.start, "classes": classes}
+        for cut, classes in zip(cuts, by_stretch, strict=True)
+    ]

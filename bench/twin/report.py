@@ -13,7 +13,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bench.twin.modes import ADAPTIVE, ADAPTIVE_FLOOR, BASELINES, ORACLE, UPPER_BOUND
-from bench.twin.summary import worst_settle
 
 INTRO = (
     "Simulation, not a measurement: the engine twin replays each workload in virtual "
@@ -95,13 +94,19 @@ def _first_seed(by_seed: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def _settle(arrivals: Mapping[str, Any]) -> list[str]:
-    rows = []
-    for label, cell in arrivals.items():
-        for mode in (ADAPTIVE, ADAPTIVE_FLOOR):
-            worst = worst_settle(cell["settle"], mode)
-            if worst is not None:
-                rows.append([label, mode, worst[0], str(worst[1])])
-    return _table(["arrival", "mode", "slowest class after a shift", "requests"], rows)
+    """Requests each class took to settle after each phase start or shift (adaptive,
+    first seed; its slowest batch bucket), per arrival."""
+    labels = list(arrivals)
+    table: dict[str, dict[str, int]] = {}
+    for label in labels:
+        stretches = _first_seed(arrivals[label]["settle"]).get(ADAPTIVE, [])
+        for stretch in stretches:
+            if stretch["start"] == 0:
+                continue
+            for cls, n in stretch["classes"].items():
+                table.setdefault(f"{stretch['stretch']} / {cls}", {})[label] = n
+    rows = [[key, *(str(v.get(a, "-")) for a in labels)] for key, v in table.items()]
+    return _table(["adaptive: requests to settle (first seed)", *labels], rows)
 
 
 def _checks(checks: Sequence[Mapping[str, Any]]) -> list[str]:

@@ -24,16 +24,7 @@ from bench.twin.engine import (
     simulate,
 )
 from bench.twin.metrics import settle_points, summarise
-from bench.twin.modes import (
-    ADAPTIVE,
-    ADAPTIVE_FLOOR,
-    ORACLE,
-    TRTLLM,
-    VLLM,
-    ModeContext,
-    build,
-    mode_names,
-)
+from bench.twin.modes import ADAPTIVE, ADAPTIVE_FLOOR, ORACLE, ModeContext, build, mode_names
 from bench.twin.modes.adaptive import AdaptiveControl
 from bench.twin.modes.oracle import choose, oracle
 from bench.twin.modes.trtllm import AcceptanceGate
@@ -65,8 +56,8 @@ class CaseRun:
 
     case: Case
     cells: dict[str, dict[int, dict[str, dict[str, Any]]]] = field(default_factory=dict)
-    #: arrival -> seed -> mode -> stretch -> class -> requests to settle.
-    settle: dict[str, dict[int, dict[str, dict[str, dict[str, int]]]]] = field(default_factory=dict)
+    #: arrival -> seed -> mode -> stretches in order (`metrics.settle_points`).
+    settle: dict[str, dict[int, dict[str, list[dict[str, Any]]]]] = field(default_factory=dict)
     #: arrival -> seed -> mode -> notes (drift alarms, the gate's trip, the schedule).
     notes: dict[str, dict[int, dict[str, dict[str, Any]]]] = field(default_factory=dict)
     #: arrival -> "class/phase" -> depth (first seed).
@@ -170,7 +161,7 @@ def run_case(
                 note = _notes(source)
                 if note:
                     out.notes.setdefault(label, {}).setdefault(seed, {})[mode] = note
-                if mode in (ADAPTIVE, ADAPTIVE_FLOOR, VLLM, TRTLLM):
+                if mode in (ADAPTIVE, ADAPTIVE_FLOOR):
                     settle = settle_points(result.records, cuts, names)
                     out.settle.setdefault(label, {}).setdefault(seed, {})[mode] = settle
                 if s == 0 and (mode in PLOTTED or mode == deepest):

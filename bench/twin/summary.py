@@ -111,16 +111,17 @@ def _arrival(run: CaseRun, label: str) -> dict[str, Any]:
     }
 
 
-def worst_settle(settle: Mapping[int, Mapping[str, Any]], mode: str) -> tuple[str, int] | None:
-    """The slowest (stretch/class, requests) to settle after a shift, over seeds; the
-    run's first stretch (a cold start, not a shift) is left out."""
+def worst_settle(settle: Mapping[str, Mapping[str, Any]], mode: str) -> tuple[str, int] | None:
+    """The slowest (stretch/class, requests) to settle after a phase start or shift, over
+    seeds; the run's first stretch (a cold start, not a shift) is left out."""
     worst: tuple[str, int] | None = None
     for stretches in settle.values():
-        table = stretches.get(mode, {})
-        for stretch in list(table)[1:]:
-            for cls, n in table[stretch].items():
+        for stretch in stretches.get(mode, []):
+            if stretch["start"] == 0:
+                continue
+            for cls, n in stretch["classes"].items():
                 if worst is None or n > worst[1]:
-                    worst = (f"{stretch}/{cls}", n)
+                    worst = (f"{stretch['stretch']}/{cls}", n)
     return worst
 
 

@@ -68,8 +68,9 @@ class TwinEvents:
 @dataclass(slots=True)
 class Trace:
     """What the plane was asked and what the engine ran, in order, as (kind, seconds, ...):
-    ("plan", t, index, endpoint, body, prompt_tokens, running, queued, sampling, k, cap),
-    ("enter", t, index), ("step", t, EngineStep), ("finish", t, index, outcome)."""
+    ("plan", t, index, endpoint, body, prompt_tokens, running, queued, sampling),
+    ("enter", t, index, k, cap) with the depth and cap the engine applied,
+    ("step", t, EngineStep), ("finish", t, index, outcome)."""
 
     events: list[tuple[Any, ...]] = field(default_factory=list)
 
@@ -120,12 +121,10 @@ class AdaptiveControl(EngineWide):
                     request.index,
                     spec.endpoint,
                     spec.request,
-                    request.prompt_tokens,
+                    prompt,
                     running,
                     queued,
                     sampling,
-                    plan.k,
-                    plan.cap,
                 )
             )
         return plan
@@ -136,7 +135,7 @@ class AdaptiveControl(EngineWide):
     def enter(self, plan: Plan) -> None:
         index, planned = plan.handle
         if self._trace is not None:
-            self._trace.events.append(("enter", self._clock.now, index))
+            self._trace.events.append(("enter", self._clock.now, index, plan.k, plan.cap))
         planned.enter()
 
     def observe_step(self, step: EngineStep) -> None:

@@ -1,0 +1,49 @@
+"""`python -m bench twin`: which profile runs which workload, and the quick run's files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from bench.__main__ import app
+from bench.twin.cli import PROFILES, WORKLOADS, select_cases
+from bench.twin.schema import TwinInputError
+
+FIXTURES = Path(__file__).parent / "twin_fixtures"
+
+
+def test_shipped_profiles_run_their_own_workloads() -> None:
+    cases = {c.profile.name: c.workload.name for c in select_cases([], [])}
+    assert cases["cpu-embedded"] == "make-bench"
+    assert len(cases) == len(list(PROFILES.glob("*.json")))
+    assert all(w == "production-mix" for p, w in cases.items() if p != "cpu-embedded")
+
+
+def test_one_workload_applies_to_every_profile_and_counts_must_match() -> None:
+    profiles = sorted(PROFILES.glob("*.json"))[:2]
+    workload = FIXTURES / "workload_small.json"
+    assert {c.workload.name for c in select_cases(profiles, [workload])} == {"test-mix"}
+    with pytest.raises(TwinInputError, match="2 workloads for 3 profiles"):
+        select_cases([*profiles, FIXTURES / "profile_small.json"], [workload, workload])
+    assert {p.stem for p in WORKLOADS.glob("*.json")} >= {"make-bench", "production-mix"}
+
+
+def test_quick_run_writes_summary_report_and_plots(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["twin", "--quick", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    (profile,) = summary["profiles"].values()
+    assert len(profile["arrivals"]) == 2
+    assert (tmp_path / "report.md").read_text().startswith("# Engine twin report")
+    assert len(list(tmp_path.glob("*.png"))) == 3
+
+
+def test_a_bad_input_file_is_a_usage_error_naming_it(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"name": "x"}')
+    result = CliRunner().invoke(app, ["twin", "--profile", str(bad), "--out", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "bad.json" in result.output
