@@ -9,7 +9,7 @@ STAMP := $(VENV)/.specgw-installed-$(EXTRA)
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install system-deps serve test test-long lint typecheck unit model measure bench bench-quick clean
+.PHONY: install system-deps serve test test-long lint typecheck unit model measure bench bench-quick bench-twin clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -59,6 +59,11 @@ bench: install system-deps
 
 bench-quick: install system-deps
 	$(BIN)/python -m bench run --quick
+
+# The engine twin (a simulation on published or measured step costs, driving the real
+# controller): every shipped profile, 3 seeds, into bench/results/twin/; minutes on one core.
+bench-twin: install
+	$(BIN)/python -m bench twin --out bench/results/twin
 
 clean:
 	rm -rf .mypy_cache .ruff_cache .pytest_cache build *.egg-info

@@ -1,0 +1,152 @@
+"""The summary's ratios and checks, the validation table, and the report from a JSON round trip."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from bench.twin.report import render
+from bench.twin.summary import best_static, checks, rounded, seed_ratios, worst_settle
+from bench.twin.validation import compare, kendall_tau
+
+
+def _mode(tps: float, speeds: dict[str, float]) -> dict[str, Any]:
+    return {"tokens_per_s": tps, "class_speed": speeds}
+
+
+MODES = {
+    "nospec": _mode(100.0, {"a": 10.0, "b": 10.0}),
+    "static-k0": _mode(95.0, {"a": 9.5, "b": 9.5}),
+    "static-k1": _mode(120.0, {"a": 13.0, "b": 11.0}),
+    "static-k2": _mode(110.0, {"a": 14.0, "b": 8.0}),
+    "vllm-schedule": _mode(118.0, {"a": 13.0, "b": 10.0}),
+    "sglang-adaptive": _mode(115.0, {"a": 13.0, "b": 9.0}),
+    "trtllm-threshold": _mode(121.0, {"a": 13.0, "b": 11.0}),
+    "adaptive": _mode(126.0, {"a": 14.0, "b": 9.8}),
+    "oracle": _mode(125.0, {"a": 14.0, "b": 11.0}),
+}
+
+
+def test_best_static_counts_no_speculation_and_every_static_depth() -> None:
+    assert best_static(MODES, 2) == "static-k1"
+    assert best_static({**MODES, "nospec": _mode(130.0, {})}, 2) == "nospec"
+
+
+def test_seed_ratios() -> None:
+    r = seed_ratios(MODES, 2)
+    assert r["adaptive/best-static"] == pytest.approx(126 / 120)
+    assert r["oracle/best-static"] == pytest.approx(125 / 120)
+    assert r["adaptive/oracle"] == pytest.approx(126 / 125)
+    assert r["adaptive/trtllm-threshold"] == pytest.approx(126 / 121)
+    assert r["worst-class:adaptive"] == pytest.approx(0.98)
+    assert r["worst-class:static-k2"] == pytest.approx(0.8)
+
+
+def _cell(ratios: dict[str, float], settle: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "ratios": {n: {"min": v, "median": v, "max": v} for n, v in ratios.items()},
+        "settle": {"1": {"adaptive": settle}},
+    }
+
+
+def test_checks_read_medians_skip_the_cold_start_and_add_the_large_ceiling_claim() -> None:
+    settle = [
+        {"stretch": "p0", "start": 0, "classes": {"a": 99}},
+        {"stretch": "p1", "start": 50, "classes": {"a": 3, "b": 25}},
+    ]
+    ratios = {**seed_ratios(MODES, 2), "oracle/best-static": 1.2}
+    out = {c["claim"]: c for c in checks({"c4": _cell(ratios, settle), "poisson1": {}})}
+    assert out["c4: adaptive / best static"]["pass"] is True
+    assert out["c4: worst class / no spec"]["pass"] is False  # 0.98 < 0.99
+    assert out["c4: k settles after a shift (p1/b)"]["value"] == 25
+    assert out["c4: oracle ceiling 1.200 > 1.1: adaptive / best static"]["pass"] is False
+    assert not any(c.startswith("poisson") for c in out)
+
+
+def test_worst_settle_over_seeds_and_stretches() -> None:
+    settle = {
+        "1": {"adaptive": [{"stretch": "x", "start": 10, "classes": {"a": 4}}]},
+        "2": {"adaptive": [{"stretch": "y", "start": 10, "classes": {"b": 7}}]},
+    }
+    assert worst_settle(settle, "adaptive") == ("y/b", 7)
+    assert worst_settle(settle, "adaptive-floor") is None
+
+
+def test_rounded_keeps_six_significant_digits_and_string_keys() -> None:
+    assert rounded({1: [1 / 3, 2], "x": 123456.789}) == {"1": [0.333333, 2], "x": 123457.0}
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "tau"),
+    [
+        ({"x": 1, "y": 2, "z": 3}, {"x": 10, "y": 20, "z": 30}, 1.0),
+        ({"x": 1, "y": 2, "z": 3}, {"x": 30, "y": 20, "z": 10}, -1.0),
+        ({"x": 1, "y": 2, "z": 3}, {"x": 10, "y": 30, "z": 20}, 1 / 3),
+    ],
+)
+def test_kendall_tau(a: dict[str, float], b: dict[str, float], tau: float) -> None:
+    assert kendall_tau(a, b) == pytest.approx(tau)
+
+
+def _twin_profile() -> dict[str, Any]:
+    tps = {"nospec": 100.0, "static-k1": 90.0, "adaptive": 110.0, "upper-bound": 200.0}
+    return {
+        "workload": "make-bench",
+        "arrivals": {"c1": {"tokens_per_s": {m: {"median": v} for m, v in tps.items()}}},
+    }
+
+
+def test_validation_sets_relative_figures_side_by_side() -> None:
+    real = {
+        "cells": {
+            "no-spec": {"c1": {"tokens_per_s": {"median": 50.0}}},
+            "static-k1": {"c1": {"tokens_per_s": {"median": 40.0}}},
+            "adaptive": {"c1": {"tokens_per_s": {"median": 60.0}}},
+        }
+    }
+    out = compare(_twin_profile(), real)
+    rows = {r["mode"]: r for r in out["rows"]}
+    assert set(rows) == {"static-k1", "adaptive"}  # upper-bound has no real counterpart
+    assert rows["static-k1"]["real"] == pytest.approx(0.8)
+    assert rows["static-k1"]["twin"] == pytest.approx(0.9)
+    assert rows["adaptive"]["difference"] == pytest.approx(1.1 / 1.2 - 1)
+    assert out["ranking"]["c1"] == {
+        "kendall_tau": 1.0,
+        "real_best": "adaptive",
+        "twin_best": "adaptive",
+    }
+
+
+def test_report_renders_from_a_json_round_trip(tmp_path: Any) -> None:
+    settle = [
+        {"stretch": "start", "start": 0, "classes": {"a": 1}},
+        {"stretch": "shift", "start": 5, "classes": {"a": 2}},
+    ]
+    ratios = seed_ratios(MODES, 2)
+    cell = {
+        "seeds": {"1": MODES},
+        "tokens_per_s": {m: {"median": f["tokens_per_s"]} for m, f in MODES.items()},
+        "ratios": {n: {"min": v, "median": v, "max": v} for n, v in ratios.items()},
+        "best_static": {"1": "static-k1"},
+        "worst_class": {"1": {"adaptive": "b"}},
+        "settle": {"1": {"adaptive": settle}},
+    }
+    summary = {
+        "profiles": {
+            "p": {
+                "workload": "w",
+                "max_k": 2,
+                "requests_per_run": 10,
+                "profile_source": "s",
+                "workload_source": "t",
+                "arrivals": {"c4": cell},
+                "checks": checks({"c4": cell}),
+            }
+        }
+    }
+    text = render(json.loads(json.dumps(summary, sort_keys=True)))
+    assert "| shift / a | 2 |" in text
+    assert "| c4: adaptive / best static | 1.050 | >= 1.00 | pass |" in text
+    assert "start / a" not in text
