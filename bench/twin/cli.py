@@ -155,3 +155,50 @@ def twin(
     }
     (out / "run.json").write_text(json.dumps(run_info, indent=1) + "\n")
     typer.echo(f"twin: {run_info['runs']} runs in {simulated:.1f} s; report: {out / 'report.md'}")
+
+
+@app.command("from-run")
+def from_run(
+    runs: Annotated[Path, typer.Argument(help="A benchmark run's runs.jsonl.")],
+    out: Annotated[Path, typer.Option(help="Workload JSON to write.")],
+    name: Annotated[str | None, typer.Option(help="Workload name (default: file stem).")] = None,
+    poisson: Annotated[
+        float | None, typer.Option(help="Also replay open-loop at this rate (requests/s).")
+    ] = None,
+) -> None:
+    """Write a workload from a real run (`bench.twin.build_workload`)."""
+    from bench.twin import build_workload
+
+    build_workload.main(out=out, from_run_path=runs, name=name, poisson=poisson)
+
+
+@app.command("from-classes")
+def from_classes(
+    classes: Annotated[Path, typer.Argument(help="A saved GET /admin/classes answer.")],
+    out: Annotated[Path, typer.Option(help="Workload JSON to write.")],
+    name: Annotated[str | None, typer.Option(help="Workload name (default: file stem).")] = None,
+    poisson: Annotated[
+        float | None, typer.Option(help="Also replay open-loop at this rate (requests/s).")
+    ] = None,
+) -> None:
+    """Write a workload from a gateway's per-class depth profiles (`bench.twin.build_workload`)."""
+    from bench.twin import build_workload
+
+    build_workload.main(out=out, from_classes_path=classes, name=name, poisson=poisson)
+
+
+@app.command("profile")
+def profile_from(
+    out: Annotated[Path, typer.Option(help="Profile JSON to write.")],
+    admin_costs: Annotated[
+        str | None, typer.Option(help="/admin/costs: a URL or a saved answer.")
+    ] = None,
+    vllm_profile: Annotated[
+        Path | None, typer.Option(help="vLLM's dynamic-SD profiler output (JSON).")
+    ] = None,
+) -> None:
+    """Write a cost profile from /admin/costs or vLLM's profiler (`bench.twin.build_profile`;
+    `python -m bench.twin.build_profile --help` for its other options)."""
+    from bench.twin import build_profile
+
+    build_profile.main(out=out, admin_costs=admin_costs, vllm_profile=vllm_profile)

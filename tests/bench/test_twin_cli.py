@@ -47,3 +47,26 @@ def test_a_bad_input_file_is_a_usage_error_naming_it(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["twin", "--profile", str(bad), "--out", str(tmp_path)])
     assert result.exit_code == 2
     assert "bad.json" in result.output
+
+
+def test_from_classes_round_trip_through_the_twin(tmp_path: Path) -> None:
+    """The twin's own controller's /admin/classes answer becomes a workload the twin runs."""
+    from bench.twin.costs import StepCosts
+    from bench.twin.engine import MAX_RUNNING, VirtualClock, simulate
+    from bench.twin.modes.adaptive import AdaptiveControl
+    from bench.twin.requests import build_requests
+    from bench.twin.runner import scaled
+    from bench.twin.schema import load_profile, load_workload
+
+    profile = load_profile(FIXTURES / "profile_small.json")
+    workload = scaled(load_workload(FIXTURES / "workload_small.json"), 120)
+    costs, clock = StepCosts.of(profile, MAX_RUNNING), VirtualClock()
+    source = AdaptiveControl(workload, costs, clock, 1)
+    simulate(build_requests(workload, 1), source, costs, clock, clients=4)
+    reports = [r.to_dict() for r in source.plane.controller.snapshot()]
+    classes = tmp_path / "classes.json"
+    classes.write_text(json.dumps({"object": "list", "data": reports}))
+    built = tmp_path / "built.json"
+    result = CliRunner().invoke(app, ["twin", "from-classes", str(classes), "--out", str(built)])
+    assert result.exit_code == 0, result.output
+    assert len(load_workload(built).classes) == len(reports)
