@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from engine.interface import RequestOutcome
 from gateway.control.classify import RequestClass
 from gateway.control.cost_model import CostModel
 from gateway.control.decision import SpeculationDecision
@@ -17,7 +16,7 @@ from gateway.control.drift import DriftMonitor
 from gateway.control.estimator import AcceptanceEstimator
 from gateway.control.events import ControlEvents, DecisionChange
 from gateway.control.exploration import may_pay_at_one
-from gateway.control.policies import Policy, PolicyInput
+from gateway.control.policies import Policy, Situation
 from gateway.control.stats import ClassStats
 
 _NEVER = -(10**9)
@@ -60,8 +59,6 @@ class ClassState:
     initial_k: int
     reason: str
     pending: ClassStats
-    #: Reply length assumed until the class has finished a request.
-    prior_output_tokens: float = 128.0
     buckets: dict[int, BucketState] = field(default_factory=dict)
     #: Requests observed (local); the clock of `min_dwell`.
     observed: int = 0
@@ -77,41 +74,6 @@ class ClassState:
     #: Estimate when the drift detector was last quiet (the "before" of a drift).
     stable_profile: tuple[float, ...] = ()
     stable_length: float | None = None
-    #: Moving mean of the class's prompt tokens (0 until its first request).
-    prompt_tokens: float = 0.0
-    #: Moving share of its k = 0 runs' prompt tokens found in the prefix cache. It
-    #: starts at 1: a class's first run is cold whatever repeats, and a probe right
-    #: after it would pay the whole prompt again (long context at concurrency 1: a k = 1
-    #: probe in its second run took 1.99 s to the first token, 0.06 s at k = 0).
-    zero_cached_share: float = 1.0
-    #: The same share of its k > 0 runs (None until it has run at k > 0): what of the
-    #: class's prompts the k > 0 namespace already holds, which a move there keeps.
-    spec_cached_share: float | None = None
-
-    def note_prompt(self, outcome: RequestOutcome) -> None:
-        tokens = outcome.prompt_tokens
-        if tokens <= 0:
-            return
-        mean = self.prompt_tokens
-        self.prompt_tokens = float(tokens) if mean <= 0 else mean + 0.2 * (tokens - mean)
-        share = outcome.cached_prompt_tokens / tokens
-        if outcome.speculation.k == 0:
-            self.zero_cached_share += 0.2 * (share - self.zero_cached_share)
-        elif self.spec_cached_share is None:
-            self.spec_cached_share = share
-        else:
-            self.spec_cached_share += 0.2 * (share - self.spec_cached_share)
-
-    def cold_tokens(self) -> float:
-        """Prompt tokens a request at k > 0 is expected to prefill beyond a k = 0 run's.
-
-        k = 0 requests cache under their own salt (`engine.scheduler`), so what the
-        class's k = 0 runs find cached, a request at k > 0 prefills again, less what
-        its k > 0 runs found cached there (a class that ran deep before, at this
-        load or another, still has its prompts in that namespace).
-        """
-        spec = self.spec_cached_share or 0.0
-        return self.prompt_tokens * max(0.0, self.zero_cached_share - spec)
 
     def current_k(self) -> int:
         state = self.buckets.get(self.last_bucket)
@@ -177,20 +139,17 @@ class ClassState:
         if state.evaluated == key:
             return state.k
         state.evaluated = key
-        profile = self.estimator.profile()
-        switch = self.cold_tokens() * cost.prefill_steps(bucket)
-        inp = PolicyInput(
-            profile=profile,
-            samples=self.estimator.samples_since_reset,
-            current_k=state.k,
-            k_min=k_min,
-            k_max=k_max,
-            since_change=self.observed - state.changed_at,
-            relative_cost=cost.relative_costs(bucket),
-            first_token=cost.first_token(bucket),
-            output_tokens=self.estimator.mean_output_tokens(self.prior_output_tokens),
-            switch_steps=switch if state.k == 0 else 0.0,
+        at = Situation(
+            self.cls.class_id,
+            self.estimator,
+            cost,
+            bucket,
+            state.k,
+            k_min,
+            k_max,
+            self.observed - state.changed_at,
         )
+        inp = policy.inputs(at)
         choice = policy.choose(inp)
         if choice.k != state.k:
             old, state.k, state.changed_at = state.k, choice.k, self.observed
@@ -208,10 +167,12 @@ class ClassState:
             )
         if state.k > 0:
             state.hopeful = True
-        else:  # the probe from the k = 0 the policy chose pays the switch too
-            inp.switch_steps = switch
-            state.hopeful = may_pay_at_one(inp, self.estimator.prior_strength)
-        gains = gains_at(profile.expected_tokens(), state.k)
+        else:  # the probe from the k = 0 the policy chose: priced as leaving k = 0
+            if at.current_k != 0:
+                at.current_k = 0
+                inp = policy.inputs(at)
+            state.hopeful = may_pay_at_one(policy, inp, self.estimator.prior_strength)
+        gains = gains_at(self.estimator.profile().expected_tokens(), state.k)
         old_gains = state.gains
         # Kept while within 5 %: a new tuple makes the next `decide` build its decision anew.
         if len(gains) != len(old_gains) or any(

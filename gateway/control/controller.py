@@ -168,7 +168,7 @@ class Controller:
             state.stable_length = state.estimator.ewma_length
         state.estimator.observe(outcome, counts)
         state.pending.add_outcome(outcome, counts)
-        state.note_prompt(outcome)
+        self._policy.observe(cls.class_id, outcome)
         state.observed += 1
         state.version += 1
         state.explored += int(decision.explored)
@@ -196,7 +196,6 @@ class Controller:
             initial_k=k,
             reason=reason,
             pending=ClassStats(self._cap),
-            prior_output_tokens=s.prior_output_tokens,
         )
         unclaimed = self._unclaimed.pop(cls.class_id, None)
         if unclaimed is not None:
@@ -225,6 +224,7 @@ class Controller:
 
     def _evicted(self, cls: RequestClass) -> None:
         self._states.pop(cls.class_id, None)
+        self._policy.forget(cls.class_id)
         self._events.on_class_evicted(cls)
 
     def _drifted(self, state: ClassState, direction: int) -> None:

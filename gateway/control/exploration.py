@@ -35,8 +35,7 @@ from collections.abc import Callable
 from gateway.control.cost_model import CostModel, batch_bucket
 from gateway.control.decision import LoadSnapshot
 from gateway.control.depth_profile import DepthProfile
-from gateway.control.policies.base import PolicyInput
-from gateway.control.policies.goodput import goodput_of
+from gateway.control.policies.base import Policy, PolicyInput
 from gateway.control.settings import ControllerSettings
 
 #: `BatchDepth.floor`: (load, bucket, depth, k_min) -> the deepest depth <= `depth` at
@@ -44,8 +43,9 @@ from gateway.control.settings import ControllerSettings
 Floor = Callable[[LoadSnapshot, int, int, int], int]
 
 
-def may_pay_at_one(inp: PolicyInput, prior_strength: float) -> bool:
-    """Whether k = 1 beats k = 0 with position 1's acceptance at its upper bound.
+def may_pay_at_one(policy: Policy, inp: PolicyInput, prior_strength: float) -> bool:
+    """Whether the policy scores k = 1 above k = 0 with position 1's acceptance at its
+    upper bound (`Policy.score`, on `inp` with p_1 raised).
 
     The bound is two standard deviations of the posterior mean over the position's
     trials plus the prior's `prior_strength` pseudo-trials. A probe from k = 0 costs
@@ -72,8 +72,8 @@ def may_pay_at_one(inp: PolicyInput, prior_strength: float) -> bool:
         inp.output_tokens,
         inp.switch_steps,
     )
-    goodput = goodput_of(optimistic, 1)
-    return goodput[1] > goodput[0]
+    score = policy.score(optimistic)
+    return len(score) > 1 and score[1] > score[0]
 
 
 class Exploration:

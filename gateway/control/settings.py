@@ -7,8 +7,10 @@ variables are `SPECGW_CONTROL_<FIELD>`.
 
 from __future__ import annotations
 
-from pydantic import Field, model_validator
+from pydantic import Field, JsonValue, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from gateway.control.policies import POLICIES
 
 
 class ControllerSettings(BaseSettings):
@@ -36,7 +38,17 @@ class ControllerSettings(BaseSettings):
     default_k: int = Field(
         3, ge=0, le=16, description="k of a class with too few samples and no similar class."
     )
-    policy: str = Field("goodput", description="Policy by name: `goodput` (adaptive) or `static`.")
+    policy: str = Field(
+        "goodput",
+        description=f"Policy by name, one of `gateway.control.policies.POLICIES` "
+        f"({', '.join(POLICIES)}). A fixed k is the `controller-mode: static` flag.",
+    )
+    policy_params: dict[str, JsonValue] = Field(
+        default_factory=dict,
+        description="The policy's own parameters, by name (JSON in the environment); a "
+        "parameter that is also a field here (`hysteresis`, ...) is read from the field "
+        "unless given here. Checked against the policy's parameter model.",
+    )
     min_samples: int = Field(
         8,
         ge=1,
@@ -187,8 +199,11 @@ class ControllerSettings(BaseSettings):
     def _check(self) -> ControllerSettings:
         if self.default_k > self.max_k:
             raise ValueError("default_k must be <= max_k")
-        if self.policy not in ("goodput", "static"):
-            raise ValueError("policy must be `goodput` or `static`")
+        spec = POLICIES.get(self.policy)
+        if spec is None:
+            hint = " (a fixed k is the `controller-mode: static` flag)" * (self.policy == "static")
+            raise ValueError(f"policy must be one of {', '.join(sorted(POLICIES))}{hint}")
+        spec.parameters(self)
         if any(not 1 <= b <= 256 for b in self.calibrate_batches):
             raise ValueError("calibrate_batches must be batch sizes in 1..256")
         return self

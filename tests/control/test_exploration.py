@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import pytest
 
@@ -12,6 +11,9 @@ from gateway.control.cost_model import CostModel
 from gateway.control.decision import LoadSnapshot
 from gateway.control.exploration import Exploration
 from gateway.control.settings import ControllerSettings
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsLenAndGetItem
 
 T = TypeVar("T")
 SETTINGS = ControllerSettings()  # shares: exploration 0.05, zero-probe 0.2, cost-probe 0.2
@@ -28,9 +30,9 @@ class ScriptedRandom(random.Random):
     def random(self) -> float:
         return self.draw
 
-    def choice(self, seq: Sequence[T]) -> T:
-        self.offered = list(seq)
-        return seq[-1]
+    def choice(self, seq: SupportsLenAndGetItem[T]) -> T:
+        self.offered = [seq[i] for i in range(len(seq))]
+        return seq[len(seq) - 1]
 
 
 def calibrated_model() -> CostModel:

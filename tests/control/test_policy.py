@@ -6,7 +6,7 @@ import pytest
 
 from gateway.control.depth_profile import DepthProfile
 from gateway.control.exploration import may_pay_at_one
-from gateway.control.policies import GoodputPolicy, PolicyInput, StaticPolicy, make_policy
+from gateway.control.policies import GoodputPolicy, PolicyInput, make_policy
 from gateway.control.settings import ControllerSettings
 
 
@@ -17,6 +17,7 @@ def profile(*p: float) -> DepthProfile:
 FLAT_COST = tuple(1.0 + 0.05 * k for k in range(6))
 STEEP_COST = tuple(1.0 + 1.0 * k for k in range(6))
 PRIOR_LIKE = profile(0.7, 0.665, 0.632, 0.6, 0.57)
+GOODPUT = GoodputPolicy(min_samples=8, hysteresis=0.03, min_dwell=4)
 
 CASES = [
     # name, profile, cost, current k, samples, since_change, bounds, expected k
@@ -88,13 +89,14 @@ def test_prior_extrapolates_unseen_depths() -> None:
 
 
 def test_factory_by_name() -> None:
-    settings = ControllerSettings(default_k=2)
-    assert isinstance(make_policy("goodput", settings), GoodputPolicy)
-    static = make_policy("static", settings)
-    assert isinstance(static, StaticPolicy)
-    assert static.choose(PolicyInput(profile(0.9), 50, 0, 0, 5, 50, FLAT_COST)).k == 2
-    with pytest.raises(ValueError, match="unknown policy"):
+    settings = ControllerSettings(hysteresis=0.07, prior_output_tokens=48.0)
+    policy = make_policy("goodput", settings)
+    assert isinstance(policy, GoodputPolicy)
+    assert (policy.hysteresis, policy.prior_output_tokens) == (0.07, 48.0)
+    with pytest.raises(ValueError, match="unknown policy 'magic'; known: goodput"):
         make_policy("magic", settings)
+    with pytest.raises(ValueError, match="controller-mode: static"):
+        ControllerSettings(policy="static")  # one static: the flag
 
 
 def test_the_first_tokens_price_decides_short_replies_not_long_ones() -> None:
@@ -128,7 +130,8 @@ def test_a_class_at_k0_probes_hard_only_while_k1_could_pay() -> None:
 
     def hopeful(p: float, trials: float) -> bool:
         prof = DepthProfile((p,), (trials,))
-        return may_pay_at_one(PolicyInput(prof, 50, 0, 0, 1, 50, cost, first, 30.0), 4.0)
+        inp = PolicyInput(prof, 50, 0, 0, 1, 50, cost, first, 30.0)
+        return may_pay_at_one(GOODPUT, inp, 4.0)
 
     assert hopeful(0.7, 0.0)
     assert not hopeful(0.2, 400.0)
@@ -142,9 +145,9 @@ def test_a_probe_that_prefills_a_cached_prompt_again_cannot_pay() -> None:
     not probe hard even at the prior's 0.7; with nothing cached it does."""
     cost, first = (1.0, 1.37), (2.2, 6.1)
     prof = DepthProfile((0.7,), (0.0,))
-    assert may_pay_at_one(PolicyInput(prof, 50, 0, 0, 1, 50, cost, first, 30.0, 0.0), 4.0)
+    assert may_pay_at_one(GOODPUT, PolicyInput(prof, 50, 0, 0, 1, 50, cost, first, 30.0), 4.0)
     cached = PolicyInput(prof, 50, 0, 0, 1, 50, cost, first, 30.0, 1300 * 0.14)
-    assert not may_pay_at_one(cached, 4.0)
+    assert not may_pay_at_one(GOODPUT, cached, 4.0)
 
 
 def test_leaving_k0_pays_the_prompt_a_deeper_request_prefills_again() -> None:

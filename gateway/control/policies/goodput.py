@@ -22,23 +22,130 @@ Parameters:
 - `min_samples`: below it the class keeps its current (cold-start) k, or steps
   down where its estimate so far pays more at a smaller k (never up);
 - `hysteresis` h: a new k must beat the current one by a factor (1 + h);
-- `min_dwell`: requests of the class between two changes at a bucket.
+- `min_dwell`: requests of the class between two changes at a bucket;
+- `prior_output_tokens`: L of a class that has not finished a request yet.
 
 A current k outside the flag bounds is replaced at once, whatever the gain.
+
+Its inputs beyond the shared ones (`inputs`): f and c from the cost model, L from
+the class's estimator, and the switch price from its own memory of each class's
+prompts (`observe`): their mean length and the shares its k = 0 and k > 0 runs
+found in the prefix cache (`PromptCache`), times the calibrated cold prefill per
+token in steps at k = 0 (`CostModel.prefill_steps`).
 """
 
 from __future__ import annotations
 
-from gateway.control.policies.base import Choice, PolicyInput
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict
+
+from engine.interface import RequestOutcome
+from gateway.control.policies.base import Choice, PolicyInput, PolicySpec, Situation
+
+
+class GoodputParams(BaseModel):
+    """Read from the `ControllerSettings` fields of the same names (bounds there)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    min_samples: int
+    hysteresis: float
+    min_dwell: int
+    prior_output_tokens: float
+
+
+@dataclass(slots=True)
+class PromptCache:
+    """What one class's prompts find in the prefix cache, by namespace (moving means)."""
+
+    #: Moving mean of the class's prompt tokens (0 until its first request).
+    prompt_tokens: float = 0.0
+    #: Moving share of its k = 0 runs' prompt tokens found in the prefix cache. It
+    #: starts at 1: a class's first run is cold whatever repeats, and a probe right
+    #: after it would pay the whole prompt again.
+    zero_cached_share: float = 1.0
+    #: The same share of its k > 0 runs (None until it has run at k > 0): what of the
+    #: class's prompts the k > 0 namespace already holds, which a move there keeps.
+    spec_cached_share: float | None = None
+
+    def note(self, outcome: RequestOutcome) -> None:
+        tokens = outcome.prompt_tokens
+        if tokens <= 0:
+            return
+        mean = self.prompt_tokens
+        self.prompt_tokens = float(tokens) if mean <= 0 else mean + 0.2 * (tokens - mean)
+        share = outcome.cached_prompt_tokens / tokens
+        if outcome.speculation.k == 0:
+            self.zero_cached_share += 0.2 * (share - self.zero_cached_share)
+        elif self.spec_cached_share is None:
+            self.spec_cached_share = share
+        else:
+            self.spec_cached_share += 0.2 * (share - self.spec_cached_share)
+
+    def cold_tokens(self) -> float:
+        """Prompt tokens a request at k > 0 is expected to prefill beyond a k = 0 run's.
+
+        k = 0 requests cache under their own salt (`engine.scheduler`), so what the
+        class's k = 0 runs find cached, a request at k > 0 prefills again, less what
+        its k > 0 runs found cached there (a class that ran deep before, at this
+        load or another, still has its prompts in that namespace).
+        """
+        spec = self.spec_cached_share or 0.0
+        return self.prompt_tokens * max(0.0, self.zero_cached_share - spec)
 
 
 class GoodputPolicy:
     name = "goodput"
 
-    def __init__(self, min_samples: int, hysteresis: float, min_dwell: int) -> None:
+    def __init__(
+        self,
+        min_samples: int,
+        hysteresis: float,
+        min_dwell: int,
+        prior_output_tokens: float = 128.0,
+    ) -> None:
         self.min_samples = min_samples
         self.hysteresis = hysteresis
         self.min_dwell = min_dwell
+        self.prior_output_tokens = prior_output_tokens
+        self._prompts: dict[str, PromptCache] = {}
+
+    @classmethod
+    def from_params(cls, params: GoodputParams) -> GoodputPolicy:
+        return cls(
+            params.min_samples, params.hysteresis, params.min_dwell, params.prior_output_tokens
+        )
+
+    def inputs(self, at: Situation) -> PolicyInput:
+        cost, bucket, est = at.cost, at.bucket, at.estimator
+        prompts = self._prompts.get(at.class_id)
+        cold = prompts.cold_tokens() if prompts is not None else 0.0
+        switch = cold * cost.prefill_steps(bucket)
+        return PolicyInput(
+            profile=est.profile(),
+            samples=est.samples_since_reset,
+            current_k=at.current_k,
+            k_min=at.k_min,
+            k_max=at.k_max,
+            since_change=at.since_change,
+            relative_cost=cost.relative_costs(bucket),
+            first_token=cost.first_token(bucket),
+            output_tokens=est.mean_output_tokens(self.prior_output_tokens),
+            switch_steps=switch if at.current_k == 0 else 0.0,
+        )
+
+    def observe(self, class_id: str, outcome: RequestOutcome) -> None:
+        prompts = self._prompts.get(class_id)
+        if prompts is None:
+            prompts = self._prompts[class_id] = PromptCache()
+        prompts.note(outcome)
+
+    def forget(self, class_id: str) -> None:
+        self._prompts.pop(class_id, None)
+
+    def score(self, inp: PolicyInput) -> tuple[float, ...]:
+        return goodput_of(inp, min(inp.k_max, inp.profile.depth, len(inp.relative_cost) - 1))
 
     def choose(self, inp: PolicyInput) -> Choice:
         k_max = min(inp.k_max, inp.profile.depth, len(inp.relative_cost) - 1)
@@ -94,3 +201,6 @@ def goodput_of(inp: PolicyInput, k_max: int) -> tuple[float, ...]:
             for k in range(k_max + 1)
         ]
     )
+
+
+SPEC = PolicySpec(GoodputParams, GoodputPolicy.from_params)
