@@ -45,6 +45,7 @@ def default_workload(profile: Profile) -> str:
 
 def select_cases(profiles: Sequence[Path], workloads: Sequence[Path]) -> list[Case]:
     """The (profile, workload) pairs a run covers (module docstring)."""
+    from bench.twin.modes import BENCH_SCHEDULE
     from bench.twin.runner import Case
 
     paths = list(profiles) or sorted(PROFILES.glob("*.json"))
@@ -61,7 +62,8 @@ def select_cases(profiles: Sequence[Path], workloads: Sequence[Path]) -> list[Ca
             path = workloads[0] if len(workloads) == 1 else workloads[i]
         else:
             path = WORKLOADS / f"{default_workload(profile)}.json"
-        cases.append(Case(profile, load_workload(path)))
+        extra = (BENCH_SCHEDULE,) if profile.name == CPU_PROFILE else ()
+        cases.append(Case(profile, load_workload(path), extra))
     return cases
 
 
@@ -73,7 +75,7 @@ def quick_cases(cases: Sequence[Case]) -> list[Case]:
     workload: Workload = scaled(case.workload, QUICK_REQUESTS)
     arrivals = workload.arrivals
     picked = [arrivals[0], arrivals[-1]] if len(arrivals) > 1 else list(arrivals)
-    return [Case(case.profile, workload.model_copy(update={"arrivals": picked}))]
+    return [Case(case.profile, workload.model_copy(update={"arrivals": picked}), case.extra_modes)]
 
 
 def run_all(cases: Sequence[Case], seeds: Sequence[int]) -> list[CaseRun]:
@@ -93,8 +95,11 @@ def run_all(cases: Sequence[Case], seeds: Sequence[int]) -> list[CaseRun]:
     return runs
 
 
-def write(out: Path, runs: Sequence[CaseRun], seeds: Sequence[int]) -> dict[str, object]:
-    """summary.json, report.md and the PNGs into `out`."""
+def write(
+    out: Path, runs: Sequence[CaseRun], seeds: Sequence[int], started: float, simulated: float
+) -> None:
+    """summary.json, the PNGs, report.md and run.json (wall times: not in the summary,
+    which stays byte-identical for one seed's inputs) into `out`."""
     from bench.twin.plots import write_plots
     from bench.twin.report import render
     from bench.twin.summary import build_summary
@@ -106,9 +111,26 @@ def write(out: Path, runs: Sequence[CaseRun], seeds: Sequence[int]) -> dict[str,
     if checked is not None:
         summary = build_summary(runs, seeds, checked)
     (out / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
-    (out / "report.md").write_text(render(summary) + "\n")
     write_plots(summary, runs, out)
-    return summary
+    per_run = {r.case.profile.name: r.case.workload.total_requests for r in runs}
+    replays = {
+        r.case.profile.name: sum(
+            len(modes) for seeds_ in r.cells.values() for modes in seeds_.values()
+        )
+        for r in runs
+    }
+    info = {
+        "runs": sum(replays.values()),
+        "requests": sum(per_run[name] * n for name, n in replays.items()),
+        "per_run": ", ".join(f"{n}: {k} per run" for n, k in per_run.items()),
+        "simulation_wall_s": round(simulated, 1),
+        "total_wall_s": round(time.perf_counter() - started, 1),
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+    }
+    (out / "report.md").write_text(render(summary, info) + "\n")
+    (out / "run.json").write_text(json.dumps(info, indent=1) + "\n")
+    typer.echo(f"twin: {info['runs']} runs, simulated in {simulated:.1f} s; {out / 'report.md'}")
 
 
 @app.callback(invoke_without_command=True)
@@ -131,30 +153,20 @@ def twin(
     """Replay each profile's workload through every mode; write summary, report, plots."""
     if ctx.invoked_subcommand is not None:
         return
-    from bench.twin.runner import Case, count_runs, scaled
+    from bench.twin.runner import rescaled
 
     try:
         cases = select_cases(profile or [], workload or [])
     except TwinInputError as exc:
         raise typer.BadParameter(str(exc)) from None
     if requests:
-        cases = [Case(c.profile, scaled(c.workload, requests)) for c in cases]
+        cases = [rescaled(c, requests) for c in cases]
     chosen = [seed] if quick else [seed + i for i in range(seeds)]
     if quick:
         cases = quick_cases(cases)
     started = time.perf_counter()
     runs = run_all(cases, chosen)
-    simulated = time.perf_counter() - started
-    write(out, runs, chosen)
-    run_info = {
-        "simulation_wall_s": round(simulated, 1),
-        "total_wall_s": round(time.perf_counter() - started, 1),
-        "runs": count_runs(cases, len(chosen)),
-        "python": platform.python_version(),
-        "machine": platform.machine(),
-    }
-    (out / "run.json").write_text(json.dumps(run_info, indent=1) + "\n")
-    typer.echo(f"twin: {run_info['runs']} runs in {simulated:.1f} s; report: {out / 'report.md'}")
+    write(out, runs, chosen, started, time.perf_counter() - started)
 
 
 @app.command("from-run")

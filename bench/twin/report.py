@@ -182,10 +182,44 @@ def _validation(v: Mapping[str, Any]) -> list[str]:
     ]
 
 
-def render(summary: Mapping[str, Any]) -> str:
+def _spread(summary: Mapping[str, Any]) -> list[str]:
+    """adaptive / best static and adaptive / oracle over seeds, every profile and arrival."""
+    rows = []
+    for name, profile in summary["profiles"].items():
+        for label, cell in profile["arrivals"].items():
+            row = [name, label]
+            for ratio in (f"{ADAPTIVE}/best-static", f"{ADAPTIVE}/{ORACLE}"):
+                s = cell["ratios"].get(ratio)
+                row += ["-"] * 3 if s is None else [_f(s["min"]), _f(s["median"]), _f(s["max"])]
+            rows.append(row)
+    seeds = ", ".join(str(s) for s in summary["meta"]["seeds"])
+    header = [
+        "profile",
+        "arrival",
+        *(f"adaptive / best static {q}" for q in ("min", "median", "max")),
+    ]
+    header += [f"adaptive / oracle {q}" for q in ("min", "median", "max")]
+    return [f"## Spread over seeds ({seeds})", "", *_table(header, rows), ""]
+
+
+def _run(info: Mapping[str, Any]) -> list[str]:
+    return [
+        "## Size and time",
+        "",
+        f"{info['runs']} runs of {info['requests']} requests in all ({info['per_run']}); "
+        f"simulated in {info['simulation_wall_s']} s of wall time on one core "
+        f"({info['total_wall_s']} s with the summary, report and plots).",
+        "",
+    ]
+
+
+def render(summary: Mapping[str, Any], run_info: Mapping[str, Any] | None = None) -> str:
     lines = ["# Engine twin report", "", INTRO, "", UPPER_BOUND_NOTE, ""]
     for name, profile in summary["profiles"].items():
         lines += _profile(name, profile)
+    lines += _spread(summary)
     if "validation" in summary:
         lines += _validation(summary["validation"])
+    if run_info is not None:
+        lines += _run(run_info)
     return "\n".join(lines)

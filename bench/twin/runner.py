@@ -48,6 +48,8 @@ class Case:
 
     profile: Profile
     workload: Workload
+    #: Modes run beside the standard ones (`bench.twin.modes.BENCH_SCHEDULE`).
+    extra_modes: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -107,6 +109,10 @@ def scaled(workload: Workload, total: int) -> Workload:
     return workload.model_copy(update={"phases": phases})
 
 
+def rescaled(case: Case, total: int) -> Case:
+    return Case(case.profile, scaled(case.workload, total), case.extra_modes)
+
+
 def _notes(source: object) -> dict[str, Any]:
     if isinstance(source, AdaptiveControl):
         return {"drift_alarms": len(source.events.drifts)}
@@ -129,7 +135,8 @@ def run_case(
     names = sorted(workload.classes)
     cuts = segments(workload)
     out = CaseRun(case)
-    chosen = [m for m in mode_names(profile.max_k) if modes is None or m in modes]
+    every = mode_names(profile.max_k, case.extra_modes)
+    chosen = [m for m in every if modes is None or m in modes]
     deepest = f"static-k{profile.max_k}"
     for s, seed in enumerate(seeds):
         requests = build_requests(workload, seed)
@@ -175,6 +182,8 @@ def count_runs(cases: Sequence[Case], seeds: int, modes: Sequence[str] | None = 
     return sum(
         seeds
         * len(c.workload.arrivals)
-        * len([m for m in mode_names(c.profile.max_k) if modes is None or m in modes])
+        * len(
+            [m for m in mode_names(c.profile.max_k, c.extra_modes) if modes is None or m in modes]
+        )
         for c in cases
     )

@@ -6,6 +6,8 @@ have, the twin's tokens/s relative to no speculation is set beside the real
 run's (`cells[mode][arrival].tokens_per_s.median`), with the difference as a share
 of the real figure, flagged beyond `TOLERANCE`; per arrival, Kendall's tau
 between the two orderings of the modes and whether both put the same mode first.
+The real run's `batch-schedule` is its fixed table (`bench.modes.BATCH_SCHEDULE`),
+so the twin runs that same table beside its own profiler-derived `vllm-schedule`.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any
 REAL_NAMES = {
     "nospec": "no-spec",
     "static-k0": "k0",
-    "vllm-schedule": "batch-schedule",
+    "batch-schedule": "batch-schedule",
     "adaptive": "adaptive",
     "adaptive-floor": "adaptive-floor",
     **{f"static-k{k}": f"static-k{k}" for k in range(1, 17)},

@@ -134,6 +134,7 @@ def test_report_renders_from_a_json_round_trip(tmp_path: Any) -> None:
         "settle": {"1": {"adaptive": settle}},
     }
     summary = {
+        "meta": {"seeds": [1]},
         "profiles": {
             "p": {
                 "workload": "w",
@@ -150,3 +151,4 @@ def test_report_renders_from_a_json_round_trip(tmp_path: Any) -> None:
     assert "| shift / a | 2 |" in text
     assert "| c4: adaptive / best static | 1.050 | >= 1.00 | pass |" in text
     assert "start / a" not in text
+    assert "| p | c4 | 1.050 | 1.050 | 1.050 | 1.008 | 1.008 | 1.008 |" in text

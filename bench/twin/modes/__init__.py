@@ -4,10 +4,13 @@
 `sglang-adaptive` (`sglang`), `trtllm-threshold` (`trtllm`), `adaptive` and
 `adaptive-floor` (`adaptive`: the gateway's control plane), `upper-bound`
 (`upper_bound`); `oracle` (`oracle`) is built from the static runs' results.
+`batch-schedule` is the real-engine benchmark's fixed vLLM schedule
+(`bench.modes.BATCH_SCHEDULE`), run beside it for the validation only.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bench.twin.costs import StepCosts
@@ -17,7 +20,7 @@ from bench.twin.modes.sglang import EmaTiers
 from bench.twin.modes.static import NoSpec, Static
 from bench.twin.modes.trtllm import DRAFT_LEN, AcceptanceGate, break_even_rate
 from bench.twin.modes.upper_bound import Clairvoyant
-from bench.twin.modes.vllm_schedule import BatchSchedule, depth_table, marginals
+from bench.twin.modes.vllm_schedule import BatchSchedule, depth_table, marginals, table_of
 from bench.twin.schema import Profile, Workload
 
 ADAPTIVE = "adaptive"
@@ -28,6 +31,8 @@ UPPER_BOUND = "upper-bound"
 VLLM = "vllm-schedule"
 SGLANG = "sglang-adaptive"
 TRTLLM = "trtllm-threshold"
+#: The real-engine benchmark's own vLLM schedule (`bench.modes.BATCH_SCHEDULE`).
+BENCH_SCHEDULE = "batch-schedule"
 #: The engines' own adaptive modes and schedules, which adaptive must beat.
 BASELINES = (VLLM, SGLANG, TRTLLM)
 
@@ -36,9 +41,17 @@ def static_modes(max_k: int) -> list[str]:
     return [NOSPEC, *(f"static-k{k}" for k in range(max_k + 1))]
 
 
-def mode_names(max_k: int) -> list[str]:
+def mode_names(max_k: int, extra: Sequence[str] = ()) -> list[str]:
     """Every mode of a run, in run order (the oracle after the static runs it reads)."""
-    return [*static_modes(max_k), *BASELINES, ADAPTIVE, ADAPTIVE_FLOOR, ORACLE, UPPER_BOUND]
+    return [
+        *static_modes(max_k),
+        *BASELINES,
+        *extra,
+        ADAPTIVE,
+        ADAPTIVE_FLOOR,
+        ORACLE,
+        UPPER_BOUND,
+    ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +74,10 @@ def build(name: str, ctx: ModeContext) -> DepthSource:
         return Static(int(name.removeprefix("static-k")))
     if name == VLLM:
         return BatchSchedule(depth_table(ctx.costs, marginals(ctx.profile, ctx.workload)))
+    if name == BENCH_SCHEDULE:
+        from bench.modes import BATCH_SCHEDULE
+
+        return BatchSchedule(table_of(BATCH_SCHEDULE, len(ctx.costs.spec) - 1, k_max))
     if name == SGLANG:
         return EmaTiers(k_max)
     if name == TRTLLM:

@@ -65,6 +65,15 @@ def depth_table(costs: StepCosts, rates: Sequence[float]) -> tuple[int, ...]:
     return tuple(table)
 
 
+def table_of(schedule: Sequence[Sequence[int]], batches: int, max_k: int) -> tuple[int, ...]:
+    """A `[[lo, hi, k], ...]` schedule as k(b) for b = 0..batches (k 0 outside its ranges)."""
+    table = [0] * (batches + 1)
+    for lo, hi, k in schedule:
+        for b in range(max(lo, 0), min(hi, batches) + 1):
+            table[b] = min(k, max_k)
+    return tuple(table)
+
+
 def ranges(table: Sequence[int]) -> list[list[int]]:
     """The table as vLLM's [[lo, hi, k], ...] from batch 1 on."""
     out: list[list[int]] = []
