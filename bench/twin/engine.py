@@ -28,10 +28,10 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
 from bench.twin.costs import StepCosts
+from bench.twin.records import RequestRecord, RunResult
 from bench.twin.requests import TwinRequest
 from engine.interface import EngineStep, RequestOutcome, SpeculationOutcome
 
@@ -148,39 +148,6 @@ class _Live:
         #: Verify steps by drafts accepted (vLLM's per-request histogram), and by drafts made.
         self.hist = [0] * (depth + 1)
         self.dhist = [0] * (depth + 1)
-
-
-@dataclass(frozen=True, slots=True)
-class RequestRecord:
-    """What one finished request did, for the report (times in virtual seconds)."""
-
-    index: int
-    class_index: int
-    phase: int
-    segment: int
-    arrival_s: float
-    first_s: float
-    last_s: float
-    output_tokens: int
-    k: int
-    chosen: int
-    verify_steps: int
-    draft_tokens: int
-    accepted_tokens: int
-    #: The batch it was planned for (requests in the engine at its arrival, itself included).
-    load: int = 1
-
-
-@dataclass(frozen=True, slots=True)
-class RunResult:
-    records: list[RequestRecord]
-    makespan_s: float
-    steps: int
-
-    @property
-    def tokens_per_s(self) -> float:
-        tokens = sum(r.output_tokens for r in self.records)
-        return tokens / self.makespan_s if self.makespan_s > 0 else 0.0
 
 
 def outcome_of(live: _Live, last_t: float) -> RequestOutcome:

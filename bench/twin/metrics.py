@@ -22,7 +22,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from bench.twin.engine import RequestRecord, RunResult
+from bench.twin.records import RequestRecord, RunResult
 from bench.twin.requests import Segment
 from gateway.control.cost_model import batch_bucket
 

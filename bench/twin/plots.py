@@ -15,8 +15,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from bench.twin.engine import RequestRecord
 from bench.twin.modes import ADAPTIVE, ADAPTIVE_FLOOR, BASELINES, NOSPEC, ORACLE, UPPER_BOUND
+from bench.twin.records import RequestRecord
 from bench.twin.requests import (
     Segment,
     segments,

@@ -15,20 +15,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.twin.costs import StepCosts
-from bench.twin.engine import (
-    MAX_RUNNING,
-    DepthSource,
-    RequestRecord,
-    RunResult,
-    VirtualClock,
-    simulate,
-)
+from bench.twin.engine import MAX_RUNNING, DepthSource, VirtualClock, simulate
 from bench.twin.metrics import settle_points, summarise
 from bench.twin.modes import ADAPTIVE, ADAPTIVE_FLOOR, ORACLE, ModeContext, build, mode_names
 from bench.twin.modes.adaptive import AdaptiveControl
 from bench.twin.modes.oracle import choose, oracle
 from bench.twin.modes.trtllm import AcceptanceGate
 from bench.twin.modes.vllm_schedule import BatchSchedule, ranges
+from bench.twin.records import RequestRecord, RunResult
 from bench.twin.requests import TwinRequest, arrival_times, build_requests, segments
 from bench.twin.schema import ClosedArrival, Profile, TwinInputError, Workload
 from gateway.control.classify import class_id_of

@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from bench.twin.costs import StepCosts
-from bench.twin.engine import Plan, RunResult, VirtualClock, simulate
+from bench.twin.engine import Plan, VirtualClock, simulate
 from bench.twin.modes.static import NoSpec, PerRequestDepths, Static
+from bench.twin.records import RunResult
 from bench.twin.requests import TwinRequest, build_requests, class_counts, poisson_times
 from bench.twin.schema import Profile, load_workload
 from engine.interface import RequestOutcome

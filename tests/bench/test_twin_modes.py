@@ -7,12 +7,12 @@ from dataclasses import dataclass
 import pytest
 
 from bench.twin.costs import StepCosts
-from bench.twin.engine import RequestRecord, RunResult
 from bench.twin.modes.oracle import choose, static_depth
 from bench.twin.modes.sglang import EmaTiers, TierSlot
 from bench.twin.modes.trtllm import AcceptanceGate, break_even_rate
 from bench.twin.modes.upper_bound import Clairvoyant
 from bench.twin.modes.vllm_schedule import depth_table, mix_marginals, ranges
+from bench.twin.records import RequestRecord, RunResult
 from bench.twin.schema import Profile, Workload
 
 

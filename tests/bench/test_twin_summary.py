@@ -145,7 +145,7 @@ def test_report_renders_from_a_json_round_trip(tmp_path: Any) -> None:
                 "arrivals": {"c4": cell},
                 "checks": checks({"c4": cell}),
             }
-        }
+        },
     }
     text = render(json.loads(json.dumps(summary, sort_keys=True)))
     assert "| shift / a | 2 |" in text

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from bench.twin.engine import RunResult
 from bench.twin.metrics import class_phase_speeds
 from bench.twin.modes.static import PerRequestDepths
+from bench.twin.records import RunResult
 
 
 def static_depth(mode: str) -> int | None:
