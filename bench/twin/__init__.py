@@ -1,4 +1,4 @@
-"""The engine twin: a virtual-time vLLM engine with an EAGLE drafter that drives the real controller.
+"""The engine twin: a virtual-time vLLM engine with an EAGLE drafter, driving the controller.
 
 `python -m bench twin` (`bench.twin.cli`) replays workloads (`schema.Workload`) on cost
 profiles (`schema.Profile`) through every speculation mode (`bench.twin.modes`), the
