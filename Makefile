@@ -67,3 +67,44 @@ bench-twin: install
 
 clean:
 	rm -rf .mypy_cache .ruff_cache .pytest_cache build *.egg-info
+
+# The CUDA build: upstream vllm 0.33.0 in a second environment, installed from one constraints
+# file that deploy/docker/Dockerfile.cuda installs too (tests/deploy/test_cuda_image.py keeps the
+# two pip commands the same). It installs on a machine without a GPU (about 10 GB).
+CUDA_VENV ?= .venv-cuda
+CUDA_CONSTRAINTS := deploy/constraints/cuda.txt
+CUDA_STAMP := $(CUDA_VENV)/.specgw-installed
+# Target and EAGLE-3 drafter for `make gpu-smoke` (Hugging Face ids or directories).
+MODEL ?=
+DRAFTER ?=
+
+.PHONY: cuda-env cuda-constraints test-cuda gpu-smoke
+
+$(CUDA_STAMP): pyproject.toml $(CUDA_CONSTRAINTS)
+	@test -x $(CUDA_VENV)/bin/python || $(PY) -m venv $(CUDA_VENV)
+	$(CUDA_VENV)/bin/pip install -q -c $(CUDA_CONSTRAINTS) -e '.[cuda,dev]'
+	@$(CUDA_VENV)/bin/python -c "import vllm, engine.scheduler" >/dev/null 2>&1
+	@touch $@
+
+cuda-env: $(CUDA_STAMP)
+
+# After a change to pyproject's pins: resolve afresh and write the constraints file.
+cuda-constraints:
+	rm -rf build/cuda-resolve && $(PY) -m venv build/cuda-resolve
+	build/cuda-resolve/bin/pip install -q '.[cuda,dev]'
+	@{ sed -n '/^#/p' $(CUDA_CONSTRAINTS); build/cuda-resolve/bin/pip freeze --exclude spec-gateway; } > $(CUDA_CONSTRAINTS).new
+	mv $(CUDA_CONSTRAINTS).new $(CUDA_CONSTRAINTS) && rm -rf build/cuda-resolve
+
+# Everything of the CUDA path that needs no GPU, against vllm 0.33.0's own classes.
+test-cuda: cuda-env
+	$(CUDA_VENV)/bin/python -m pytest -q tests/cuda
+
+# The first thing to run on a new GPU host: make gpu-smoke MODEL=<target> DRAFTER=<eagle-3>.
+# DRY=1 runs the same script on the CPU build against the embedded model.
+ifeq ($(DRY),1)
+gpu-smoke: install
+	$(BIN)/python -m bench.gpu_smoke --dry $(SMOKE_ARGS)
+else
+gpu-smoke: cuda-env
+	$(CUDA_VENV)/bin/python -m bench.gpu_smoke --model '$(MODEL)' --drafter '$(DRAFTER)' $(SMOKE_ARGS)
+endif
