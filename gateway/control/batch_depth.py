@@ -20,8 +20,9 @@ class chose at this load (`ClassState.adaptive_k`), a request here is
    (`LoadSnapshot.anchored`) where its class chose less.
 
 Costs c(D) are the cost model's relative step costs at the load's bucket. This
-runs for most requests under load, inside issue 5's 20 us decision budget:
-plain loops over at most K + 1 depths, decisions cached by `ClassState`.
+runs for most requests under load, inside the decision path's 20 us budget
+(`bench/decision_latency.py`): plain loops over at most K + 1 depths, decisions
+cached by `ClassState`.
 """
 
 from __future__ import annotations
@@ -87,12 +88,11 @@ class BatchDepth:
             if lowered is not None:
                 return lowered
         if o.batch_ride and depth == k and load.anchored > k and load.running > 0:
-            # Concurrency 4, 2026-11-25: tool calls at k = 0 beside chat at k = 3 to 4
-            # decoded at 12.5 ms a token, at 11.0 with every request at k = 2. Riders
-            # anchor at their class's k, so a batch of riders comes down once the
-            # request that wanted D has left (`BatchLoad.anchored`). Not where the
-            # batch's tokens held it below its class's k: there the batch is to come
-            # down, and a rider at D would keep it at D for its own life.
+            # Below the batch's depth it pays for the depth's drafts and gains none of
+            # their tokens. Riders anchor at their class's k, so a batch of riders comes
+            # down once the request that wanted D has left (`BatchLoad.anchored`). Not
+            # where the batch's tokens held it below its class's k: there the batch is
+            # to come down, and a rider at D would keep it at D for its own life.
             ride = min(load.anchored, k_max)
             if load.guarded:
                 ride = self.floor(load, bucket, ride, k_min)
@@ -127,10 +127,10 @@ class BatchDepth:
         step costing c(D) = cost(D) / cost(0) of a step at k = 0: that share of its
         speed at k = 0, which must stay at or above its class's `batch_floor`.
         Weighed whatever depth the batch runs at now: excusing depths the batch
-        already had let each deep newcomer keep the batch deep for the next one, and
-        guarded tool calls at concurrency 4 still ran at 0.7x (2026-11-24). Requests
-        in flight keep their k, so the batch comes down as they finish; `k_min` (the
-        newcomer's own flags) still binds.
+        already had would let each deep newcomer keep the batch deep for the next
+        one, below the guarded requests' floor. Requests in flight keep their k, so
+        the batch comes down as they finish; `k_min` (the newcomer's own flags) still
+        binds.
         """
         guarded = load.guarded
         if not guarded or k <= k_min:

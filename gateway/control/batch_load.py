@@ -1,45 +1,28 @@
-"""The batch a request ran in: time-weighted means of its size and its depth.
+"""The batch in flight: what the requests in the engine ask of each step, and the
+means a request leaves with.
 
-The engine verifies one batch per step, and a step's cost is the batch's. With a
-drafter, the batch's *deepest* request sets it: the drafter drafts that deep for
-every request in the step, and on the 2-core CPU at concurrency 16 a k = 0
-request among requests at k = 2 took 92 ms per step, the k = 2 requests 98 ms,
-against 32 ms with every request at k = 0 and 104 ms with every request at
-k = 2 (start-up calibration; `python -m bench run --mode adaptive`, 2026-11-24).
-A request's measured seconds per step therefore say what a step at its batch's
-largest k cost, not what its own k costs. Filed under its own k, such a k = 0
-request made k = 0 look dear, speculation cheap, and a busy engine stayed at
-deep k where no speculation moved about twice the tokens/s.
+A step's cost is its batch's, and the batch's deepest request sets it: the drafter
+drafts that deep for every request in the step. So a request's seconds per step
+say what a step at its batch's largest k cost, not what its own k costs (a k = 0
+request among k = 2 ones pays about a k = 2 step; start-up calibration's step at
+each depth and batch size is in `/admin/costs`).
+For the requests the gateway has in the engine, `BatchLoad` keeps, in O(1) per
+request and with no per-step work:
 
-So the gateway keeps, for the requests it has in the engine, their count and
-the largest k among them, integrated over time; each request leaves with the
-means over its own life, and the cost model files its step time at that depth
-and batch size (`CostModel.observe`). O(1) per request (the largest k is over
-the distinct depths in flight, at most K + 1), no per-step work. Where the engine
-times its steps, the same counts say at which depth a step ran (`step_tokens`).
-
-For the same reason one class's k is every batch-mate's cost: a class at k = 0
-beside one at k = 3 paid for three drafts a step and gained nothing (concurrency
-16: tool calls at k = 0 ran at 11.5 tokens/s against 23.3 without speculation).
-So the batch also sums, over the requests in flight, the tokens per step each
-would yield were the batch to run at depth D (`gains`; its class's choice capped
-at D), and the controller caps a new request's k at the depth that maximises the
-batch's tokens per unit of step cost (`Controller.decide`).
-
-That maximum is the batch's, not each request's: at concurrency 4, with chat at
-k = 4 beside them, tool calls at k = 0 ran at 0.6x their speed without
-speculation while the batch's tokens/s rose (2026-11-24). A class whose requests
-must not pay for others' depth has a `batch_floor`; the batch keeps its requests
-in flight, by (gains, floor), in `guarded`, and the controller holds a newcomer
-at a depth that leaves each of them at least its floor (`Controller.decide`).
-
-The other way round, a newcomer whose class chose less than the batch's depth
-pays that depth anyway (the drafter drafts it for every request in the step, and
-its first pass takes the newcomer's prompt too), so it rides at the batch's depth
-and keeps the tokens its drafts give (`Controller.decide`). It rides at the
-depth a request in flight *chose* for its class (`anchored`), never at one
-another rider holds: riders following riders would keep a batch of low-acceptance
-classes deep after the class that wanted the depth has left.
+- their count and their largest k, integrated over time: each request leaves with
+  the means over its own life (`BatchMeans`), and the cost model files its step
+  time at that size and depth (`CostModel.observe`); where the engine times its
+  steps, the same counts say which depth a step ran at (`step_tokens`, `deepest`);
+- `gains`: summed over them, the tokens per step each would yield were the batch
+  to run at depth D (its class's choice capped at D), so that a newcomer's k is
+  weighed for the whole batch (`BatchDepth.held`, `BatchDepth.lower_for_batch`);
+- `guarded`: those whose class has a `batch_floor`, by (gains, floor), so that no
+  newcomer takes them below their floor (`BatchDepth.floor`);
+- `anchored`: the largest depth one of them *chose* for its class, at which a
+  newcomer of a shallower class rides (it pays that depth anyway). Riders anchor
+  at their class's k, never at a depth another rider holds, so a batch of riders
+  comes down once the class that wanted the depth has left;
+- `fixed`: those whose k an operator set, which no newcomer lowers.
 """
 
 from __future__ import annotations

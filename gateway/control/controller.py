@@ -3,7 +3,7 @@
 The gateway calls `classify` and `decide` on the request path (a few
 microseconds; see `bench/decision_latency.py`) and `observe` once a request
 has finished. `export_deltas` and `merge` are the hooks through which replicas
-share evidence (issue 6): deltas are additive sums, `merge` takes the other
+share evidence (`gateway.state`): deltas are additive sums, `merge` takes the other
 replicas' cumulative totals and folds in what is new since the last merge.
 Nothing here is global; randomness comes from the injected `random.Random`.
 """

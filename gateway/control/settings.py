@@ -152,14 +152,12 @@ class ControllerSettings(BaseSettings):
     calibrate_batches: list[int] = Field(
         default_factory=lambda: [1, 2, 4, 8, 16],
         description="Batch sizes at which the gateway measures the step time of every depth "
-        "at start-up, before it is ready (about 30 s on 2 CPU cores; `[]` = off: the cost "
-        "model starts from its prior).",
+        "at start-up, before it is ready (its time is logged: `step costs calibrated in`; "
+        "`[]` = off: the cost model starts from its prior).",
     )
-    # 48, not 16: a 16-token greedy request at k = 4 ended in about four verify steps, and
-    # on 2026-11-24 the start-up calibration measured a step at k = 4 as cheaper than one
-    # at k = 3 at every batch size (batch 4: 15.8 against 19.3 ms), against the monotone
-    # costs of real traffic; with 48 tokens the measured costs rise with k at every batch
-    # size (one start-up each, `/admin/costs`).
+    # Enough verify steps at the deepest k to average over: a 16-token greedy request at
+    # k = 4 ends in about four, too few for its mean, and calibration then priced a step
+    # at k = 4 below one at k = 3; with 48 the calibrated costs rise with k (`/admin/costs`).
     calibrate_tokens: int = Field(
         48, ge=4, le=512, description="Tokens each start-up calibration request generates."
     )

@@ -1,6 +1,6 @@
 """Additive sufficient statistics of one class's speculation outcomes.
 
-Everything here is a sum, so replicas can push deltas and add them up (issue 6)
+Everything here is a sum, so replicas can push deltas and add them up (`gateway.state`)
 and a window is a scaled copy. Per position d (1-based in the docs, 0-based in
 the lists) the statistics keep `accepted[d]`, the verify steps whose draft
 position d was accepted, and `trials[d]`, the steps in which position d was
