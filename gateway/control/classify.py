@@ -42,24 +42,9 @@ def class_id_of(features: RequestFeatures) -> str:
 
 
 def label_of(features: RequestFeatures) -> str:
-    """Short human label, e.g. `chat/sys:ab12/tools/json_object/len:512/t1`."""
-    parts = [features.template]
-    if features.system_id:
-        parts.append(f"sys:{features.system_id[:4]}")
-    if features.turns > 1:
-        parts.append(f"turns:{features.turns}")
-    if features.tools:
-        parts.append(
-            "tools" if features.tool_choice in ("", "auto") else f"tools:{features.tool_choice}"
-        )
-    if features.tool_messages:
-        parts.append("toolmsg")
-    if features.response_format and features.response_format != "text":
-        parts.append(features.response_format)
-    parts.append(f"len:{features.length}")
-    if features.sampling:
-        parts.append(features.sampling)
-    return "/".join(parts)
+    """Short human label, e.g. `chat/sys:ab12/tools/json_object/len:512/t1`
+    (`RequestFeatures.label`)."""
+    return features.label()
 
 
 class Classifier:

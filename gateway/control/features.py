@@ -158,6 +158,27 @@ class RequestFeatures(NamedTuple):
         )
         return f"{text}|{self.sampling}" if self.sampling else text
 
+    def label(self) -> str:
+        """Short human label, e.g. `chat/sys:ab12/tools/json_object/len:512/t1`: each
+        feature that is set, in the canonical order (metrics, flags and reports show it)."""
+        parts = [self.template]
+        if self.system_id:
+            parts.append(f"sys:{self.system_id[:4]}")
+        if self.turns > 1:
+            parts.append(f"turns:{self.turns}")
+        if self.tools:
+            parts.append(
+                "tools" if self.tool_choice in ("", "auto") else f"tools:{self.tool_choice}"
+            )
+        if self.tool_messages:
+            parts.append("toolmsg")
+        if self.response_format and self.response_format != "text":
+            parts.append(self.response_format)
+        parts.append(f"len:{self.length}")
+        if self.sampling:
+            parts.append(self.sampling)
+        return "/".join(parts)
+
 
 def _content_text(content: Any) -> str:
     if isinstance(content, str):
