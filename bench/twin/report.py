@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from bench.twin.modes import ADAPTIVE, ADAPTIVE_FLOOR, BASELINES, ORACLE, UPPER_BOUND
+from bench.twin.modes import ADAPTIVE, ADAPTIVE_FLOOR, BASELINES, NOSPEC, ORACLE, UPPER_BOUND
 
 INTRO = (
     "Simulation, not a measurement: the engine twin replays each workload in virtual "
@@ -20,7 +20,9 @@ INTRO = (
     "drives the gateway's real control plane (`gateway.control.plane.ControlPlane`, "
     "calibrated by `gateway.calibration.calibrate` on the twin). Every mode replays the "
     "same requests with the same acceptance draws (common random numbers). Figures are "
-    "medians over seeds; `min-max` is their spread."
+    "medians over seeds; `min-max` is their spread. `best static`: the speculative engine "
+    "at the best fixed k in hindsight, k = 0 included (no speculation, an engine without "
+    "the drafter, has its own row)."
 )
 UPPER_BOUND_NOTE = (
     "`upper-bound`: a clairvoyant engine that at every step knows each request's actual "
@@ -67,6 +69,7 @@ RATIO_ROWS = (
     (f"{ADAPTIVE}/best-static", "adaptive / best static"),
     (f"{ADAPTIVE_FLOOR}/best-static", "adaptive-floor / best static"),
     (f"{ADAPTIVE}/{ORACLE}", "adaptive / oracle"),
+    (f"{ADAPTIVE}/{NOSPEC}", "adaptive / no spec"),
     (f"{ORACLE}/best-static", "oracle ceiling (oracle / best static)"),
     (f"{UPPER_BOUND}/best-static", "upper-bound / best static"),
     *((f"{ADAPTIVE}/{b}", f"adaptive / {b}") for b in BASELINES),

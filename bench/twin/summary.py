@@ -1,8 +1,10 @@
 """`summary.json` of a twin run: every mode's figures, the ratios the claims read, the checks.
 
 Per (profile, arrival) and seed: each mode's figures (`bench.twin.metrics`), and
-the ratios: adaptive over the best static depth in hindsight (no speculation and
-every `static-k` count), over the per-class oracle and over each engine baseline;
+the ratios: adaptive over the best static depth in hindsight (the speculative
+engine at each `static-k`, k = 0 included, as the real-engine benchmark reads it;
+no speculation, another engine, is its own ratio), over the per-class oracle and
+over each engine baseline;
 the oracle's and the clairvoyant bound's ceilings over the best static depth;
 each mode's worst class against no speculation. A ratio's spread over seeds is
 its min / median / max. The checks are the claims of the twin's definition of
@@ -56,8 +58,8 @@ def spread(values: Sequence[float]) -> dict[str, float]:
 
 
 def best_static(modes: Mapping[str, Mapping[str, Any]], max_k: int) -> str:
-    """The static mode with the most tokens/s (ties to the first: no speculation, then k)."""
-    present = [m for m in static_modes(max_k) if m in modes]
+    """The static depth with the most tokens/s (ties to the shallower)."""
+    present = [m for m in static_modes(max_k) if m in modes and m != NOSPEC]
     return max(present, key=lambda m: (modes[m]["tokens_per_s"], -present.index(m)))
 
 

@@ -29,9 +29,10 @@ MODES = {
 }
 
 
-def test_best_static_counts_no_speculation_and_every_static_depth() -> None:
+def test_best_static_is_the_speculative_engines_best_fixed_depth() -> None:
     assert best_static(MODES, 2) == "static-k1"
-    assert best_static({**MODES, "nospec": _mode(130.0, {})}, 2) == "nospec"
+    assert best_static({**MODES, "nospec": _mode(130.0, {})}, 2) == "static-k1"
+    assert best_static({**MODES, "static-k0": _mode(130.0, {})}, 2) == "static-k0"
 
 
 def test_seed_ratios() -> None:

@@ -1,9 +1,10 @@
 """The per-class hindsight oracle: each class, in each phase, at its best static depth.
 
-From the static runs of the same requests (`nospec` and `static-k0..K`), the oracle
+From the static runs of the same requests (`static-k0..K`, the speculative engine it
+runs on; `nospec` stands for depth 0 only where `static-k0` did not run), the oracle
 takes for every (class, phase) the depth whose run gave that class its highest
-speed in that phase (class output tokens over its summed request latency; no
-speculation counts as depth 0, ties to the shallower depth), then runs every
+speed in that phase (class output tokens over its summed request latency; ties to
+the shallower depth), then runs every
 request at its (class, phase) depth on the speculative engine
 (`PerRequestDepths`). It knows what no online controller can (the phases and the
 measured outcome of every depth), but not the batch: the depths were best when
@@ -33,7 +34,7 @@ def choose(results: Mapping[str, RunResult]) -> dict[tuple[int, int], int]:
     best: dict[tuple[int, int], tuple[float, int]] = {}
     for mode in sorted(results, key=lambda m: (static_depth(m) or 0, m != "nospec", m)):
         depth = static_depth(mode)
-        if depth is None:
+        if depth is None or (mode == "nospec" and "static-k0" in results):
             continue
         for key, speed in sorted(class_phase_speeds(results[mode].records).items()):
             if key not in best or speed > best[key][0] * (1 + 1e-12):
