@@ -81,7 +81,13 @@ def test_profile_validates_and_costs_rise_with_depth(path: Path) -> None:
     assert profile.source.strip()
     for batch, row in profile.batch_stats.items():
         times = [row[k] for k in sorted(row)]
-        assert times == sorted(times), f"batch {batch}: a deeper draft is cheaper"
+        if profile.name.startswith("measured-"):
+            # A measured step may dip where a wider verify GEMM lands on a better tile
+            # (H100, batch 64: k = 7 below k = 6); it still costs more than k = 0 at
+            # every depth, and the twin uses the figures as measured.
+            assert min(times[1:]) > times[0], f"batch {batch}: a draft cheaper than none"
+        else:
+            assert times == sorted(times), f"batch {batch}: a deeper draft is cheaper"
         if profile.no_spec_step_ms and batch in profile.no_spec_step_ms:
             assert profile.no_spec_step_ms[batch] <= row[0]
     if profile.workload is not None:
