@@ -86,7 +86,7 @@ async def _calibrate_prefill(engine: Engine, cost: CostModel, nonce: float) -> N
 
     A class at k = 0 that probes k = 1 prefills, outside the k = 0 requests' prefix
     cache (`engine.scheduler`), the prompt tokens its k = 0 runs find cached; the
-    probe gate prices that (`class_state.may_pay_at_one`). Both requests at k = 0,
+    probe gate prices that (`exploration.may_pay_at_one`). Both requests at k = 0,
     one after the other; the short one is the calibration's own prompt.
     """
     cold = f"Calibration {nonce:.6f}.\n" + "\n".join([PROMPT] * COLD_REPEATS)
@@ -199,7 +199,7 @@ async def _calibrate_batch(
             for outcome in outcomes:
                 step_s = step_seconds(outcome)
                 if step_s is not None:
-                    # Counts the run at k (`thin_depths`); files its mean step only
+                    # Counts the run at k (`Exploration.thin_depths`); files its mean step only
                     # while no engine step has been filed (`CostModel.observe`).
                     cost.observe(k, batch, step_s)
                     by_requests[k].append(step_s)
