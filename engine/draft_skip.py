@@ -26,13 +26,44 @@ depth and run depth-0 steps plainly (synchronous scheduling only: with async
 scheduling a step's work overlaps the next one's), and its
 `_input_fits_in_drafter` check to say "no" when the depth is 0 (the async case),
 which sends the runner down its own "drafter skipped" path (zero drafts, which
-the scheduler then caps to nothing). These are private to vLLM 0.32's v1 model
-runner: when the check is absent the install returns False and nothing changes.
+the scheduler then caps to nothing). These are private to the V1 model runner
+(`vllm/v1/worker/gpu_model_runner.py`, vLLM 0.32 and 0.33, which the CPU runner
+subclasses): when one is absent or takes other parameters (`RUNNER_HOOKS`) the
+install returns False and nothing changes.
+
+Model Runner V2 (vLLM 0.33's CUDA default, `vllm/v1/worker/gpu/model_runner.py`)
+has no such check: its drafter runs its KV pass in every step and drafts
+`num_spec_tokens_to_schedule` (0 in a depth-0 step) for the whole batch
+(`TargetDependentARSpeculator.propose`). There the install returns False: k = 0
+steps cost the drafter's KV pass, and `VLLMEngine.draft_skip` says so.
 """
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
+
+#: Runner methods the skip wraps, and the parameters the wrappers pass on.
+RUNNER_HOOKS: dict[str, tuple[str, ...]] = {
+    "_input_fits_in_drafter": ("common_attn_metadata",),
+    "execute_model": ("scheduler_output",),
+    "sample_tokens": ("grammar_output",),
+}
+
+
+def runner_supports_skip(runner: Any) -> bool:
+    """Whether `runner` has every hooked method with the parameters the wrappers expect."""
+    for name, params in RUNNER_HOOKS.items():
+        method = getattr(runner, name, None)
+        if method is None:
+            return False
+        try:
+            names = list(inspect.signature(method).parameters)
+        except (TypeError, ValueError):
+            return False
+        if tuple(names[: len(params)]) != params:
+            return False
+    return True
 
 
 class DraftSkipExtension:
@@ -43,7 +74,7 @@ class DraftSkipExtension:
         if (
             runner is None
             or getattr(runner, "speculative_config", None) is None
-            or not hasattr(runner, "_input_fits_in_drafter")
+            or not runner_supports_skip(runner)
             or getattr(runner, "_specgw_draft_skip", False)
         ):
             return False

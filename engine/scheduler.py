@@ -42,6 +42,10 @@ default block is 32 tokens (`engine.vllm_engine`).
 
 Both also time each step for the gateway's cost model (`engine.step_clock`): the
 period and what the step scheduled ride in the step's own scheduler stats.
+
+How the drafts of one step are spread over its requests is the engine's batch-depth
+rule (`engine.batch_depth`): each request its own k on the CPU, one depth for every
+drafting request where CUDA replays FULL decode graphs of one query width.
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ from vllm.v1.engine import EngineCoreOutputs
 from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
 from vllm.v1.request import Request
 
+from engine.batch_depth import DepthRule, rule_for
 from engine.interface import SPEC_CAP_ARG, SPEC_DEPTH_ARG
 from engine.step_clock import StepClock
 
@@ -93,8 +98,14 @@ class _DepthCap:
     requests: dict[str, Request]
     dynamic_sd_lookup: list[int] | None
 
+    #: Steps of the uniform rule that mixed k = 0 and drafting requests (no FULL graph).
+    specgw_mixed_steps: int = 0
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.specgw_depth_rule = self._depth_rule()
+        #: Drafts asked for in the step last scheduled (what its drafts are cut against).
+        self._specgw_step = self.num_spec_tokens
         if self.num_spec_tokens > 0 and self.dynamic_sd_lookup is None:
             # A constant dynamic-SD schedule (K at every batch size) changes nothing
             # but one thing: vLLM then no longer pads a resumed or fully prefix-cached
@@ -104,6 +115,14 @@ class _DepthCap:
             self.dynamic_sd_lookup = [self.num_spec_tokens] * (max_seqs + 1)
         self._depth_zero_hits_whole_blocks()
         self._step_clock = StepClock()
+
+    def _depth_rule(self) -> DepthRule:
+        """The engine's batch-depth rule, from the platform and the resolved config."""
+        from vllm.platforms import current_platform
+
+        lookup = self.dynamic_sd_lookup or []
+        config: Any = self.vllm_config  # type: ignore[attr-defined]
+        return rule_for(config, current_platform.device_type, set(lookup[1:]))
 
     def update_from_output(
         self, scheduler_output: SchedulerOutput, model_runner_output: ModelRunnerOutput
@@ -145,8 +164,8 @@ class _DepthCap:
             request._specgw_k = cap  # type: ignore[attr-defined]
             if cap == 0 and request.num_computed_tokens == 0:
                 _salt_depth_zero(request)
-            if request.spec_token_ids:
-                self._cap_drafts(request)
+            if len(request.spec_token_ids) > cap:
+                request.spec_token_ids = list(request.spec_token_ids[:cap])
             self.specgw_capped += 1
 
     def _depth_zero_hits_whole_blocks(self) -> None:
@@ -156,8 +175,9 @@ class _DepthCap:
         with the token after it, which another prompt may not share; a k = 0 request
         (salted apart, `_salt_depth_zero`) never runs the drafter, so its hit can run
         to the last full block, as on an engine without a drafter. Only for vLLM's
-        single-group coordinator, which reads `eagle_group_ids` per lookup; other
-        layouts keep the drop (their requests are still salted apart).
+        single-group coordinator, which reads the EAGLE groups per lookup (vLLM 0.32:
+        `eagle_group_ids`; 0.33: `drop_eagle_group_ids`); other layouts keep the drop
+        (their requests are still salted apart).
         """
         manager: Any = getattr(self, "kv_cache_manager", None)
         coordinator: Any = getattr(manager, "coordinator", None)
@@ -165,20 +185,23 @@ class _DepthCap:
             self.num_spec_tokens == 0
             or coordinator is None
             or type(coordinator).__name__ != "UnitaryKVCacheCoordinator"
-            or not getattr(coordinator, "eagle_group_ids", None)
         ):
             return
+        attr = "drop_eagle_group_ids" if hasattr(coordinator, "drop_eagle_group_ids") else None
+        attr = attr or "eagle_group_ids"
+        if not getattr(coordinator, attr, None):
+            return
         lookup = manager.get_computed_blocks
-        eagle_groups = coordinator.eagle_group_ids
+        eagle_groups = getattr(coordinator, attr)
 
-        def get_computed_blocks(request: Request) -> Any:
+        def get_computed_blocks(request: Request, *args: Any, **kwargs: Any) -> Any:
             if self._depth(request) != 0:
-                return lookup(request)
-            coordinator.eagle_group_ids = set()
+                return lookup(request, *args, **kwargs)
+            setattr(coordinator, attr, set())
             try:
-                return lookup(request)
+                return lookup(request, *args, **kwargs)
             finally:
-                coordinator.eagle_group_ids = eagle_groups
+                setattr(coordinator, attr, eagle_groups)
 
         manager.get_computed_blocks = get_computed_blocks
 
@@ -191,21 +214,27 @@ class _DepthCap:
             request._specgw_k = cached  # type: ignore[attr-defined]
         return cached
 
-    def _step_depth(self, scheduler_output: SchedulerOutput) -> int:
-        """Largest k among this step's requests: how many drafts to ask the drafter for."""
-        depth = 0
-        for req_id in scheduler_output.num_scheduled_tokens:
-            request = self.requests.get(req_id)
-            if request is not None:
-                depth = max(depth, self._depth(request))
-                if depth >= self.num_spec_tokens:
-                    break
-        return depth
+    def _plan_step(self, scheduler_output: SchedulerOutput) -> None:
+        """Set the step's draft depth from its requests' k (`engine.batch_depth`)."""
+        if self.num_spec_tokens <= 0 or not scheduler_output.num_scheduled_tokens:
+            return
+        wanted = [
+            self._depth(request)
+            for req_id in scheduler_output.num_scheduled_tokens
+            if (request := self.requests.get(req_id)) is not None
+        ]
+        rule = self.specgw_depth_rule
+        depth = min(scheduler_output.num_spec_tokens_to_schedule, rule.step_depth(wanted))
+        scheduler_output.num_spec_tokens_to_schedule = depth
+        self._specgw_step = depth
+        if rule.is_mixed(wanted):
+            self.specgw_mixed_steps += 1
 
     def _cap_drafts(self, request: Request) -> None:
-        k = self._depth(request)
-        if len(request.spec_token_ids) > k:
-            request.spec_token_ids = list(request.spec_token_ids[:k])
+        """Cut a request's drafts (or placeholders) to what the rule gives it this step."""
+        allowed = self.specgw_depth_rule.drafts_for(self._depth(request), self._specgw_step)
+        if len(request.spec_token_ids) > allowed:
+            request.spec_token_ids = list(request.spec_token_ids[:allowed])
 
 
 class SpecDepthScheduler(_DepthCap, Scheduler):
@@ -221,9 +250,7 @@ class SpecDepthScheduler(_DepthCap, Scheduler):
     def _update_after_schedule(self, scheduler_output: SchedulerOutput) -> None:
         self.specgw_step_depth = -1
         if self.num_spec_tokens > 0 and scheduler_output.num_scheduled_tokens:
-            scheduler_output.num_spec_tokens_to_schedule = min(
-                scheduler_output.num_spec_tokens_to_schedule, self._step_depth(scheduler_output)
-            )
+            self._plan_step(scheduler_output)
             self.specgw_step_depth = scheduler_output.num_spec_tokens_to_schedule
         super()._update_after_schedule(scheduler_output)
 
@@ -239,10 +266,7 @@ class AsyncSpecDepthScheduler(_DepthCap, AsyncScheduler):
     """The async scheduler with per-request caps on its placeholder drafts."""
 
     def _update_after_schedule(self, scheduler_output: SchedulerOutput) -> None:
-        if self.num_spec_tokens > 0 and scheduler_output.num_scheduled_tokens:
-            scheduler_output.num_spec_tokens_to_schedule = min(
-                scheduler_output.num_spec_tokens_to_schedule, self._step_depth(scheduler_output)
-            )
+        self._plan_step(scheduler_output)
         super()._update_after_schedule(scheduler_output)
         for req_id in scheduler_output.num_scheduled_tokens:
             request = self.requests.get(req_id)
@@ -296,6 +320,8 @@ def _skip_draft_pickup_in_depth_zero_steps() -> None:
         post_step(self, model_executed)
 
     post_step_unless_depth_zero._specgw = True  # type: ignore[attr-defined]
+    # `engine.compat` checks vLLM's own method behind the patch.
+    post_step_unless_depth_zero.__wrapped__ = post_step  # type: ignore[attr-defined]
     EngineCore.post_step = post_step_unless_depth_zero  # type: ignore[method-assign]
 
 

@@ -15,6 +15,7 @@ request's outcome into `on_outcome(gateway_request_id, outcome)`.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -44,10 +45,12 @@ from engine.interface import (
     StepListener,
 )
 from engine.outcome import request_outcome
+from engine.preflight import preflight
 from engine.settings import EngineSettings
 from engine.stats import EngineActivity, quiet_step_lines
 
 OutcomeCallback = Callable[[str, RequestOutcome], None]
+log = logging.getLogger(__name__)
 
 
 #: Default block size where vLLM's is too coarse for EAGLE's prefix-cache rule:
@@ -129,7 +132,12 @@ class VLLMEngine:
     async def started(
         cls, settings: EngineSettings, on_outcome: OutcomeCallback | None = None
     ) -> AsyncIterator[VLLMEngine]:
-        """Start, warm up, yield a ready engine; always shut it down on exit."""
+        """Start, warm up, yield a ready engine; always shut it down on exit.
+
+        Refuses first, in one line, an untested vLLM or a changed hook, a missing
+        model and a drafter that does not fit the target (`engine.preflight`).
+        """
+        await asyncio.to_thread(preflight, settings)
         # vLLM's CPU backend reads the KV-cache size from the environment at start.
         os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(settings.kv_cache_gib)
         activity = EngineActivity()
@@ -149,6 +157,9 @@ class VLLMEngine:
             if k_max > 0 and settings.skip_drafter_at_k0:
                 installed = await llm.collective_rpc("specgw_install_draft_skip")
                 engine.draft_skip = bool(installed) and all(installed)
+                if not engine.draft_skip:
+                    # Model Runner V2 (CUDA): k = 0 steps still run the drafter's KV pass.
+                    log.info("drafter skip at depth 0 unavailable on this model runner")
             await engine._warm_up()
             engine._ready = True
             yield engine
@@ -278,6 +289,14 @@ class VLLMEngine:
             waiting_requests=counts.waiting,
             stalled_for_s=stalled,
         )
+
+    async def ping(self) -> None:
+        """vLLM's own health call, `check_health` on every worker through the engine core
+        (`collective_rpc`): a utility message the core's busy loop answers between steps,
+        with no request, token or `vllm:*` count. A stopped core never answers."""
+        if self._closed or self._llm.errored:
+            raise EngineDeadError("engine core is not running")
+        await self._llm.collective_rpc("check_health")
 
     def request_counts(self) -> tuple[int, int, float]:
         """(running, waiting, monotonic time of the report) as the engine core last said."""

@@ -8,7 +8,7 @@ docstring of its settings field.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape as rich_escape
@@ -62,10 +62,15 @@ def serve(
         Path | None, typer.Option(help="YAML config file (gateway keys; `engine:` section).")
     ] = None,
     model: Annotated[
-        Path | None, typer.Option(help="Target model directory (default: the embedded model).")
+        Path | None,
+        typer.Option(help="Target: a directory or Hugging Face id (default: the embedded model)."),
     ] = None,
     drafter: Annotated[
-        Path | None, typer.Option(help="EAGLE-3 drafter directory (default: embedded EAGLE 3.1).")
+        Path | None,
+        typer.Option(
+            help="EAGLE-3 drafter: a directory or Hugging Face id (EAGLE-3 or speculators"
+            " config; default: embedded EAGLE 3.1). Token: HF_TOKEN or the HF_TOKEN_PATH file."
+        ),
     ] = None,
     max_depth: Annotated[
         int | None, typer.Option(help="K: largest speculation depth any request can get.")
@@ -97,6 +102,8 @@ def serve(
         config, model=model, drafter=drafter, max_depth=max_depth, backend=backend
     )
     configure_logging(settings.log_level)
+    if engine_settings.backend == "vllm":
+        _preflight_or_exit(engine_settings)
     try:
         application = create_app(settings, runtime_factory(engine_settings, controller_settings))
     except ValueError as exc:
@@ -115,6 +122,17 @@ def serve(
     server.run()
     if server.fatal:
         raise SystemExit(3)
+
+
+def _preflight_or_exit(engine_settings: Any) -> None:
+    """A wrong vLLM, a missing model, a drafter that does not fit: one line, exit 2."""
+    from engine.preflight import PREFLIGHT_ERRORS, preflight
+
+    try:
+        preflight(engine_settings)
+    except PREFLIGHT_ERRORS as exc:
+        typer.echo(f"spec-gateway: {exc}", err=True)
+        raise SystemExit(2) from None
 
 
 @keys_app.command("hash")

@@ -1,0 +1,139 @@
+"""How many drafts each request of one engine step verifies: the batch-depth rule.
+
+Two rules, chosen once per engine from the platform and the compilation config:
+
+* `per-request` (the CPU, CUDA without a separate FULL decode graph): each request
+  verifies exactly its own k; the drafter is asked for the step's largest k.
+* `uniform` (CUDA with `FULL_AND_PIECEWISE` or `FULL_DECODE_ONLY` graphs, vLLM's
+  default): every request with k > 0 verifies the same depth d, the largest k in
+  the step rounded up to a depth the runner captured a FULL decode graph for;
+  k = 0 requests verify none.
+
+Why uniform on CUDA (vLLM 0.33, read in its code):
+* A FULL decode graph is replayed only for a batch whose requests all have the
+  same query length (`vllm/v1/worker/utils.py: get_uniform_decode_token_count`,
+  matched in `vllm/v1/worker/gpu/cudagraph_utils.py: CudaGraphManager.dispatch`
+  via `_is_compatible`), and graphs are captured only for widths 1 + K, plus
+  1 + k for each k of a batch-size schedule under Model Runner V2
+  (`CudaGraphManager._init_candidates`, `decode_query_lens`); the V1 runner's
+  dispatcher knows 1 + K only (`vllm/v1/cudagraph_dispatcher.py`,
+  `uniform_decode_query_len`). A step whose widths differ, or whose common width
+  was not captured, runs PIECEWISE (attention outside the graph) or, under
+  `FULL_DECODE_ONLY`, eagerly.
+* Model Runner V2's drafter drafts the step's depth for every request of the
+  batch (`vllm/v1/worker/gpu/spec_decode/target_dependent_ar/speculator.py:
+  TargetDependentARSpeculator.propose`, `num_speculative_tokens` for all
+  `num_reqs`), and replays its fused multi-step FULL graph only for depths
+  captured from K and the schedule (`.../target_dependent_ar/cudagraph_utils.py:
+  SpeculatorCudaGraphManager.specialize_spec_tokens`); others run eagerly.
+  Verifying fewer drafts for a request than the step drafted saves only its
+  verify tokens, which a memory-bound decode step barely notices, and costs the
+  FULL graph. So a request's k > 0 is its vote for the step's depth.
+* vLLM's own padding of new decode requests to 1 + K (`Scheduler.schedule`,
+  "preserve full cudagraph") is off here: the depth cap keeps a constant
+  batch-size schedule so that a resumed request is not padded to K
+  (`engine.scheduler`), and this rule makes the step uniform instead.
+
+A step mixing k = 0 and k > 0 requests is not uniform and runs without the FULL
+decode graph; the scheduler counts such steps (`specgw_mixed_steps`) and the step
+clock prices them in the step's own cost, which is what the controller reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+
+class BatchDepthPolicy(StrEnum):
+    PER_REQUEST = "per-request"
+    UNIFORM = "uniform"
+
+
+#: CUDA graph modes whose decode batches replay a FULL graph of one query width
+#: (a separate decode routine): vLLM's `CUDAGraphMode.separate_routine()` with a
+#: FULL `decode_mode()`.
+UNIFORM_DECODE_MODES = frozenset({"FULL_AND_PIECEWISE", "FULL_DECODE_ONLY"})
+#: `additional_config` key that forces a policy (operators, tests).
+POLICY_OVERRIDE_KEY = "specgw_batch_depth"
+
+
+@dataclass(frozen=True, slots=True)
+class DepthRule:
+    """The rule of one engine: its policy, K and the depths with a FULL decode graph."""
+
+    policy: BatchDepthPolicy
+    max_depth: int
+    captured: tuple[int, ...] = ()
+
+    def step_depth(self, wanted: Iterable[int]) -> int:
+        """Drafts to ask the drafter for in a step whose requests want `wanted`."""
+        deepest = max(wanted, default=0)
+        if self.policy is BatchDepthPolicy.PER_REQUEST or deepest <= 0:
+            return deepest
+        return min((d for d in self.captured if d >= deepest), default=self.max_depth)
+
+    def drafts_for(self, k: int, step_depth: int) -> int:
+        """Drafts a request of depth k verifies in a step of `step_depth`."""
+        if self.policy is BatchDepthPolicy.PER_REQUEST:
+            return min(k, step_depth)
+        return step_depth if k > 0 else 0
+
+    def is_mixed(self, wanted: Sequence[int]) -> bool:
+        """A uniform-rule step that cannot be one width: k = 0 beside k > 0."""
+        return (
+            self.policy is BatchDepthPolicy.UNIFORM
+            and any(k == 0 for k in wanted)
+            and any(k > 0 for k in wanted)
+        )
+
+
+def select_policy(device_type: str, cudagraph_mode: str, enforce_eager: bool) -> BatchDepthPolicy:
+    """`uniform` where decode steps replay FULL graphs of one width, else `per-request`."""
+    if device_type == "cuda" and not enforce_eager and cudagraph_mode in UNIFORM_DECODE_MODES:
+        return BatchDepthPolicy.UNIFORM
+    return BatchDepthPolicy.PER_REQUEST
+
+
+def captured_depths(
+    max_depth: int, schedule_depths: Iterable[int], v2_runner: bool
+) -> tuple[int, ...]:
+    """Depths with a FULL decode graph: K, and under V2 each k > 0 of the schedule."""
+    depths = {max_depth}
+    if v2_runner:
+        depths |= {k for k in schedule_depths if 0 < k <= max_depth}
+    return tuple(sorted(depths))
+
+
+def rule_for(vllm_config: Any, device_type: str, schedule_depths: Iterable[int] = ()) -> DepthRule:
+    """The rule for a resolved vLLM config (duck-typed: no vLLM import here).
+
+    `schedule_depths`: the depths of the batch-size schedule the operator configured
+    (`num_speculative_tokens_per_batch_size`), whose widths V2 captures.
+    """
+    spec = getattr(vllm_config, "speculative_config", None)
+    max_depth = int(getattr(spec, "num_speculative_tokens", 0) or 0) if spec else 0
+    extra = getattr(vllm_config, "additional_config", None) or {}
+    forced = extra.get(POLICY_OVERRIDE_KEY) if isinstance(extra, dict) else None
+    if forced is not None:
+        policy = BatchDepthPolicy(forced)
+    else:
+        mode = getattr(vllm_config.compilation_config, "cudagraph_mode", None)
+        mode_name = str(getattr(mode, "name", mode))
+        eager = bool(getattr(vllm_config.model_config, "enforce_eager", False))
+        policy = select_policy(device_type, mode_name, eager)
+    v2 = bool(getattr(vllm_config, "use_v2_model_runner", False))
+    return DepthRule(policy, max_depth, captured_depths(max_depth, schedule_depths, v2))
+
+
+__all__ = [
+    "POLICY_OVERRIDE_KEY",
+    "UNIFORM_DECODE_MODES",
+    "BatchDepthPolicy",
+    "DepthRule",
+    "captured_depths",
+    "rule_for",
+    "select_policy",
+]

@@ -1,0 +1,46 @@
+"""Checks before the engine is built: a tested vLLM, models that exist and fit.
+
+Each failure is one line (`PREFLIGHT_ERRORS`), so `spec-gateway serve` can print
+it and exit instead of a traceback from deep inside vLLM minutes later: a wrong
+vLLM version or a changed hook (`engine.compat`), a missing model, an unreadable
+token file, a drafter that does not fit its target (`engine.model_source`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from engine.compat import VLLMCompatError, check_vllm
+from engine.model_source import (
+    ModelSourceError,
+    check_fit,
+    hub_token,
+    model_source,
+    read_config,
+)
+from engine.settings import EngineSettings
+
+#: What `preflight` raises; each message is one line.
+PREFLIGHT_ERRORS: tuple[type[Exception], ...] = (VLLMCompatError, ModelSourceError)
+
+
+def check_models(settings: EngineSettings, environ: Mapping[str, str]) -> None:
+    """Target (and drafter, when the engine speculates) found, readable and paired."""
+    target_ref, drafter_ref = settings.resolved_models()
+    token = hub_token(environ)
+    target = model_source(target_ref, "target")
+    target_config = read_config(target, token)
+    if drafter_ref is None or settings.max_depth == 0:
+        return
+    drafter = model_source(drafter_ref, "drafter")
+    check_fit(target, target_config, drafter, read_config(drafter, token))
+
+
+def preflight(settings: EngineSettings, environ: Mapping[str, str] | None = None) -> None:
+    """vLLM first (nothing else matters on a wrong one), then the models."""
+    check_vllm()
+    check_models(settings, os.environ if environ is None else environ)
+
+
+__all__ = ["PREFLIGHT_ERRORS", "check_models", "preflight"]

@@ -1,0 +1,51 @@
+"""`spec-gateway serve` refuses at start, in one line and exit status 2, before any
+engine is built: a drafter that does not fit its target, a missing model, an untested
+vLLM. Drives the real CLI in-process (no engine, no download)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from engine.testing_models import TinyModels
+from gateway.cli import app
+
+
+def _serve(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(app, ["serve", *args], env={"SPECGW_LOG_LEVEL": "warning"})
+    return result.exit_code, result.output
+
+
+def _one_error_line(output: str) -> str:
+    lines = [line for line in output.splitlines() if line.strip()]
+    assert len(lines) == 1, output
+    assert lines[0].startswith("spec-gateway: ")
+    return lines[0]
+
+
+def test_a_drafter_that_does_not_fit_its_target(tmp_path: Path, tiny: TinyModels) -> None:
+    drafter = tmp_path / "drafter"
+    drafter.mkdir()
+    config = json.loads((tiny.drafter / "config.json").read_text(encoding="utf-8"))
+    config["target_hidden_size"] = config["hidden_size"] * 2
+    (drafter / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    code, output = _serve("--model", str(tiny.target), "--drafter", str(drafter))
+    assert code == 2
+    line = _one_error_line(output)
+    assert f"drafter {drafter} does not fit target {tiny.target}: hidden size" in line
+
+
+def test_a_missing_model(tmp_path: Path) -> None:
+    code, output = _serve("--model", str(tmp_path / "absent"))
+    assert code == 2
+    assert "target not found" in _one_error_line(output)
+
+
+def test_a_wrong_vllm_version(monkeypatch: pytest.MonkeyPatch, tiny: TinyModels) -> None:
+    monkeypatch.setattr("engine.compat.installed_vllm_version", lambda: "0.31.0")
+    code, output = _serve("--model", str(tiny.target), "--drafter", str(tiny.drafter))
+    assert code == 2
+    assert "vLLM 0.31.0 is not a tested version" in _one_error_line(output)
