@@ -6,7 +6,10 @@ output, logprobs and the SSE chunk format all come from
 `OpenAIServingModels`, built by vLLM's `init_app_state` exactly as `vllm serve`
 builds them). What this module adds is the control plane's one input: each
 request's speculation depth k and the gateway's request id, carried to the
-scheduler and the outcome tap in `SamplingParams.extra_args` (via `vllm_xargs`).
+scheduler and the outcome tap in `SamplingParams.extra_args` (via `vllm_xargs`);
+and one guard: chat input is tokenized as text (`engine.control_tokens`). Where vLLM
+traces (its `otlp_traces_endpoint` engine argument is set), the current span's W3C trace
+context goes with each request, so vLLM's `llm_request` span joins the gateway's trace.
 """
 
 from __future__ import annotations
@@ -16,8 +19,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from starlette.datastructures import State
 
+from engine.control_tokens import guard_chat_template
 from engine.interface import GATEWAY_ID_ARG, SPEC_CAP_ARG, SPEC_DEPTH_ARG, InvalidRequestError
 from engine.port import RESERVED_XARGS, ChatResult, CompletionResult
 from engine.protocol import ChatCompletionRequest, CompletionRequest, ModelList
@@ -57,6 +62,30 @@ def _client_errors() -> Iterator[None]:
         raise InvalidRequestError(str(exc)) from exc
 
 
+class _TraceCarrier:
+    """The one part of an HTTP request vLLM's serving layer reads trace context from.
+
+    `create_chat_completion(request, raw_request)` reads `traceparent` / `tracestate` from
+    the request's headers (`BaseServing._get_trace_headers`) and passes them on to
+    `AsyncLLM.generate(trace_headers=...)`; it also reads `X-Request-Id`, priority,
+    session and data-parallel rank headers, and sets `state.request_metadata`. This
+    carrier holds the trace headers alone, so the gateway's request id stays the one used.
+    """
+
+    __slots__ = ("headers", "state")
+
+    def __init__(self, headers: dict[str, str]) -> None:
+        self.headers = headers
+        self.state = State()
+
+
+def _trace_carrier() -> Any:
+    """A carrier of the current span's trace context, or None outside a valid span."""
+    headers: dict[str, str] = {}
+    TraceContextTextMapPropagator().inject(headers)
+    return _TraceCarrier(headers) if headers else None
+
+
 class OpenAIFrontend:
     """Runs one OpenAI request through vLLM's serving classes at a given depth.
 
@@ -93,6 +122,8 @@ class OpenAIFrontend:
         state = State()
         tasks = await engine_client.get_supported_tasks()
         await init_app_state(engine_client, state, args, tasks)
+        # Client text is tokenized as text, never as the template's control tokens.
+        guard_chat_template(engine_client.renderer.tokenizer)
         return cls(state, config.served_model_name, lossless_sampling=lossless_sampling)
 
     def temperature_of(self, request: ChatCompletionRequest | CompletionRequest) -> float:
@@ -113,6 +144,14 @@ class OpenAIFrontend:
         """Whether speculation leaves a sampled request's output distribution unchanged
         on this engine (greedy requests are exact everywhere)."""
         return self._lossless_sampling
+
+    @property
+    def engine_traces(self) -> bool:
+        """Whether vLLM exports its own spans: without an `otlp_traces_endpoint` it drops
+        the trace context a request brings (with a warning), so none is passed then."""
+        config = getattr(self._state, "vllm_config", None)
+        observability = getattr(config, "observability_config", None)
+        return bool(getattr(observability, "otlp_traces_endpoint", None))
 
     @property
     def harmony_messages(self) -> bool:
@@ -146,7 +185,7 @@ class OpenAIFrontend:
         self._stamp(request, k, gateway_id, cap)
         with _client_errors():
             result: ChatResult = await self._state.openai_serving_chat.create_chat_completion(
-                request, None
+                request, _trace_carrier() if self.engine_traces else None
             )
         return result
 
@@ -156,7 +195,8 @@ class OpenAIFrontend:
         self._stamp(request, k, gateway_id, cap)
         with _client_errors():
             serving = self._state.openai_serving_completion
-            result: CompletionResult = await serving.create_completion(request, None)
+            carrier = _trace_carrier() if self.engine_traces else None
+            result: CompletionResult = await serving.create_completion(request, carrier)
         return result
 
     async def models(self) -> ModelList:
