@@ -57,7 +57,7 @@ class KeyRing:
         """Raise 401 for a missing/unknown key, 403 for a key of the wrong scope."""
         if scope is Scope.USER and self.open_access:
             return
-        token = _bearer(authorization)
+        token = bearer_token(authorization)
         if token is None:
             raise GatewayError(
                 ErrorKind.UNAUTHORIZED,
@@ -81,7 +81,8 @@ class KeyRing:
         )
 
 
-def _bearer(authorization: str | None) -> str | None:
+def bearer_token(authorization: str | None) -> str | None:
+    """The key of an `Authorization: Bearer <key>` header, or None."""
     if not authorization:
         return None
     scheme, _, token = authorization.partition(" ")

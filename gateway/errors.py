@@ -21,8 +21,14 @@ class ErrorKind(enum.Enum):
     UNAUTHORIZED = (401, "authentication_error", "unauthorized")
     FORBIDDEN = (403, "permission_error", "forbidden")
     NOT_FOUND = (404, "not_found_error", "not_found")
+    REQUEST_TIMEOUT = (408, "invalid_request_error", "request_timeout")
     PAYLOAD_TOO_LARGE = (413, "invalid_request_error", "payload_too_large")
+    HEADERS_TOO_LARGE = (431, "invalid_request_error", "headers_too_large")
     OVERLOADED = (429, "rate_limit_error", "overloaded")
+    #: A key's own per-minute or concurrency limit; OpenAI's shape (type "requests" /
+    #: "tokens", code "rate_limit_exceeded"), unlike OVERLOADED, which is the gateway's.
+    RATE_LIMITED_REQUESTS = (429, "requests", "rate_limit_exceeded")
+    RATE_LIMITED_TOKENS = (429, "tokens", "rate_limit_exceeded")
     ENGINE_ERROR = (500, "server_error", "engine_error")
     NOT_READY = (503, "service_unavailable", "not_ready")
     DRAINING = (503, "service_unavailable", "draining")

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import yaml
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -57,6 +57,51 @@ class GatewaySettings(BaseSettings):
     drain_timeout_s: float = Field(
         30.0, ge=0, le=3600, description="On SIGTERM, time in-flight requests get to finish."
     )
+    canary_interval_s: float = Field(
+        2.0,
+        ge=0,
+        le=60,
+        description="While the engine holds no work, send it a canary round trip this often "
+        "(finds an idle engine core that stopped answering); 0 = off.",
+    )
+    canary_timeout_s: float = Field(
+        5.0,
+        gt=0,
+        le=600,
+        description="A canary unanswered for this long marks the engine hung: /ready 503, "
+        "specgw_engine_ready 0.",
+    )
+    # Connection bounds at the HTTP edge (gateway.connections): slow or hostile clients.
+    header_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        le=600,
+        description="A request's line and headers must arrive within this time of the "
+        "connection opening or the previous response ending; else 408 and close.",
+    )
+    body_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        le=3600,
+        description="A request body must arrive whole this soon after "
+        "its headers; else 408 and close.",
+    )
+    keep_alive_timeout_s: int = Field(
+        5, ge=1, le=3600, description="An idle kept-alive connection is closed after this long."
+    )
+    max_connections: int = Field(
+        4096,
+        ge=1,
+        le=1_000_000,
+        description="Open client connections per replica; one more gets 503 and is closed "
+        "at once (keep it below the process's open-file limit).",
+    )
+    max_header_bytes: int = Field(
+        16 * 1024,
+        ge=1024,
+        le=1024 * 1024,
+        description="Largest request line plus headers (bytes); beyond: 431 and close.",
+    )
     # Input limits (checked before any engine work).
     max_body_bytes: int = Field(
         4 * 1024 * 1024, ge=1024, description="Largest request body accepted (bytes)."
@@ -73,7 +118,32 @@ class GatewaySettings(BaseSettings):
     max_stop_length: int = Field(64, ge=1, le=4096, description="Longest stop string (characters).")
     # Integrations.
     redis_url: str | None = Field(
-        None, description="Redis URL for cluster-wide class state and flag overrides."
+        None,
+        description="Redis URL for cluster-wide class state, flag overrides and rate limits "
+        "(rediss:// for TLS).",
+    )
+    redis_username: str | None = Field(
+        None, description="Redis ACL user (AUTH username password); unset = the default user."
+    )
+    redis_password: SecretStr | None = Field(
+        None,
+        description="Redis password (requirepass or the ACL user's), e.g. from a Secret as "
+        "SPECGW_REDIS_PASSWORD; a password in the URL wins over it.",
+    )
+    redis_password_file: Path | None = Field(
+        None, description="File holding the Redis password (a mounted Secret), read at start."
+    )
+    redis_tls_ca_file: Path | None = Field(
+        None, description="CA bundle that verifies the Redis server (rediss://); unset = system."
+    )
+    redis_tls_cert_file: Path | None = Field(
+        None, description="Client certificate for Redis mutual TLS (tls-auth-clients yes)."
+    )
+    redis_tls_key_file: Path | None = Field(
+        None, description="Private key of the Redis client certificate."
+    )
+    redis_tls_check_hostname: bool = Field(
+        True, description="Check the Redis server certificate's name against the URL's host."
     )
     flags_dir: Path | None = Field(
         None, description="Directory holding the flagd-format flags.json (ConfigMap mount)."

@@ -1,0 +1,207 @@
+"""Per-key limits across replicas on a real redis-server, and the local share without it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from gateway.errors import ErrorKind, GatewayError
+from gateway.tenants import KeyLimiter, KeyPolicy, Tenant
+from tests.redis_fixtures import DelayProxy, RedisServer
+from tests.tenants.limits import KEY_A, KEY_B, directory, limiter, tenant
+
+
+async def admit_many(limiters: list[KeyLimiter], who: Tenant, n: int, tokens: int = 1) -> int:
+    """`n` checks spread over the replicas in turn; how many were allowed."""
+    allowed = 0
+    for i in range(n):
+        try:
+            await limiters[i % len(limiters)].admit(who, tokens)
+        except GatewayError as exc:
+            if exc.status != 429:
+                raise
+        else:
+            allowed += 1
+    return allowed
+
+
+async def test_two_replicas_on_one_redis_enforce_one_cluster_wide_limit(
+    redis_server: RedisServer,
+) -> None:
+    tenants = directory(KeyPolicy(requests_per_minute=10), replicas=2)
+    replicas = [limiter(tenants, redis_server.url) for _ in range(2)]
+    for one in replicas:
+        await one.start()
+    a, b = tenant(tenants, KEY_A), tenant(tenants, KEY_B)
+    try:
+        # 10 per minute refill one every 6 s: a test this short sees at most one more.
+        assert 10 <= await admit_many(replicas, a, 30) <= 11
+        assert 10 <= await admit_many(replicas, b, 30) <= 11  # B has its own budget
+        assert [one.mode for one in replicas] == ["cluster", "cluster"]
+        with pytest.raises(GatewayError) as caught:
+            await replicas[1].admit(a, 1)
+        error = caught.value
+        assert error.kind is ErrorKind.RATE_LIMITED_REQUESTS
+        headers = error.response_headers()
+        assert headers["x-ratelimit-limit-requests"] == "10"  # the cluster's limit
+        assert headers["x-ratelimit-remaining-requests"] == "0"
+        assert 1 <= int(headers["retry-after"]) <= 6
+    finally:
+        for one in replicas:
+            await one.close()
+
+
+async def test_redis_stopped_each_replica_enforces_its_share_and_serves(
+    redis_server: RedisServer,
+) -> None:
+    tenants = directory(KeyPolicy(requests_per_minute=10), replicas=2)
+    replicas = [limiter(tenants, redis_server.url) for _ in range(2)]
+    for one in replicas:
+        await one.start()
+    a = tenant(tenants, KEY_A)
+    try:
+        redis_server.stop()
+        # Never an error because Redis is away: every refusal is a key's own 429.
+        allowed = await admit_many(replicas, a, 30)
+        assert allowed == 10  # 10 // 2 = 5 on each replica
+        assert [one.mode for one in replicas] == ["local-share", "local-share"]
+        assert "redis unreachable" in replicas[0].describe()
+        grant_headers = (await replicas[0].admit(tenant(tenants, KEY_B), 1)).headers
+        assert grant_headers["x-ratelimit-limit-requests"] == "5"  # what is enforced now
+        redis_server.start()
+        await asyncio.wait_for(_until_mode(replicas, "cluster"), 5.0)
+    finally:
+        for one in replicas:
+            await one.close()
+
+
+async def _until_mode(limiters: list[KeyLimiter], mode: str) -> None:
+    """Poll: the limiter has no event for its mode (the probe runs on its own schedule)."""
+    while any(one.mode != mode for one in limiters):  # noqa: ASYNC110
+        await asyncio.sleep(0.01)
+
+
+async def test_a_share_already_spent_through_redis_still_counts_after_it_goes(
+    redis_server: RedisServer,
+) -> None:
+    """Shadow accounting: a replica that used its share before Redis went away does not
+    get a fresh one at failover."""
+    tenants = directory(KeyPolicy(requests_per_minute=10), replicas=2)
+    one = limiter(tenants, redis_server.url)
+    await one.start()
+    a = tenant(tenants, KEY_A)
+    try:
+        assert await admit_many([one], a, 6) == 6  # through Redis, more than a share of 5
+        redis_server.stop()
+        assert await admit_many([one], a, 5) == 0
+    finally:
+        await one.close()
+
+
+async def test_slow_redis_is_bounded_and_falls_back(
+    redis_server: RedisServer, delay_proxy: DelayProxy
+) -> None:
+    tenants = directory(KeyPolicy(requests_per_minute=100))
+    one = limiter(tenants, delay_proxy.url, timeout_s=0.1)
+    await one.start()
+    try:
+        delay_proxy.delay_s = 1.0
+        started = time.monotonic()
+        grant = await one.admit(tenant(tenants, KEY_A), 1)
+        assert time.monotonic() - started < 0.6
+        assert not grant.cluster
+        assert one.mode == "local-share"
+        started = time.monotonic()
+        await one.admit(tenant(tenants, KEY_A), 1)  # no second wait on a known-slow Redis
+        assert time.monotonic() - started < 0.05
+        delay_proxy.delay_s = 0.0
+        await asyncio.wait_for(_until_mode([one], "cluster"), 5.0)
+    finally:
+        await one.close()
+
+
+async def test_tokens_reserved_then_settled_from_usage(redis_server: RedisServer) -> None:
+    tenants = directory(KeyPolicy(tokens_per_minute=1000))
+    one = limiter(tenants, redis_server.url)
+    await one.start()
+    a = tenant(tenants, KEY_A)
+    try:
+        grant = await one.admit(a, 600)
+        assert grant.headers["x-ratelimit-remaining-tokens"] == "400"
+        with pytest.raises(GatewayError) as caught:
+            await one.admit(a, 600)
+        assert caught.value.kind is ErrorKind.RATE_LIMITED_TOKENS
+        one.settle(grant, 100)  # used 100 of 600: 500 come back
+        await one.settled()
+        second = await one.admit(a, 800)
+        assert int(second.headers["x-ratelimit-remaining-tokens"]) in (99, 100)
+        one.settle(second, 900)  # used more than reserved: the debt is charged
+        await one.settled()
+        with pytest.raises(GatewayError):
+            await one.admit(a, 50)
+    finally:
+        await one.close()
+
+
+async def test_concurrency_is_cluster_wide_and_freed_at_settlement(
+    redis_server: RedisServer,
+) -> None:
+    tenants = directory(KeyPolicy(max_concurrent=2), replicas=2)
+    replicas = [limiter(tenants, redis_server.url) for _ in range(2)]
+    for one in replicas:
+        await one.start()
+    a = tenant(tenants, KEY_A)
+    try:
+        first = await replicas[0].admit(a, 1)
+        await replicas[1].admit(a, 1)
+        with pytest.raises(GatewayError) as caught:
+            await replicas[1].admit(a, 1)
+        assert "concurrent" in caught.value.message
+        replicas[0].settle(first, 1)
+        await replicas[0].settled()
+        await replicas[1].admit(a, 1)
+    finally:
+        for one in replicas:
+            await one.close()
+
+
+async def test_settlements_made_while_redis_is_away_are_replayed(
+    redis_server: RedisServer,
+) -> None:
+    tenants = directory(KeyPolicy(max_concurrent=1))
+    one = limiter(tenants, redis_server.url)
+    await one.start()
+    a = tenant(tenants, KEY_A)
+    try:
+        grant = await one.admit(a, 1)
+        redis_server.stop()
+        one.settle(grant, 1)  # the in-flight entry cannot be removed now
+        await one.settled()
+        redis_server.start()
+        await asyncio.wait_for(_until_mode([one], "cluster"), 5.0)
+        await one.admit(a, 1)  # the replayed settlement freed the slot
+    finally:
+        await one.close()
+
+
+async def test_without_redis_the_whole_limit_is_local() -> None:
+    tenants = directory(KeyPolicy(requests_per_minute=3))
+    one = limiter(tenants, None)
+    assert one.mode == "local"
+    assert await admit_many([one], tenant(tenants, KEY_A), 10) == 3
+
+
+async def test_keys_without_limits_take_no_round_trip(redis_server: RedisServer) -> None:
+    tenants = directory(KeyPolicy())
+    one = limiter(tenants, redis_server.url)
+    await one.start()
+    try:
+        assert one.mode == "off"
+        before = redis_server.command_calls().get("evalsha", 0)
+        grant = await one.admit(tenant(tenants, KEY_A), 10)
+        assert grant.headers == {}
+        assert redis_server.command_calls().get("evalsha", 0) == before
+    finally:
+        await one.close()
