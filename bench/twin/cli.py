@@ -14,6 +14,7 @@ import json
 import platform
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -31,6 +32,10 @@ WORKLOADS = TWIN / "workloads"
 REAL_SUMMARY = REPO / "bench" / "results" / "summary.json"
 DEFAULT_OUT = REPO / "bench" / "results" / "twin"
 QUICK_REQUESTS = 120
+#: Default lognormal sigma of each step's time (`StepCosts.with_noise`): a real engine's
+#: step times spread (scheduling, allocator, clocks), and a controller tuned on exact
+#: times would not meet them. 0.05 = a 5 % log-spread, modest for a GPU step.
+DEFAULT_STEP_NOISE = 0.05
 #: Default workload of the profile measured on this repository's CPU engine.
 CPU_PROFILE, CPU_WORKLOAD, GPU_WORKLOAD = "cpu-embedded", "make-bench", "production-mix"
 
@@ -69,13 +74,13 @@ def select_cases(profiles: Sequence[Path], workloads: Sequence[Path]) -> list[Ca
 
 def quick_cases(cases: Sequence[Case]) -> list[Case]:
     """One profile, `QUICK_REQUESTS` requests, the first and last arrival."""
-    from bench.twin.runner import Case, scaled
+    from bench.twin.runner import scaled
 
     case = cases[0]
     workload: Workload = scaled(case.workload, QUICK_REQUESTS)
     arrivals = workload.arrivals
     picked = [arrivals[0], arrivals[-1]] if len(arrivals) > 1 else list(arrivals)
-    return [Case(case.profile, workload.model_copy(update={"arrivals": picked}), case.extra_modes)]
+    return [replace(case, workload=workload.model_copy(update={"arrivals": picked}))]
 
 
 def run_all(cases: Sequence[Case], seeds: Sequence[int]) -> list[CaseRun]:
@@ -148,6 +153,14 @@ def twin(
         int | None, typer.Option(help="Scale each workload to about this many requests.")
     ] = None,
     quick: Annotated[bool, typer.Option(help=f"CI size: {QUICK_REQUESTS} requests.")] = False,
+    step_noise: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            max=1.0,
+            help="Lognormal sigma of each step's time (seeded, the same for every mode; 0: none).",
+        ),
+    ] = DEFAULT_STEP_NOISE,
     out: Annotated[Path, typer.Option(help="Results directory.")] = DEFAULT_OUT,
 ) -> None:
     """Replay each profile's workload through every mode; write summary, report, plots."""
@@ -159,6 +172,7 @@ def twin(
         cases = select_cases(profile or [], workload or [])
     except TwinInputError as exc:
         raise typer.BadParameter(str(exc)) from None
+    cases = [replace(c, step_noise=step_noise) for c in cases]
     if requests:
         cases = [rescaled(c, requests) for c in cases]
     chosen = [seed] if quick else [seed + i for i in range(seeds)]

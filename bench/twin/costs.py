@@ -7,15 +7,22 @@ can meet is computed up front (`Profile.step_ms` for the formulas).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+import numpy as np
 
 from bench.twin.schema import Profile
+
+#: Step-time multipliers drawn per run (`with_noise`); step i of a run reads entry
+#: i mod this, so every mode's i-th step gets the same jitter (common random numbers).
+NOISE_STEPS = 1 << 16
 
 
 @dataclass(frozen=True, slots=True)
 class StepCosts:
     """Seconds: `spec[b][k]` (speculative engine, b decoding, deepest k), `no_spec[b]`,
-    prefill per prompt token, and the first-token extra per depth."""
+    prefill per prompt token, and the first-token extra per depth; `noise`: each
+    step's time multiplier by step index (`(1.0,)`: none)."""
 
     max_k: int
     spec: tuple[tuple[float, ...], ...]
@@ -23,6 +30,7 @@ class StepCosts:
     prefill_target_s: float
     prefill_drafter_s: float
     first_extra_s: tuple[float, ...]
+    noise: tuple[float, ...] = (1.0,)
 
     @classmethod
     def of(cls, profile: Profile, max_running: int) -> StepCosts:
@@ -40,3 +48,13 @@ class StepCosts:
             profile.prefill_ms_per_token.drafter / 1000.0,
             tuple(profile.first_token_extra(k) / 1000.0 for k in range(k_max + 1)),
         )
+
+    def with_noise(self, sigma: float, seed: int) -> StepCosts:
+        """The same costs with lognormal step jitter: step i takes its profile time times
+        exp(sigma z_i), z_i standard normal from `seed` (median 1, so the profile's
+        figures stay the medians they are; sigma = the log-spread of measured step
+        times, e.g. 0.05 for a 5 % spread). sigma = 0: no jitter."""
+        if sigma <= 0:
+            return replace(self, noise=(1.0,))
+        draws = np.random.default_rng([seed, 0x5157]).lognormal(0.0, sigma, NOISE_STEPS)
+        return replace(self, noise=tuple(float(x) for x in draws))

@@ -9,7 +9,9 @@ on it decodes. One step:
 
 with b the requests decoding and D the deepest k among them (the drafter drafts
 that deep for every request: vLLM's drafter runs batch-wide), read from the
-profile (`bench.twin.costs`); an engine with no drafter pays `no_spec(b)`. A
+profile (`bench.twin.costs`); an engine with no drafter pays `no_spec(b)`. The
+whole step's time is then multiplied by the run's jitter for that step index
+(`StepCosts.noise`, lognormal with median 1; `noise_start` offsets the index). A
 newcomer's prefill costs its prompt tokens at the target's rate, plus the
 drafter's where the depth source says the drafter prefills it; the first
 drafts of the newcomers run as one batched pass, so the step pays the largest
@@ -222,6 +224,7 @@ def simulate(
     times: list[float] | None = None,
     clients: int = 1,
     max_running: int = MAX_RUNNING,
+    noise_start: int = 0,
 ) -> RunResult:
     """Replay `requests` through the engine under one mode; see the module docstring."""
     arrivals = _Arrivals(requests, times, clients)
@@ -232,6 +235,7 @@ def simulate(
     steps = 0
     first_arrival: float | None = None
     depth = costs.max_k
+    noise = costs.noise
     while True:
         now = clock.now
         newcomers: list[_Live] = []
@@ -250,8 +254,9 @@ def simulate(
                 break
             clock.now = later
             continue
+        jitter = noise[(noise_start + steps) % len(noise)]
         steps += 1
-        done = _step(running, newcomers, source, costs, clock)
+        done = _step(running, newcomers, source, costs, clock, jitter)
         for live in done:
             last = clock.now
             records.append(_record(live, last))
@@ -297,8 +302,10 @@ def _step(
     source: DepthSource,
     costs: StepCosts,
     clock: VirtualClock,
+    jitter: float = 1.0,
 ) -> list[_Live]:
-    """Run one engine step; returns the requests that finished in it (in batch order)."""
+    """Run one engine step, its time times `jitter`; returns the requests that finished
+    in it (in batch order)."""
     b = len(running)
     engine_wide = source.engine_wide
     depth = 0
@@ -320,6 +327,7 @@ def _step(
             if k > 0 and costs.first_extra_s[k] > extra:
                 extra = costs.first_extra_s[k]
         seconds += extra
+    seconds *= jitter
     clock.now += seconds
     now = clock.now
     done: list[_Live] = []

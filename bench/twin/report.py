@@ -218,6 +218,14 @@ def _run(info: Mapping[str, Any]) -> list[str]:
 
 def render(summary: Mapping[str, Any], run_info: Mapping[str, Any] | None = None) -> str:
     lines = ["# Engine twin report", "", INTRO, "", UPPER_BOUND_NOTE, ""]
+    noise = summary["meta"].get("step_noise", 0.0)
+    lines += [
+        f"Step-time noise: each step's time is its profile's median times a lognormal jitter "
+        f"of sigma {noise:g} (seeded; every mode meets the same jitter at its i-th step)."
+        if noise
+        else "Step-time noise: none (every step takes its profile's median time).",
+        "",
+    ]
     for name, profile in summary["profiles"].items():
         lines += _profile(name, profile)
     lines += _spread(summary)

@@ -44,6 +44,8 @@ class Case:
     workload: Workload
     #: Modes run beside the standard ones (`bench.twin.modes.BENCH_SCHEDULE`).
     extra_modes: tuple[str, ...] = ()
+    #: Lognormal sigma of each step's time (`StepCosts.with_noise`; 0: noiseless).
+    step_noise: float = 0.0
 
 
 @dataclass(slots=True)
@@ -104,7 +106,7 @@ def scaled(workload: Workload, total: int) -> Workload:
 
 
 def rescaled(case: Case, total: int) -> Case:
-    return Case(case.profile, scaled(case.workload, total), case.extra_modes)
+    return Case(case.profile, scaled(case.workload, total), case.extra_modes, case.step_noise)
 
 
 def _notes(source: object) -> dict[str, Any]:
@@ -132,7 +134,10 @@ def run_case(
     every = mode_names(profile.max_k, case.extra_modes)
     chosen = [m for m in every if modes is None or m in modes]
     deepest = f"static-k{profile.max_k}"
+    median_costs = costs
     for s, seed in enumerate(seeds):
+        # One jitter sequence per seed, the same for every mode (common random numbers).
+        costs = median_costs.with_noise(case.step_noise, seed)
         requests = build_requests(workload, seed)
         check_classes(workload, requests)
         for arrival in workload.arrivals:

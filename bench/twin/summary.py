@@ -204,6 +204,7 @@ def build_summary(
             "driving the gateway's real control plane",
             "seeds": list(seeds),
             "max_running": 256,
+            "step_noise": max((r.case.step_noise for r in runs), default=0.0),
         },
         "profiles": profiles,
     }

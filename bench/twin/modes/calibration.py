@@ -43,6 +43,9 @@ from gateway.control.settings import ControllerSettings
 
 #: Conditional acceptance of every draft position in calibration requests.
 ACCEPTANCE = 0.7
+#: Step-jitter index stride between calibration rounds (`StepCosts.noise`): rounds read
+#: stretches apart from each other and from the traffic's first steps.
+CALIBRATION_NOISE_STRIDE = 4099
 _DIGITS = re.compile(r"[0-9.]+")
 
 
@@ -87,6 +90,7 @@ class TwinCalibrationEngine:
         self._pending: list[tuple[GenerateRequest, asyncio.Future[RequestOutcome]]] = []
         self._runner: asyncio.Task[None] | None = None
         self._made = 0
+        self._rounds = 0
 
     @property
     def max_depth(self) -> int:
@@ -114,7 +118,17 @@ class TwinCalibrationEngine:
         k_max = self._costs.max_k
         depths = {t.index: min(r.k, k_max) for t, (r, _) in zip(requests, batch, strict=True)}
         source = _Round(self._listener, depths)
-        simulate(requests, source, self._costs, VirtualClock(), clients=len(requests))
+        # Each round reads its own stretch of the step jitter (a run's index 0 onwards
+        # is the traffic's).
+        self._rounds += 1
+        simulate(
+            requests,
+            source,
+            self._costs,
+            VirtualClock(),
+            clients=len(requests),
+            noise_start=CALIBRATION_NOISE_STRIDE * self._rounds,
+        )
         for (_, future), request in zip(batch, requests, strict=True):
             future.set_result(source.outcomes[request.index])
 
