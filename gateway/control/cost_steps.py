@@ -62,6 +62,11 @@ STEP_OUTLIER_AFTER = 8.0
 #: mixes two speeds. Its old samples weigh at most REVISIT_WEIGHT once it is visited
 #: again, and at batch 1 exploration re-measures a stale k = 0.
 STALE_STEPS = 1000
+#: At batch 1, k = 0 is stale only once a depth visited since its last step has moved
+#: by more than this share of its mean then: the host changed speed. Where nothing
+#: moved, its price still holds, and re-measuring it costs a probe's whole reply at
+#: k = 0 (a third of the tokens per step of a good class at k = 4 on a GPU).
+STALE_SHIFT = 0.05
 #: Samples' weight a stale depth's old mean keeps when it is visited again.
 REVISIT_WEIGHT = 1.0
 #: Buckets where a stale k = 0 is marked for exploration: at batch 1 a probe's k is its
@@ -149,6 +154,8 @@ class StepCosts:
         self.last_step: dict[int, list[int]] = {}
         #: Per bucket in RESTALE_BUCKETS: (0,) while k = 0 is stale as of the last refresh.
         self.stale: dict[int, tuple[int, ...]] = {}
+        #: Per bucket in RESTALE_BUCKETS: (k = 0's last step, each depth's mean then).
+        self.anchor: dict[int, tuple[int, list[float]]] = {}
         self.sums: dict[int, Sums] = {}
         self.lines: dict[int, tuple[float, float]] = {}
         self.since_fit: dict[int, int] = {}
@@ -278,12 +285,29 @@ class StepCosts:
         return row
 
     def mark_stale(self, bucket: int) -> None:
-        """In RESTALE_BUCKETS: whether k = 0 had no filed step in the last STALE_STEPS."""
+        """In RESTALE_BUCKETS: whether k = 0 is stale, i.e. it had no filed step in the
+        last STALE_STEPS *and* some depth d stepped since has moved:
+        |mean_d / mean_d(at k = 0's last step) - 1| > STALE_SHIFT. The means at k = 0's
+        last step are kept at each refresh that finds it new (`anchor`)."""
         last = self.last_step.get(bucket)
-        if last is not None and bucket in RESTALE_BUCKETS:
-            at = last[0]
-            stale = at >= 0 and self.steps.get(bucket, 0) - at > STALE_STEPS
-            self.stale[bucket] = (0,) if stale else ()
+        if last is None or bucket not in RESTALE_BUCKETS:
+            return
+        at = last[0]
+        table = self.per_k.get(bucket)
+        if at < 0 or table is None:
+            self.stale[bucket] = ()
+            return
+        means = [t / n if n > 0 else 0.0 for n, t in table]
+        anchor = self.anchor.get(bucket)
+        if anchor is None or anchor[0] != at:
+            self.anchor[bucket] = (at, means)
+            self.stale[bucket] = ()
+            return
+        stale = self.steps.get(bucket, 0) - at > STALE_STEPS and any(
+            last[d] > at and then > 0 and abs(now / then - 1.0) > STALE_SHIFT
+            for d, (now, then) in enumerate(zip(means, anchor[1], strict=True))
+        )
+        self.stale[bucket] = (0,) if stale else ()
 
     # ---- fits ------------------------------------------------------------------------
     def line(self, bucket: int) -> tuple[float, float]:

@@ -123,14 +123,17 @@ def test_probe_shares_are_per_batch_once_a_load_is_calibrated() -> None:
 
 
 def test_a_stale_k0_at_batch_1_is_probed_until_re_measured() -> None:
-    """Once the traffic has run STALE_STEPS engine steps at batch 1 without k = 0, the
-    price every relative cost divides by may describe the host as it was: k = 0 is
-    probed at `cost_probe_share` (0.2) until it has steps of the host as it is, then
-    exploration is back at its share."""
+    """Once the traffic has run STALE_STEPS engine steps at batch 1 without k = 0 and
+    the depth it runs at has moved (the host changed speed), the price every relative
+    cost divides by describes the host as it was: k = 0 is probed at
+    `cost_probe_share` (0.2) until it has steps of the host as it is, then exploration
+    is back at its share. Where the visited depth kept its price, k = 0's holds too:
+    no probe at k = 0 beyond the share's. (Calibrated long enough that the trained
+    requests' means, filed before the first engine step, no longer move a depth's.)"""
     controller = trained(HIGH)
     cls = controller.classify(RequestFeatures("chat"))
     cost = controller.cost_model
-    for _ in range(100):  # the start-up calibration's steps
+    for _ in range(2000):  # the start-up calibration's steps, and traffic at every depth
         for d in range(6):
             cost.observe_step(1, d, 0.01 * (1 + 0.1 * d))
     k = controller.decide(cls, IDLE, ControlOverrides(exploration_share=0.0)).k
@@ -139,6 +142,9 @@ def test_a_stale_k0_at_batch_1_is_probed_until_re_measured() -> None:
     assert sum(controller.decide(cls, IDLE).explored for _ in range(n)) < 1.4 * n * 0.05
     for _ in range(STALE_STEPS + STEPS_PER_REFRESH):
         cost.observe_step(1, k, 0.01 * (1 + 0.1 * k))
+    assert controller.exploration.thin_depths(1, 3.0) == []  # same host: k = 0 holds
+    for _ in range(STALE_STEPS):  # the host runs 1.5x faster now
+        cost.observe_step(1, k, 0.01 * (1 + 0.1 * k) / 1.5)
     probes = [d.k for d in (controller.decide(cls, IDLE) for _ in range(n)) if d.explored]
     assert 0.6 * n * 0.2 < len(probes) < 1.4 * n * 0.2
     assert set(probes) == {0}
