@@ -8,6 +8,7 @@ dependencies.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -28,11 +29,15 @@ from gateway.api.deps import require_admin
 from gateway.api.gate import AdmissionGate
 from gateway.api.responses import error_docs, error_response
 from gateway.auth import KeyRing
+from gateway.connections import EdgeStats
 from gateway.errors import ErrorKind, GatewayError
 from gateway.flags import FlagAdmin, FlagView
 from gateway.flags.admin_routes import build_flags_router
-from gateway.observability.tracing import setup_tracing
+from gateway.observability.logs import request_context
+from gateway.observability.tracing import TRACER_NAME, setup_tracing
 from gateway.settings import GatewaySettings
+from gateway.tenants import TenantDirectory
+from gateway.tenants.decision import RATELIMIT_HEADERS
 
 log = logging.getLogger("specgw")
 
@@ -47,12 +52,23 @@ class RequestEdge:
     A client's own `x-request-id` is propagated when it is short and plain;
     otherwise a fresh one is minted. The body is read here, up to
     `max_body_bytes`, and replayed to the app: a larger one (declared or chunked)
-    gets 413 before the rest is read, and before any JSON parsing.
+    gets 413 before the rest is read, and before any JSON parsing; one that has not
+    arrived whole `body_timeout_s` after its headers gets 408 and the connection
+    closes (uvicorn bounds no body read; the headers' own deadline is
+    `gateway.connections`).
     """
 
-    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_body_bytes: int,
+        body_timeout_s: float = 30.0,
+        stats: EdgeStats | None = None,
+    ) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
+        self.body_timeout_s = body_timeout_s
+        self.stats = stats or EdgeStats()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -67,6 +83,12 @@ class RequestEdge:
         if not rid or len(rid) > 128 or not set(rid) <= _SAFE_ID:
             rid = uuid.uuid4().hex
         scope.setdefault("state", {})["request_id"] = rid
+        with request_context(rid):  # every log line of the request carries its id
+            await self._serve(scope, receive, send, rid, declared)
+
+    async def _serve(
+        self, scope: Scope, receive: Receive, send: Send, rid: str, declared: int
+    ) -> None:
         header = (b"x-request-id", rid.encode("latin-1"))
 
         async def send_with_id(message: Message) -> None:
@@ -77,7 +99,14 @@ class RequestEdge:
         if declared > self.max_body_bytes:
             await self._too_large(scope, receive, send_with_id)
             return
-        body = await self._read_body(receive) if scope["method"] in ("POST", "PUT") else b""
+        try:
+            async with asyncio.timeout(self.body_timeout_s):
+                reads = scope["method"] in ("POST", "PUT")
+                body = await self._read_body(receive) if reads else b""
+        except TimeoutError:
+            self.stats.body_timeouts += 1
+            await self._late(scope, receive, send_with_id)
+            return
         if body is None:
             await self._too_large(scope, receive, send_with_id)
             return
@@ -119,6 +148,14 @@ class RequestEdge:
             chunks.append(chunk)
             if not message.get("more_body", False):
                 return b"".join(chunks)
+
+    async def _late(self, scope: Scope, receive: Receive, send: Send) -> None:
+        error = GatewayError(
+            ErrorKind.REQUEST_TIMEOUT,
+            f"request body not sent in {self.body_timeout_s} s",
+            headers={"connection": "close"},
+        )
+        await error_response(error)(scope, receive, send)
 
     async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
         error = GatewayError(
@@ -203,6 +240,8 @@ def create_app(settings: GatewaySettings, runtime_factory: RuntimeFactory) -> Fa
         async with runtime_factory(settings) as runtime:
             app.state.runtime = runtime
             app.state.render_metrics = runtime.render_metrics
+            if tracer is not None and hasattr(runtime, "service"):
+                runtime.service.trace_with(tracer.get_tracer(TRACER_NAME))
             try:
                 yield
             finally:
@@ -220,6 +259,7 @@ def create_app(settings: GatewaySettings, runtime_factory: RuntimeFactory) -> Fa
     app.state.settings = settings
     app.state.runtime = None
     app.state.keyring = KeyRing(settings.api_keys, settings.admin_keys)
+    app.state.tenants = TenantDirectory(settings.tenants, settings.api_keys)
     app.state.render_metrics = lambda: (b"", "text/plain")
     _install_error_handlers(app)
     app.include_router(ops_routes.router)
@@ -236,8 +276,14 @@ def create_app(settings: GatewaySettings, runtime_factory: RuntimeFactory) -> Fa
             allow_origins=settings.cors_origins,
             allow_methods=["GET", "POST"],
             allow_headers=["authorization", "content-type", "x-request-id"],
-            expose_headers=["x-request-id", "x-specgw-class", "x-specgw-k"],
+            expose_headers=["x-request-id", "x-specgw-class", "x-specgw-k", *RATELIMIT_HEADERS],
         )
     app.add_middleware(AdmissionGate)  # inside RequestEdge: its 429s carry x-request-id
-    app.add_middleware(RequestEdge, max_body_bytes=settings.max_body_bytes)
+    app.state.edge_stats = EdgeStats()  # the server's protocol counts into it too
+    app.add_middleware(
+        RequestEdge,
+        max_body_bytes=settings.max_body_bytes,
+        body_timeout_s=settings.body_timeout_s,
+        stats=app.state.edge_stats,
+    )
     return app

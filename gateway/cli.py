@@ -84,14 +84,13 @@ def serve(
     ] = None,
 ) -> None:
     """Start the gateway with its embedded vLLM engine (or the backend `--backend` names)."""
-    import uvicorn
 
     from engine.settings import EngineSettings
     from gateway.app import create_app
     from gateway.backends import runtime_factory
     from gateway.control.settings import ControllerSettings
     from gateway.observability.logs import configure_logging
-    from gateway.server import DrainingServer
+    from gateway.server import DrainingServer, server_config
     from gateway.settings import GatewaySettings
 
     settings = GatewaySettings.load(config, host=host, port=port, log_level=log_level)
@@ -108,17 +107,7 @@ def serve(
         application = create_app(settings, runtime_factory(engine_settings, controller_settings))
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
-    server_config = uvicorn.Config(
-        application,
-        host=settings.host,
-        port=settings.port,
-        log_level=settings.log_level.lower(),
-        # The gateway's drain ends leftover requests with errors at drain_timeout_s;
-        # uvicorn's hard stop comes after that.
-        timeout_graceful_shutdown=int(settings.drain_timeout_s) + 10,
-        access_log=False,
-    )
-    server = DrainingServer(server_config, application)
+    server = DrainingServer(server_config(application, settings), application)
     server.run()
     if server.fatal:
         raise SystemExit(3)

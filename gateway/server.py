@@ -15,6 +15,33 @@ from types import FrameType
 import uvicorn
 from fastapi import FastAPI
 
+from gateway.connections import EdgeLimits, EdgeStats, bounded_protocol
+from gateway.settings import GatewaySettings
+
+
+def server_config(app: FastAPI, settings: GatewaySettings) -> uvicorn.Config:
+    """uvicorn's config for the gateway: the bounded HTTP/1.1 protocol (gateway.connections),
+    its keep-alive timeout, and a hard stop after the gateway's own drain."""
+    limits = EdgeLimits(
+        header_timeout_s=settings.header_timeout_s,
+        max_header_bytes=settings.max_header_bytes,
+        max_connections=settings.max_connections,
+    )
+    stats = getattr(app.state, "edge_stats", None) or EdgeStats()
+    app.state.edge_stats = stats
+    return uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level.lower(),
+        http=bounded_protocol(limits, stats),
+        timeout_keep_alive=settings.keep_alive_timeout_s,
+        # The gateway's drain ends leftover requests with errors at drain_timeout_s;
+        # uvicorn's hard stop comes after that.
+        timeout_graceful_shutdown=int(settings.drain_timeout_s) + 10,
+        access_log=False,
+    )
+
 
 class DrainingServer(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, app: FastAPI) -> None:

@@ -1,0 +1,214 @@
+"""Slow and hostile clients over a real socket: the gateway (fake backend) served by its own
+uvicorn config (`gateway.server.server_config`) on a loopback port, driven with raw sockets.
+
+Bounds under test (`gateway.connections`, `gateway.app.RequestEdge`): the header deadline,
+the body deadline, the header size (431) and the open-connection bound. Deadlines are one
+second here so that the whole module runs in a few seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+import pytest_asyncio
+from fastapi import FastAPI
+
+from engine.settings import EngineSettings
+from gateway.app import create_app
+from gateway.backends import fake_runtime_factory
+from gateway.connections import EdgeStats
+from gateway.server import DrainingServer, server_config
+from tests.unit.conftest import MESSAGES, MODEL, QUICK_START, USER_KEY, gateway_settings
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+DEADLINE_S = 1.0
+#: How late past its deadline a connection may end (timer, event loop, 2 shared cores).
+SLACK_S = 1.5
+CHAT = json.dumps({"model": MODEL, "messages": MESSAGES, "max_tokens": 4}).encode()
+PARTIAL_HEADERS = b"POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\nx-slow: "
+
+
+@dataclass
+class Served:
+    app: FastAPI
+    port: int
+
+    @property
+    def stats(self) -> EdgeStats:
+        stats: EdgeStats = self.app.state.edge_stats
+        return stats
+
+    async def connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        return await asyncio.open_connection("127.0.0.1", self.port)
+
+    def http(self) -> httpx.AsyncClient:
+        return httpx.AsyncClient(
+            base_url=f"http://127.0.0.1:{self.port}",
+            headers={"authorization": f"Bearer {USER_KEY}", "content-type": "application/json"},
+            timeout=10,
+        )
+
+
+@asynccontextmanager
+async def serve(**overrides: Any) -> AsyncIterator[Served]:
+    settings = gateway_settings(
+        port=0, header_timeout_s=DEADLINE_S, body_timeout_s=DEADLINE_S, **overrides
+    )
+    app = create_app(settings, fake_runtime_factory(EngineSettings(backend="fake"), QUICK_START))
+    server = DrainingServer(server_config(app, settings), app)
+    task = asyncio.create_task(server.serve())
+    for _ in range(500):  # start-up takes milliseconds on the fake backend
+        if server.started:
+            break
+        await asyncio.sleep(0.02)
+    else:
+        raise RuntimeError("the server did not start")
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield Served(app, port)
+    finally:
+        server.should_exit = True
+        await task
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def served() -> AsyncIterator[Served]:
+    async with serve() as started:
+        yield started
+
+
+async def _until_closed(reader: asyncio.StreamReader) -> tuple[bytes, float]:
+    """Everything the server sends until it closes, and when it closed."""
+    data = await asyncio.wait_for(reader.read(), timeout=DEADLINE_S + SLACK_S + 5)
+    return data, time.monotonic()
+
+
+def _status(response: bytes) -> int:
+    return int(response.split(b" ", 2)[1]) if response else 0
+
+
+def _error(response: bytes) -> dict[str, Any]:
+    body: dict[str, Any] = json.loads(response.split(b"\r\n\r\n", 1)[1])["error"]
+    return body
+
+
+async def test_slow_connections_end_at_their_deadline_while_others_are_served(
+    served: Served,
+) -> None:
+    """100 connections stall in their headers, 100 in their body (content-length 4096,
+    100 bytes sent): each ends with 408 within the deadline; a normal chat request
+    sent meanwhile is answered at once."""
+    opened = time.monotonic()
+    connections = [await served.connect() for _ in range(200)]
+    for i, (_, writer) in enumerate(connections):
+        if i % 2 == 0:
+            writer.write(PARTIAL_HEADERS)
+        else:
+            head = (
+                b"POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\n"
+                b"content-type: application/json\r\ncontent-length: 4096\r\n\r\n"
+            )
+            writer.write(head + b"{" * 100)
+        await writer.drain()
+    async with served.http() as http:
+        started = time.monotonic()
+        reply = await http.post("/v1/chat/completions", content=CHAT)
+        normal_s = time.monotonic() - started
+    assert reply.status_code == 200
+    assert normal_s < DEADLINE_S
+    ends = await asyncio.gather(*(_until_closed(reader) for reader, _ in connections))
+    for i, (response, closed_at) in enumerate(ends):
+        assert _status(response) == 408, response[:200]
+        assert _error(response)["code"] == "request_timeout"
+        assert closed_at - opened < DEADLINE_S + SLACK_S
+        if i % 2 == 1:  # the body's 408 comes from the app: it carries the request id
+            assert b"x-request-id" in response.lower()
+    assert served.stats.header_timeouts >= 100
+    assert served.stats.body_timeouts >= 100
+    for _, writer in connections:
+        writer.close()
+
+
+async def test_an_idle_connection_is_closed_without_an_answer(served: Served) -> None:
+    reader, writer = await served.connect()
+    opened = time.monotonic()
+    response, closed_at = await _until_closed(reader)
+    assert response == b""
+    assert closed_at - opened < DEADLINE_S + SLACK_S
+    writer.close()
+
+
+async def test_the_header_deadline_restarts_after_each_response(served: Served) -> None:
+    """A kept-alive connection that starts a second request and stalls is ended too."""
+    reader, writer = await served.connect()
+    writer.write(b"GET /health HTTP/1.1\r\nhost: gw\r\n\r\n")
+    await writer.drain()
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = int(
+        next(h for h in head.split(b"\r\n") if h.lower().startswith(b"content-length")).split(b":")[
+            1
+        ]
+    )
+    await reader.readexactly(length)
+    assert _status(head) == 200
+    writer.write(b"GET /health HTTP/1.1\r\nhost: g")
+    await writer.drain()
+    response, _ = await _until_closed(reader)
+    assert _status(response) == 408
+    writer.close()
+
+
+async def test_oversized_headers_get_431(served: Served) -> None:
+    """A 64 KB and a 200 KB header: 431 in OpenAI's shape; 15 KB of headers pass."""
+    for size in (64 * 1024, 200 * 1024):
+        reader, writer = await served.connect()
+        writer.write(b"GET /health HTTP/1.1\r\nhost: gw\r\nx-big: " + b"a" * size + b"\r\n\r\n")
+        await writer.drain()
+        response, _ = await _until_closed(reader)
+        assert _status(response) == 431, size
+        assert _error(response)["code"] == "headers_too_large"
+        writer.close()
+    async with served.http() as http:
+        reply = await http.get("/health", headers={"x-fits": "a" * 15_000})
+    assert reply.status_code == 200
+    assert served.stats.headers_too_large >= 2
+
+
+async def test_a_header_sent_byte_by_byte_is_cut_at_the_size_limit(served: Served) -> None:
+    """A header that never ends is refused once it passes the limit, not at the deadline."""
+    reader, writer = await served.connect()
+    writer.write(PARTIAL_HEADERS)
+    for _ in range(20):
+        writer.write(b"b" * 1024)
+        await writer.drain()
+    response, _ = await _until_closed(reader)
+    assert _status(response) == 431
+    writer.close()
+
+
+async def test_connections_beyond_the_bound_are_refused_at_once() -> None:
+    async with serve(max_connections=5) as small:
+        held = [await small.connect() for _ in range(5)]
+        await asyncio.sleep(0.05)
+        reader, writer = await small.connect()
+        started = time.monotonic()
+        response, closed_at = await _until_closed(reader)
+        assert _status(response) == 503
+        assert closed_at - started < 0.5
+        assert b"retry-after: 1" in response
+        assert small.stats.connections_refused == 1
+        writer.close()
+        for _, w in held:
+            w.close()
+        await asyncio.sleep(0.1)
+        async with small.http() as http:
+            assert (await http.get("/health")).status_code == 200
