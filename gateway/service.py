@@ -14,6 +14,8 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, 
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from opentelemetry.trace import Tracer
+
 from engine.interface import EngineStep, InvalidRequestError, RequestOutcome
 from engine.openai_frontend import RESERVED_XARGS, OpenAIFrontend
 from engine.protocol import ChatCompletionRequest, CompletionRequest, ErrorResponse
@@ -22,6 +24,7 @@ from gateway.admission import Admission
 from gateway.control.features import sampling_bucket
 from gateway.control.plane import ControlPlane, Plan, PlannedRequest
 from gateway.errors import ErrorKind, GatewayError, invalid
+from gateway.observability.inference_span import UNTRACED, InferenceSpan, InferenceSpans
 from gateway.outcomes import OutcomeBoard
 from gateway.settings import GatewaySettings
 from gateway.streaming import StreamEnd, relay
@@ -151,12 +154,17 @@ class InferenceService:
         #: gateway id -> the engine's request id, for aborting at the drain deadline.
         self._inflight: dict[str, str] = {}
         self._abort: Callable[[str], Awaitable[None]] | None = None
+        self._spans = InferenceSpans()
 
     def observe_step(self, step: EngineStep) -> None:
         """One timed engine step (`Engine.on_step`) to the control plane."""
         filed = self._plane.observe_step(step)
         if self._telemetry is not None:
             self._telemetry.engine_step(filed)
+
+    def trace_with(self, tracer: Tracer) -> None:
+        """Open each request's GenAI inference span on `tracer` (tracing is on)."""
+        self._spans = InferenceSpans(tracer)
 
     def set_aborter(self, abort: Callable[[str], Awaitable[None]]) -> None:
         self._abort = abort
@@ -237,6 +245,7 @@ class InferenceService:
             planned,
             bool(request.stream),
             lambda gid: self._frontend.chat(request, k=planned.k, gateway_id=gid, cap=planned.cap),
+            request,
         )
 
     async def completion(self, request: CompletionRequest) -> JsonReply | StreamReply:
@@ -269,6 +278,7 @@ class InferenceService:
             lambda gid: self._frontend.completion(
                 request, k=planned.k, gateway_id=gid, cap=planned.cap
             ),
+            request,
         )
 
     async def _run(
@@ -278,19 +288,25 @@ class InferenceService:
         planned: PlannedRequest,
         stream: bool,
         call: Callable[[str], Awaitable[Any]],
+        request: Any = None,
     ) -> JsonReply | StreamReply:
+        """`request`, the parsed body, gives the inference span its sampling parameters."""
         plan = planned.plan
         headers = planned.headers()
         gid = uuid.uuid4().hex
         started = time.monotonic()
         await self._admission.acquire(plan.class_id)
+        span = self._spans.start(
+            endpoint, self.served_model_name, request, plan, id_prefix + gid, stream
+        )
         planned.enter()
         released = False
         try:
             self._board.expect(gid)
             self._inflight[gid] = id_prefix + gid
             try:
-                result = await call(gid)
+                with span.current():  # its trace context goes to the engine
+                    result = await call(gid)
             except InvalidRequestError as exc:
                 raise invalid(str(exc), param=exc.param) from None
             if isinstance(result, ErrorResponse):
@@ -304,28 +320,39 @@ class InferenceService:
                 body = result.model_dump(exclude_none=True)
                 body["speculation"] = speculation_object(plan, outcome)
                 released = True
-                self._release(gid, planned, outcome)
-                self._report(endpoint, plan, "complete", None, outcome, started, None, False)
+                self._release(gid, planned, outcome, span)
+                self._report(endpoint, plan, "complete", None, outcome, started, None, False, span)
                 return JsonReply(body, headers)
             released = True  # by the stream's end
-            return self._stream(endpoint, planned, gid, result, headers, started)
+            return self._stream(endpoint, planned, gid, result, headers, started, span)
         except GatewayError as exc:
             if not released:
                 released = True
-                self._release(gid, planned, None)
-            self._report(endpoint, plan, "error", exc, None, started, None, stream)
+                self._release(gid, planned, None, span)
+            self._report(endpoint, plan, "error", exc, None, started, None, stream, span)
+            raise
+        except BaseException as exc:
+            span.interrupted(exc)
             raise
         finally:
             if not released:
-                self._release(gid, planned, None)
+                self._release(gid, planned, None, span)
 
-    def _release(self, gid: str, planned: PlannedRequest, outcome: RequestOutcome | None) -> None:
+    def _release(
+        self,
+        gid: str,
+        planned: PlannedRequest,
+        outcome: RequestOutcome | None,
+        span: InferenceSpan = UNTRACED,
+    ) -> None:
         """The request has left the engine: its admission slot, board entry and batch;
-        a complete request's outcome goes to the control plane."""
+        a complete request's outcome goes to the control plane (whose decision changes
+        and drifts become events of the request's span)."""
         self._admission.release()
         self._board.discard(gid)
         self._inflight.pop(gid, None)
-        planned.finish(outcome)
+        with span.current():
+            planned.finish(outcome)
 
     def _stream(
         self,
@@ -335,6 +362,7 @@ class InferenceService:
         source: AsyncIterator[str],
         headers: dict[str, str],
         started: float,
+        span: InferenceSpan = UNTRACED,
     ) -> StreamReply:
         plan = planned.plan
         done = False
@@ -346,9 +374,17 @@ class InferenceService:
             done = True
             end = end or StreamEnd()
             outcome = self._board.peek(gid)
-            self._release(gid, planned, outcome if end.status == "complete" else None)
+            self._release(gid, planned, outcome if end.status == "complete" else None, span)
             self._report(
-                endpoint, plan, end.status, end.error, outcome, started, end.first_chunk_s, True
+                endpoint,
+                plan,
+                end.status,
+                end.error,
+                outcome,
+                started,
+                end.first_chunk_s,
+                True,
+                span,
             )
 
         async def speculation() -> dict[str, Any]:
@@ -372,17 +408,18 @@ class InferenceService:
         started: float,
         ttft_s: float | None,
         stream: bool,
+        span: InferenceSpan = UNTRACED,
     ) -> None:
+        finished = Finished(
+            endpoint=endpoint,
+            plan=plan,
+            status=status,
+            error=error,
+            outcome=outcome,
+            e2e_s=time.monotonic() - started,
+            ttft_s=ttft_s,
+            stream=stream,
+        )
+        span.finish(finished)
         if self._telemetry is not None:
-            self._telemetry.request_finished(
-                Finished(
-                    endpoint=endpoint,
-                    plan=plan,
-                    status=status,
-                    error=error,
-                    outcome=outcome,
-                    e2e_s=time.monotonic() - started,
-                    ttft_s=ttft_s,
-                    stream=stream,
-                )
-            )
+            self._telemetry.request_finished(finished)

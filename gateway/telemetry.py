@@ -1,4 +1,7 @@
-"""Where a finished request goes besides the controller: metrics, span, log line.
+"""Where a finished request goes besides the controller: metrics and a log line.
+
+Its span is the service's (`gateway.observability.inference_span`); the log line carries
+the request id and trace id (`gateway.observability.logs.RequestContextFilter`).
 
 No prompt or completion text is recorded anywhere here (the README's logging
 contract): only class, k, counts, timings and the error kind.
@@ -10,7 +13,6 @@ import logging
 
 from gateway.errors import GatewayError
 from gateway.observability.metrics import GatewayMetrics
-from gateway.observability.tracing import GenAIAttributes, annotate_span
 from gateway.service import Finished
 
 log = logging.getLogger("specgw.requests")
@@ -38,20 +40,6 @@ class GatewayTelemetry:
         if outcome is not None:
             self._metrics.record_outcome(label, outcome)
         spec = outcome.speculation if outcome is not None else None
-        annotate_span(
-            GenAIAttributes(
-                operation="chat" if finished.endpoint == "chat" else "text_completion",
-                model=self._model,
-                cls=label,
-                k=plan.k,
-                class_id=plan.class_id,
-                input_tokens=outcome.prompt_tokens if outcome else None,
-                output_tokens=outcome.output_tokens if outcome else None,
-                finish_reasons=[outcome.finish_reason] if outcome and outcome.finish_reason else [],
-                acceptance_length=spec.acceptance_length if spec else None,
-                verify_steps=spec.verify_steps if spec else None,
-            )
-        )
         log.info(
             "request finished",
             extra={

@@ -6,13 +6,26 @@ standard `logging` formatter prints the message alone, so those fields never
 reached the log. `FieldsFormatter` appends them as `key=value` pairs (logfmt: a
 value with blanks or quotes is quoted), which people and log pipelines both read.
 No prompt or completion text is ever put in a field (tests/reliability/test_logs.py).
+
+`RequestContextFilter` adds, to every line logged while a request is handled, its
+`request_id` (the `x-request-id` the client sees, set by `request_context`) and the
+`trace_id` / `span_id` of the current span, in the W3C trace-context hex form a trace
+backend searches by (the OpenTelemetry log data model's TraceId / SpanId), so a log line
+leads to its trace and the other way round.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
+from opentelemetry import trace
+
+#: The request being handled by this task (and the tasks it starts); "" outside one.
+_REQUEST_ID: ContextVar[str] = ContextVar("specgw_request_id", default="")
 
 #: Set on a record by `Formatter.format` itself, not by the caller.
 _FORMATTED = frozenset({"message", "asctime", "taskName"})
@@ -51,8 +64,35 @@ class FieldsFormatter(logging.Formatter):
         return f"{line} {' '.join(fields)}" if fields else line
 
 
+@contextmanager
+def request_context(request_id: str) -> Iterator[None]:
+    """Lines logged inside carry `request_id` (the request edge wraps each request in it)."""
+    token = _REQUEST_ID.set(request_id)
+    try:
+        yield
+    finally:
+        _REQUEST_ID.reset(token)
+
+
+class RequestContextFilter(logging.Filter):
+    """Adds `request_id`, `trace_id` and `span_id` to a record logged inside a request or a
+    span; a value the caller put in `extra` is kept. Never drops a record."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        request_id = _REQUEST_ID.get()
+        if request_id and not hasattr(record, "request_id"):
+            record.request_id = request_id
+        context = trace.get_current_span().get_span_context()
+        if context.is_valid and not hasattr(record, "trace_id"):
+            record.trace_id = format(context.trace_id, "032x")
+            record.span_id = format(context.span_id, "016x")
+        return True
+
+
 def configure_logging(level: str) -> None:
-    """The root logger at `level`, writing `FieldsFormatter` lines to stderr."""
+    """The root logger at `level`, writing `FieldsFormatter` lines with the request
+    context to stderr."""
     handler = logging.StreamHandler()
     handler.setFormatter(FieldsFormatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+    handler.addFilter(RequestContextFilter())
     logging.basicConfig(level=level.upper(), handlers=[handler])

@@ -1,61 +1,167 @@
-"""Tracing: one server span per request from the FastAPI instrumentation, annotated with
-GenAI attributes and control events, never with prompt or completion text."""
+"""Tracing's parts on their own: the server span of the FastAPI instrumentation, the GenAI
+inference span (`InferenceSpans`) with its attributes, events and errors, never with
+prompt or completion text. `test_genai_export.py` checks the same through the whole
+gateway and a real OTLP receiver."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 
 import httpx
 from fastapi import FastAPI
 from fastapi.responses import StreamingResponse
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
 
+from engine.interface import RequestOutcome, SpeculationOutcome
+from engine.protocol import ChatCompletionRequest, CompletionRequest
 from gateway.control.events import DecisionChange, DriftEvent
+from gateway.control.plane import Plan
+from gateway.errors import ErrorKind, GatewayError
 from gateway.observability.events import DECISION_EVENT, DRIFT_EVENT, SpanEvents
-from gateway.observability.tracing import GenAIAttributes, annotate_span, setup_tracing
+from gateway.observability.inference_span import InferenceSpans, request_attributes
+from gateway.observability.tracing import setup_tracing
+from gateway.service import Finished
+from tests.observability.otlp_receiver import running
 
 PROMPT = "the secret prompt text"
 COMPLETION = "the secret completion text"
 STREAM_CHUNKS = 40
+PLAN = Plan("0123456789abcdef", "chat/len:512", 3, "goodput +9% at k=3")
 
 
-@dataclass(frozen=True)
 class Settings:
-    otel_endpoint: str | None = None
+    def __init__(self, otel_endpoint: str | None = None) -> None:
+        self.otel_endpoint = otel_endpoint
+
+
+def in_memory() -> tuple[InferenceSpans, InMemorySpanExporter, TracerProvider]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return InferenceSpans(provider.get_tracer("test")), exporter, provider
+
+
+def outcome(finish_reason: str = "length") -> RequestOutcome:
+    return RequestOutcome(
+        request_id="r1",
+        prompt_tokens=12,
+        output_tokens=16,
+        finish_reason=finish_reason,
+        speculation=SpeculationOutcome(
+            k=3, verify_steps=7, draft_tokens=21, accepted_tokens=9, accepted_per_position=(5, 3, 1)
+        ),
+        cached_prompt_tokens=4,
+    )
+
+
+def finished(status: str, error: GatewayError | None = None, done: bool = True) -> Finished:
+    return Finished("chat", PLAN, status, error, outcome() if done else None, 0.3, None, False)
+
+
+def chat_request(**fields: object) -> ChatCompletionRequest:
+    body = {"model": "specgw-tiny", "messages": [{"role": "user", "content": PROMPT}], **fields}
+    return ChatCompletionRequest.model_validate(body)
+
+
+def test_the_inference_span_by_the_genai_conventions() -> None:
+    spans, exporter, _ = in_memory()
+    request = chat_request(max_completion_tokens=16, temperature=0.0, top_p=0.5, top_k=40)
+    span = spans.start("chat", "specgw-tiny", request, PLAN, "chatcmpl-1", stream=False)
+    with span.current():
+        SpanEvents().on_decision_change(
+            DecisionChange("0123456789abcdef", "chat/len:512", 1, 2, 3, "goodput +9%", (1.0,))
+        )
+        SpanEvents().on_drift(
+            DriftEvent("0123456789abcdef", "chat/len:512", -1, 2.5, 1.4, (0.8,), (0.4,), 30)
+        )
+    span.finish(finished("complete"))
+    span.finish(finished("error", GatewayError(ErrorKind.ENGINE_ERROR, "late")))  # no-op
+    (done,) = exporter.get_finished_spans()
+    assert done.name == "chat specgw-tiny"
+    assert done.kind == SpanKind.INTERNAL
+    assert done.status.status_code == StatusCode.UNSET
+    attrs = dict(done.attributes or {})
+    assert attrs == {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": "vllm",
+        "gen_ai.request.model": "specgw-tiny",
+        "gen_ai.response.id": "chatcmpl-1",
+        "gen_ai.request.max_tokens": 16,
+        "gen_ai.request.temperature": 0.0,
+        "gen_ai.request.top_p": 0.5,
+        "gen_ai.request.top_k": 40,
+        "specgw.class": "chat/len:512",
+        "specgw.class_id": "0123456789abcdef",
+        "specgw.k": 3,
+        "specgw.reason": "goodput +9% at k=3",
+        "gen_ai.response.model": "specgw-tiny",
+        "gen_ai.usage.input_tokens": 12,
+        "gen_ai.usage.output_tokens": 16,
+        "gen_ai.usage.cache_read.input_tokens": 4,
+        "specgw.acceptance_length": 1 + 9 / 7,
+        "specgw.verify_steps": 7,
+        "specgw.draft_tokens": 21,
+        "specgw.accepted_tokens": 9,
+        "gen_ai.response.finish_reasons": ("length",),
+    }
+    events = {e.name: dict(e.attributes or {}) for e in done.events}
+    assert events[DECISION_EVENT]["specgw.new_k"] == 3
+    assert events[DRIFT_EVENT]["specgw.direction"] == "down"
+    assert PROMPT not in repr(attrs)
+
+
+def test_a_failed_request_has_status_error_and_the_error_code() -> None:
+    spans, exporter, _ = in_memory()
+    span = spans.start("completions", "m", CompletionRequest(prompt="x"), PLAN, "cmpl-1", True)
+    stalled = GatewayError(ErrorKind.STREAM_STALLED, "no progress")
+    span.finish(finished("error", stalled, done=False))
+    (done,) = exporter.get_finished_spans()
+    assert done.name == "text_completion m"
+    assert done.status.status_code == StatusCode.ERROR
+    attrs = dict(done.attributes or {})
+    assert attrs["error.type"] == "stream_stalled"
+    assert attrs["gen_ai.response.finish_reasons"] == ("error",)
+    assert attrs["gen_ai.request.stream"] is True
+    assert "gen_ai.usage.output_tokens" not in attrs
+
+
+def test_a_client_that_left_and_a_cancelled_call_end_their_spans() -> None:
+    spans, exporter, _ = in_memory()
+    left = spans.start("chat", "m", chat_request(), PLAN, "chatcmpl-1", True)
+    left.finish(finished("disconnected", done=False))
+    cancelled = spans.start("chat", "m", chat_request(), PLAN, "chatcmpl-2", False)
+    cancelled.interrupted(TimeoutError())
+    cancelled.finish(finished("complete"))  # already ended: no-op
+    first, second = exporter.get_finished_spans()
+    assert dict(first.attributes or {})["error.type"] == "client_disconnected"
+    assert dict(second.attributes or {})["error.type"] == "TimeoutError"
+    assert second.status.status_code == StatusCode.ERROR
+    assert "gen_ai.usage.input_tokens" not in dict(second.attributes or {})
+
+
+def test_only_parameters_the_client_set_are_reported() -> None:
+    assert request_attributes(chat_request()) == {}
+    attrs = request_attributes(chat_request(max_tokens=5, frequency_penalty=0.5, seed=1))
+    assert attrs == {
+        "gen_ai.request.max_tokens": 5,
+        "gen_ai.request.frequency_penalty": 0.5,
+        "gen_ai.request.seed": 1,
+    }
+
+
+def test_without_a_tracer_spans_are_free_no_ops() -> None:
+    span = InferenceSpans().start("chat", "m", chat_request(), PLAN, "chatcmpl-1", False)
+    with span.current():
+        SpanEvents().on_drift(DriftEvent("c", "l", 1, 1.0, 2.0, (), (), 3))
+    span.finish(finished("complete"))
+    assert not span.span.is_recording()
 
 
 def tiny_app() -> FastAPI:
-    """A stand-in for the gateway's chat route: it annotates the span as the service does."""
     app = FastAPI()
-    events = SpanEvents()
-
-    @app.post("/v1/chat/completions")
-    async def chat(body: dict[str, object]) -> dict[str, object]:
-        annotate_span(
-            GenAIAttributes(
-                operation="chat",
-                model="specgw-tiny",
-                cls="chat/len:512",
-                class_id="0123456789abcdef",
-                k=3,
-                response_id="chatcmpl-1",
-                max_tokens=16,
-                temperature=0.0,
-                input_tokens=12,
-                output_tokens=16,
-                finish_reasons=("length",),
-                acceptance_length=2.25,
-                verify_steps=7,
-            )
-        )
-        events.on_decision_change(
-            DecisionChange("0123456789abcdef", "chat/len:512", 1, 2, 3, "goodput +9%", (1.0,))
-        )
-        events.on_drift(
-            DriftEvent("0123456789abcdef", "chat/len:512", -1, 2.5, 1.4, (0.8,), (0.4,), 30)
-        )
-        return {"choices": [{"message": {"content": COMPLETION}}]}
 
     @app.post("/v1/completions")
     async def stream() -> StreamingResponse:
@@ -73,46 +179,7 @@ def tiny_app() -> FastAPI:
     return app
 
 
-async def call(app: FastAPI) -> None:
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
-        r = await client.post(
-            "/v1/chat/completions", json={"messages": [{"role": "user", "content": PROMPT}]}
-        )
-        assert r.status_code == 200
-        assert (await client.get("/metrics")).status_code == 200
-
-
-async def test_request_span_carries_genai_attributes_and_events() -> None:
-    exporter = InMemorySpanExporter()
-    app = tiny_app()
-    provider = setup_tracing(Settings(), app, exporter=exporter)
-    assert provider is not None
-    await call(app)
-    provider.force_flush()
-    spans = exporter.get_finished_spans()
-    servers = [s for s in spans if s.kind.name == "SERVER"]
-    assert [s.name for s in servers] == ["POST /v1/chat/completions"]  # /metrics not traced
-    attrs = dict(servers[0].attributes or {})
-    assert attrs["gen_ai.request.model"] == "specgw-tiny"
-    assert attrs["gen_ai.operation.name"] == "chat"
-    assert attrs["gen_ai.usage.input_tokens"] == 12
-    assert attrs["gen_ai.usage.output_tokens"] == 16
-    assert tuple(attrs["gen_ai.response.finish_reasons"]) == ("length",)  # type: ignore[arg-type]
-    assert attrs["specgw.class"] == "chat/len:512"
-    assert attrs["specgw.k"] == 3
-    assert attrs["specgw.acceptance_length"] == 2.25
-    assert attrs["http.route"] == "/v1/chat/completions"
-    events = {e.name: dict(e.attributes or {}) for e in servers[0].events}
-    assert events[DECISION_EVENT]["specgw.new_k"] == 3
-    assert events[DRIFT_EVENT]["specgw.direction"] == "down"
-    everything = repr([(s.attributes, [e.attributes for e in s.events]) for s in spans])
-    assert PROMPT not in everything
-    assert COMPLETION not in everything
-    provider.shutdown()
-
-
-async def test_a_streamed_reply_is_one_span_not_one_per_chunk() -> None:
+async def test_a_streamed_reply_is_one_server_span_not_one_per_chunk() -> None:
     exporter = InMemorySpanExporter()
     app = tiny_app()
     provider = setup_tracing(Settings(), app, exporter=exporter)
@@ -121,6 +188,7 @@ async def test_a_streamed_reply_is_one_span_not_one_per_chunk() -> None:
     async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
         r = await client.post("/v1/completions", json={})
         assert r.text.count("data: ") == STREAM_CHUNKS + 1
+        assert (await client.get("/metrics")).status_code == 200  # not traced
     provider.force_flush()
     spans = exporter.get_finished_spans()
     # Without exclude_spans the ASGI instrumentation adds an internal span per `send`
@@ -129,17 +197,18 @@ async def test_a_streamed_reply_is_one_span_not_one_per_chunk() -> None:
     provider.shutdown()
 
 
-async def test_tracing_is_off_without_an_endpoint() -> None:
-    app = tiny_app()
-    assert setup_tracing(Settings(), app) is None
-    await call(app)  # annotate_span and span events are no-ops without a recording span
+def test_tracing_is_off_without_an_endpoint(monkeypatch: object) -> None:
+    assert setup_tracing(Settings(), tiny_app()) is None
 
 
-def test_an_endpoint_turns_on_the_otlp_exporter() -> None:
-    app = FastAPI()
-    provider = setup_tracing(Settings("http://127.0.0.1:1/v1/traces"), app)
-    assert provider is not None
-    processors = provider._active_span_processor._span_processors
-    exporter = processors[0].span_exporter  # type: ignore[attr-defined]
-    assert type(exporter).__name__ == "OTLPSpanExporter"
-    provider.shutdown()
+def test_the_gateway_setting_is_the_fallback_endpoint() -> None:
+    with running() as receiver:
+        app = tiny_app()
+        provider = setup_tracing(Settings(receiver.endpoint), app)
+        assert provider is not None
+        with provider.get_tracer("t").start_as_current_span("probe"):
+            pass
+        provider.shutdown()
+        (span,) = receiver.wait_for(lambda got: len(got) == 1)
+    assert span.name == "probe"
+    assert span.resource["service.name"] == "spec-gateway"
