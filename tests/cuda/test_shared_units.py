@@ -8,3 +8,4 @@ from tests.engine.test_compat import *  # noqa: F403
 from tests.engine.test_model_source import *  # noqa: F403
 from tests.engine.test_preflight import *  # noqa: F403
 from tests.engine.test_scheduler import *  # noqa: F403
+from tests.engine.test_scheduler_prefix import *  # noqa: F403

@@ -49,3 +49,13 @@ def test_a_wrong_vllm_version(monkeypatch: pytest.MonkeyPatch, tiny: TinyModels)
     code, output = _serve("--model", str(tiny.target), "--drafter", str(tiny.drafter))
     assert code == 2
     assert "vLLM 0.31.0 is not a tested version" in _one_error_line(output)
+
+
+def test_a_batch_size_schedule_vllm_would_refuse_in_its_engine_core(tiny: TinyModels) -> None:
+    result = CliRunner().invoke(
+        app,
+        ["serve", "--model", str(tiny.target), "--drafter", str(tiny.drafter)],
+        env={"SPECGW_ENGINE_SPEC_TOKENS_PER_BATCH_SIZE": "[[2, 8, 2]]"},
+    )
+    assert result.exit_code == 2
+    assert "spec_tokens_per_batch_size: " in _one_error_line(result.output)

@@ -1,0 +1,137 @@
+"""The uniform batch-depth rule on vLLM 0.33's `AsyncScheduler` (what CUDA runs), driven
+step by step without a model: every drafting request verifies the step's depth, k = 0
+requests none, a mixed step is counted, and the placeholder list vLLM shares between
+requests is never cut in place."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from vllm import SamplingParams
+from vllm.engine.arg_utils import EngineArgs
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
+from vllm.v1.request import Request
+from vllm.v1.structured_output import StructuredOutputManager
+
+from engine.batch_depth import POLICY_OVERRIDE_KEY, BatchDepthPolicy
+from engine.interface import SPEC_DEPTH_ARG
+from engine.scheduler import AsyncSpecDepthScheduler, AutoSpecDepthScheduler
+from engine.testing_models import TinyModels
+
+K = 4
+BLOCK = 16
+
+
+def _scheduler(tiny: TinyModels, policy: str, schedule: list[list[int]] | None = None) -> Any:
+    spec: dict[str, Any] = {
+        "method": "eagle3",
+        "model": str(tiny.drafter),
+        "num_speculative_tokens": K,
+    }
+    if schedule is not None:
+        spec["num_speculative_tokens_per_batch_size"] = schedule
+    config = EngineArgs(
+        model=str(tiny.target),
+        speculative_config=spec,
+        max_model_len=512,
+        max_num_seqs=16,
+        enforce_eager=True,
+        dtype="float32",
+        enable_prefix_caching=False,
+        additional_config={POLICY_OVERRIDE_KEY: policy},
+    ).create_engine_config()
+    config.cache_config.num_gpu_blocks = 1000
+    config.scheduler_config.async_scheduling = True  # as vLLM resolves it on CUDA
+    layer = FullAttentionSpec(block_size=BLOCK, num_kv_heads=1, head_size=32, dtype=torch.float32)
+    kv = KVCacheConfig(
+        num_blocks=1000, kv_cache_tensors=[], kv_cache_groups=[KVCacheGroupSpec(["layer"], layer)]
+    )
+    return AutoSpecDepthScheduler(
+        vllm_config=config,
+        kv_cache_config=kv,
+        structured_output_manager=StructuredOutputManager(config),
+        block_size=BLOCK,
+        log_stats=True,
+    )
+
+
+def _request(rid: str, k: int) -> Request:
+    params = SamplingParams(max_tokens=40, temperature=0.0, extra_args={SPEC_DEPTH_ARG: k})
+    return Request(rid, list(range(10, 30)), params, None)
+
+
+def _step(sched: Any) -> dict[str, int]:
+    """One async step: schedule, the drafts come back in the output, accept them all."""
+    out = sched.schedule()
+    drafts = {
+        rid: len(out.scheduled_spec_decode_tokens.get(rid, [])) for rid in out.num_scheduled_tokens
+    }
+    req_ids = list(out.num_scheduled_tokens)
+    proposed = DraftTokenIds(req_ids, [[5] * out.num_spec_tokens_to_schedule for _ in req_ids])
+    sched.update_draft_token_ids_in_output(proposed, out)
+    sched.update_from_output(
+        out,
+        ModelRunnerOutput(
+            req_ids=req_ids,
+            req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
+            sampled_token_ids=[[7] * (1 + drafts[rid]) for rid in req_ids],
+        ),
+    )
+    return drafts
+
+
+def test_cuda_scheduling_is_an_async_scheduler_subclass(tiny: TinyModels) -> None:
+    """A `Scheduler` subclass under async execution cost 78 % latency (vLLM issue 43724)."""
+    sched = _scheduler(tiny, "uniform")
+    assert isinstance(sched, AsyncSpecDepthScheduler)
+    assert isinstance(sched, AsyncScheduler)
+    assert sched.specgw_depth_rule.policy is BatchDepthPolicy.UNIFORM
+
+
+def test_drafting_requests_share_the_steps_depth_and_k0_verifies_none(tiny: TinyModels) -> None:
+    sched = _scheduler(tiny, "uniform")
+    for rid, k in {"one": 1, "two": 2, "zero": 0}.items():
+        sched.add_request(_request(rid, k))
+    steps = [_step(sched) for _ in range(4)]
+    for drafts in steps[1:]:  # step 1 is the prefill
+        # No batch-size schedule: the only FULL decode width is 1 + K.
+        assert drafts == {"one": K, "two": K, "zero": 0}
+    assert sched.specgw_mixed_steps >= 3  # k = 0 beside drafting requests: not one width
+
+
+def test_per_request_rule_on_the_same_scheduler(tiny: TinyModels) -> None:
+    sched = _scheduler(tiny, "per-request")
+    for rid, k in {"one": 1, "two": 2, "zero": 0}.items():
+        sched.add_request(_request(rid, k))
+    steps = [_step(sched) for _ in range(4)]
+    assert steps[-1] == {"one": 1, "two": 2, "zero": 0}
+    assert sched.specgw_mixed_steps == 0
+
+
+def test_the_depth_rounds_up_to_a_width_the_schedule_captures(tiny: TinyModels) -> None:
+    """Under V2 a batch-size schedule's depths get FULL decode graphs of their own; the
+    rule uses one of them, never an uncaptured width (here 1 -> 2, not 4)."""
+    sched = _scheduler(tiny, "uniform", schedule=[[1, 2, 2], [3, 16, K]])
+    sched.specgw_depth_rule = type(sched.specgw_depth_rule)(
+        BatchDepthPolicy.UNIFORM, K, (2, K)
+    )  # V2's captured widths for this schedule (the CPU platform here picks V1)
+    sched.add_request(_request("one", 1))
+    steps = [_step(sched) for _ in range(3)]
+    assert steps[-1] == {"one": 2}
+
+
+@pytest.mark.parametrize("policy", ["uniform", "per-request"])
+def test_the_shared_placeholder_list_is_never_cut_in_place(policy: str, tiny: TinyModels) -> None:
+    """vLLM 0.33 books one list object as every request's placeholders; a cut must copy."""
+    sched = _scheduler(tiny, policy)
+    sched.add_request(_request("four", 4))
+    sched.add_request(_request("one", 1))
+    for _ in range(3):
+        _step(sched)
+        shared = sched._spec_token_placeholders
+        assert shared == [-1] * len(shared)
+        assert len(shared) == K
