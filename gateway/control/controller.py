@@ -31,7 +31,7 @@ from gateway.control.estimator import AcceptanceEstimator, EstimatorParams
 from gateway.control.events import ControlEvents, DriftEvent, LoggingEvents
 from gateway.control.exploration import Exploration
 from gateway.control.features import RequestFeatures
-from gateway.control.policies import make_policy
+from gateway.control.policies import Situation, make_policy
 from gateway.control.report import ClassReport
 from gateway.control.settings import ControllerSettings
 from gateway.control.stats import ClassStats
@@ -120,7 +120,7 @@ class Controller:
             return SpeculationDecision(k, "pinned", False, cid, label, bucket, fixed=True)
         k_max = min(o.k_max, self._cap)
         k_min = min(max(o.k_min, 0), k_max)
-        state = self._states.get(cid) or self._new_state(cls)
+        state = self._states.get(cid) or self._new_state(cls, bucket, k_min, k_max)
         k = state.adaptive_k(bucket, k_min, k_max, self._policy, self._cost, self._events)
         if o.mode != "adaptive":
             static = min(max(self._static_k, k_min), k_max)
@@ -181,17 +181,23 @@ class Controller:
         state.refresh(self._policy, self._cost, self._events)
 
     # ---- classes ---------------------------------------------------------------------
-    def _new_state(self, cls: RequestClass) -> ClassState:
+    def _new_state(self, cls: RequestClass, bucket: int, k_min: int, k_max: int) -> ClassState:
+        """A new class: seeded by a similar known class (its profile and k), else by the
+        prior (`cold_start`: the policy's best k under it at this load, or `default_k`)."""
         s = self._s
         prior: tuple[float, ...] = (s.prior_accept,)
         k, reason = self._static_k, "cold start: default k"
+        estimator = AcceptanceEstimator(self._params, prior)
         seed = self._similar(cls)
         if seed is not None:
             prior = seed.estimator.profile().p or prior
+            estimator = AcceptanceEstimator(self._params, prior)
             k, reason = seed.current_k(), f"cold start: like {seed.cls.label}"
+        elif s.cold_start == "prior":
+            k, reason = self._prior_k(cls, estimator, bucket, k_min, k_max), "cold start: prior"
         state = ClassState(
             cls=cls,
-            estimator=AcceptanceEstimator(self._params, prior),
+            estimator=estimator,
             drift=DriftMonitor.create(s.drift_delta, s.drift_threshold, s.drift_min_samples),
             initial_k=k,
             reason=reason,
@@ -206,6 +212,17 @@ class Controller:
                 state.reason = "warm start: shared state"
         self._states[cls.class_id] = state
         return state
+
+    def _prior_k(
+        self, cls: RequestClass, estimator: AcceptanceEstimator, bucket: int, k_min: int, k_max: int
+    ) -> int:
+        """argmax_k of the policy's score (`Policy.score`) under the prior at this bucket's
+        measured costs; ties go to the shallower k."""
+        at = Situation(cls.class_id, estimator, self._cost, bucket, k_max, k_min, k_max, 0)
+        score = self._policy.score(self._policy.inputs(at))
+        if len(score) <= k_min:
+            return min(k_min, len(score) - 1)
+        return max(range(k_min, len(score)), key=lambda d: (score[d], -d))
 
     def _similar(self, cls: RequestClass) -> ClassState | None:
         if cls.features is None:

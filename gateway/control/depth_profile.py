@@ -59,5 +59,23 @@ class DepthProfile:
             values.append(values[-1] + chain)
         return values
 
+    def gain_spread(self, lo: int, hi: int, strength: float) -> float:
+        """Standard error of E[tokens | hi] - E[tokens | lo] (lo < hi) from the evidence:
+
+            sum_{d=lo+1..hi} chain_d * sqrt(sum_{j<=d} (1 - p_j) / (p_j (trials_j + strength)))
+
+        with chain_d = prod_{j<=d} p_j: the delta method on each position's Beta
+        posterior (var log p = (1 - p) / (p n)), the chains summed as if perfectly
+        correlated (an upper bound). A position with little evidence spreads widely.
+        """
+        total, chain, var = 0.0, 1.0, 0.0
+        for d in range(min(hi, len(self.p))):
+            p = max(self.p[d], 1e-3)
+            chain *= p
+            var += (1.0 - p) / (p * (self.trials[d] + strength))
+            if d >= lo:
+                total += chain * var**0.5
+        return total
+
     def rounded(self, digits: int = 3) -> list[float]:
         return [round(p, digits) for p in self.p]

@@ -7,6 +7,8 @@ variables are `SPECGW_CONTROL_<FIELD>`.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, JsonValue, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -36,7 +38,17 @@ class ControllerSettings(BaseSettings):
         5, ge=0, le=16, description="K: the deepest speculation the policy may pick."
     )
     default_k: int = Field(
-        3, ge=0, le=16, description="k of a class with too few samples and no similar class."
+        3,
+        ge=0,
+        le=16,
+        description="k of the `controller-mode: static` flag, and of a new class with no "
+        "similar class where `cold_start` is `default`.",
+    )
+    cold_start: Literal["prior", "default"] = Field(
+        "default",
+        description="k of a new class with no similar class: `prior` = the policy's best k "
+        "at its load under the prior acceptance (`prior_accept`, `depth_decay`) and the "
+        "measured costs; `default` = `default_k`.",
     )
     policy: str = Field(
         "goodput",

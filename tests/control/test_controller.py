@@ -246,6 +246,16 @@ def test_new_class_starts_from_a_similar_known_class() -> None:
         RequestFeatures("llama2", system_id="ab", tools=True, response_format="json_object")
     )
     assert controller.decide(unlike, IDLE, ControlOverrides(exploration_share=0.0)).k == 3
+    # cold_start="prior": no similar class starts at the policy's best k under the prior.
+    controller = trained(HIGH, n=100, cold_start="prior")
+    unlike = controller.classify(
+        RequestFeatures("llama2", system_id="ab", tools=True, response_format="json_object")
+    )
+    fresh = controller.decide(unlike, IDLE, ControlOverrides(exploration_share=0.0))
+    assert fresh.reason == "cold start: prior"
+    assert fresh.k == max(
+        range(6), key=lambda k: fresh.gains[k] / controller.cost_model.relative_costs(1)[k]
+    )
 
 
 def test_settings_come_from_the_environment_only_when_built(
@@ -366,7 +376,8 @@ def _held_at_zero(min_samples: int) -> tuple[Controller, RequestClass]:
     (20 ms steps, 0.37 of one a draft; first token 30 ms at k = 0, 70 ms deeper; 1.5 ms a
     cold prompt token), and its long-prompt chat class."""
     controller = Controller(
-        ControllerSettings(default_k=0, min_samples=min_samples), rng=random.Random(5)
+        ControllerSettings(default_k=0, cold_start="default", min_samples=min_samples),
+        rng=random.Random(5),
     )
     cost = controller.cost_model
     _calibrate(controller, IDLE, 0.37)

@@ -64,16 +64,21 @@ def test_goodput_policy_table(
     assert choice.k == expected, choice.reason
 
 
-def test_hysteresis_holds_a_nearly_equal_k() -> None:
-    # E[tokens]: k=2 -> 1.5+0.25 = 1.75; k=3 -> 1.875 (+7 % before cost, ~+1.6 % after).
-    prof = profile(0.5, 0.5, 0.5, 0.5, 0.5)
+def test_hysteresis_holds_a_nearly_equal_k_until_the_evidence_is_ample() -> None:
+    # E[tokens]: k=2 -> 1.5+0.25 = 1.75; k=3 -> 1.875 (+7 % before cost, +2.5 % after).
+    # The margin is min(h, max(1 %, 2 se / E[2])): with 100 trials a position the gain
+    # is within the evidence's spread (margin 2.4 %), with 10,000 it is not (1 %).
     cost = tuple(1.0 + 0.05 * k for k in range(6))
     policy = GoodputPolicy(min_samples=1, hysteresis=0.05, min_dwell=0)
-    held = policy.choose(PolicyInput(prof, 50, 2, 0, 5, 50, cost))
+    few = DepthProfile((0.5,) * 5, (30.0,) * 5)
+    held = policy.choose(PolicyInput(few, 50, 2, 0, 5, 50, cost))
     assert held.k == 2
     assert held.reason == "hold"
+    ample = DepthProfile((0.5,) * 5, (10_000.0,) * 5)
+    assert policy.margin(PolicyInput(ample, 50, 2, 0, 5, 50, cost), 2, 3) == 0.01
+    assert policy.choose(PolicyInput(ample, 50, 2, 0, 5, 50, cost)).k == 3
     eager = GoodputPolicy(min_samples=1, hysteresis=0.0, min_dwell=0)
-    assert eager.choose(PolicyInput(prof, 50, 2, 0, 5, 50, cost)).k == 3
+    assert eager.choose(PolicyInput(few, 50, 2, 0, 5, 50, cost)).k == 3
 
 
 def test_expected_tokens_formula() -> None:

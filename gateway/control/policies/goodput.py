@@ -21,7 +21,11 @@ Parameters:
 
 - `min_samples`: below it the class keeps its current (cold-start) k, or steps
   down where its estimate so far pays more at a smaller k (never up);
-- `hysteresis` h: a new k must beat the current one by a factor (1 + h);
+- `hysteresis` h: a new k must beat the current one by a factor (1 + m), with the
+  margin m relative to the evidence: m = min(h, max(HYSTERESIS_FLOOR, 2 se / E[lo]))
+  where se is the standard error of E[tokens | hi] - E[tokens | lo] between the two
+  depths (`DepthProfile.gain_spread`): a class with thousands of trials at the
+  positions between them moves on a 1 % gain, one with few waits for h;
 - `min_dwell`: requests of the class between two changes at a bucket;
 - `prior_output_tokens`: L of a class that has not finished a request yet.
 
@@ -43,6 +47,10 @@ from pydantic import BaseModel, ConfigDict
 from engine.interface import RequestOutcome
 from gateway.control.policies.base import Choice, PolicyInput, PolicySpec, Situation
 
+#: The smallest gain that moves a class with ample evidence: below it, a refit's noise
+#: in the step costs (`COST_TOLERANCE` is 1 %) would flap its k.
+HYSTERESIS_FLOOR = 0.01
+
 
 class GoodputParams(BaseModel):
     """Read from the `ControllerSettings` fields of the same names (bounds there)."""
@@ -53,6 +61,7 @@ class GoodputParams(BaseModel):
     hysteresis: float
     min_dwell: int
     prior_output_tokens: float
+    prior_strength: float = 4.0
 
 
 @dataclass(slots=True)
@@ -104,7 +113,9 @@ class GoodputPolicy:
         hysteresis: float,
         min_dwell: int,
         prior_output_tokens: float = 128.0,
+        prior_strength: float = 4.0,
     ) -> None:
+        self.prior_strength = prior_strength
         self.min_samples = min_samples
         self.hysteresis = hysteresis
         self.min_dwell = min_dwell
@@ -114,7 +125,11 @@ class GoodputPolicy:
     @classmethod
     def from_params(cls, params: GoodputParams) -> GoodputPolicy:
         return cls(
-            params.min_samples, params.hysteresis, params.min_dwell, params.prior_output_tokens
+            params.min_samples,
+            params.hysteresis,
+            params.min_dwell,
+            params.prior_output_tokens,
+            params.prior_strength,
         )
 
     def inputs(self, at: Situation) -> PolicyInput:
@@ -163,9 +178,17 @@ class GoodputPolicy:
         if best == current:
             return Choice(current, "best", goodput)
         gain = goodput[best] / goodput[current] - 1.0
-        if gain <= self.hysteresis or inp.since_change < self.min_dwell:
+        if gain <= self.margin(inp, best, current) or inp.since_change < self.min_dwell:
             return Choice(current, "hold", goodput)
         return Choice(best, f"goodput +{gain:.0%} at k={best} over k={current}", goodput)
+
+    def margin(self, inp: PolicyInput, a: int, b: int) -> float:
+        """The gain a move between depths a and b must exceed (module docstring: m)."""
+        lo, hi = (a, b) if a < b else (b, a)
+        profile = inp.profile
+        spread = profile.gain_spread(lo, hi, self.prior_strength)
+        expected = profile.expected_tokens()[min(lo, profile.depth)]
+        return min(self.hysteresis, max(HYSTERESIS_FLOOR, 2.0 * spread / expected))
 
     def _cold(self, inp: PolicyInput, k: int, k_min: int, goodput: tuple[float, ...]) -> Choice:
         """Too few samples to trust the estimate's deep positions: hold k, or step down.
