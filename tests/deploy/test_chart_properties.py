@@ -209,19 +209,12 @@ def test_given_digests_and_inline_redis_url_land_in_secrets() -> None:
     assert "value" not in env["SPECGW_REDIS_URL"]
 
 
-def test_in_chart_redis_dependency_is_optional() -> None:
-    assert not [o for o in render().objects if o["metadata"]["name"] == f"{RELEASE}-redis"]
-    rendered = render({"redis": {"enabled": True}})
-    service = rendered.one("Service", f"{RELEASE}-redis")
-    assert service["spec"]["ports"][0]["port"] == 6379
-    redis_pod = rendered.one("Deployment", f"{RELEASE}-redis")["spec"]["template"]["spec"]
-    assert redis_pod["securityContext"]["runAsNonRoot"] is True
-    env = env_of(gateway_container(rendered))
-    assert env["SPECGW_REDIS_URL"]["value"] == f"redis://{RELEASE}-redis:6379/0"
+def test_no_store_unless_asked() -> None:
+    """No in-chart store by default, and the old Redis subchart is gone."""
+    assert not [o for o in render().objects if "valkey" in o["metadata"]["name"]]
     chart = yaml.safe_load((CHART_DIR / "Chart.yaml").read_text(encoding="utf-8"))
-    assert {"name": "redis", "version": "0.1.0", "condition": "redis.enabled"} in chart[
-        "dependencies"
-    ]
+    assert "dependencies" not in chart
+    assert not (CHART_DIR / "charts").exists()
 
 
 def test_pdb_and_rolling_update_keep_serving_capacity(production: Rendered) -> None:

@@ -25,16 +25,18 @@ from tests.deploy.chart import (
 )
 from tests.deploy.chart import lint as helm_lint
 
-CRD_KINDS = {"ServiceMonitor", "PrometheusRule"}
+#: Custom resources kubernetes-validate has no schema for: test_chart_exposure.py checks the
+#: HTTPRoute's shape, test_chart_properties.py the Prometheus Operator's.
+CRD_KINDS = {"ServiceMonitor", "PrometheusRule", "HTTPRoute"}
 
 # Value sets every test below renders: the defaults, the production-like file, and the
 # branches the defaults and production leave unrendered.
 VALUE_SETS: dict[str, dict[str, Any] | None] = {
     "default": None,
     "production": load_values(PRODUCTION_VALUES),
-    "in-chart-redis-hpa-queue": {
+    "in-chart-valkey-hpa-queue": {
         "replicaCount": 2,
-        "redis": {"enabled": True},
+        "valkey": {"enabled": True},
         "autoscaling": {"enabled": True, "metric": "queueDepth"},
         "auth": {"apiKeyDigests": ["a" * 64], "adminKeyDigests": ["b" * 64]},
     },
@@ -42,6 +44,31 @@ VALUE_SETS: dict[str, dict[str, Any] | None] = {
         "autoscaling": {"enabled": True, "metric": "cpu"},
         "externalRedis": {"url": "redis://:pw@redis.example:6379/0"},
         "gateway": {"config": {"max_running": 64, "max_queued": 256}},
+    },
+    "exposed-ephemeral-valkey": {
+        "valkey": {"enabled": True, "persistence": {"enabled": False}},
+        "networkPolicy": {"enabled": True},
+        "ingress": {
+            "enabled": True,
+            "className": "nginx",
+            "hosts": [{"host": "llm.example.com", "paths": [{"path": "/", "pathType": "Prefix"}]}],
+            "tls": [{"secretName": "llm-tls", "hosts": ["llm.example.com"]}],
+        },
+        "httpRoute": {
+            "enabled": True,
+            "parentRefs": [{"name": "public", "namespace": "gateway-system"}],
+            "hostnames": ["llm.example.com"],
+        },
+    },
+    "external-redis-acl-tls": {
+        "externalRedis": {
+            "url": "rediss://redis.example:6380/0",
+            "username": "specgw",
+            "passwordSecret": "redis-credentials",
+            "tls": {"existingSecret": "redis-client-tls", "clientCertificate": True},
+        },
+        "auth": {"apiKeyDigests": ["a" * 64]},
+        "helmTest": {"apiKeySecret": "test-key"},
     },
     "init-container-models": {
         "image": {"variant": "cuda"},
@@ -131,6 +158,9 @@ def test_schema_accepts_the_defaults_and_the_production_values() -> None:
         ({"autoscaling": {"metric": "latency"}}, "metric"),
         ({"flags": {"mountPath": "relative/dir"}}, "mountPath"),
         ({"replicas": 3}, "replicas"),  # a misspelt top-level key
+        ({"redis": {"enabled": True}}, "redis"),  # the old in-chart Redis: now `valkey`
+        ({"httpRoute": {"timeouts": {"request": "an hour"}}}, "request"),
+        ({"valkey": {"persistence": {"accessModes": []}}}, "accessModes"),
     ],
 )
 def test_schema_rejects_bad_values(bad: dict[str, Any], needle: str) -> None:
@@ -147,7 +177,13 @@ def test_schema_rejects_bad_values(bad: dict[str, Any], needle: str) -> None:
     [
         ({"image": {"variant": "cuda"}}, "no embedded model"),
         ({"models": {"source": "pvc"}}, "existingClaim"),
-        ({"redis": {"enabled": True}, "externalRedis": {"url": "redis://r:6379"}}, "not both"),
+        ({"valkey": {"enabled": True}, "externalRedis": {"url": "redis://r:6379"}}, "not both"),
+        ({"httpRoute": {"enabled": True}}, "parentRefs"),
+        ({"ingress": {"enabled": True}}, "ingress.hosts"),
+        (
+            {"externalRedis": {"url": "redis://r:6379", "tls": {"existingSecret": "ca"}}},
+            "rediss://",
+        ),
     ],
 )
 def test_render_refuses_contradictory_values(bad: dict[str, Any], needle: str) -> None:
@@ -195,13 +231,13 @@ def test_values_schema_in_step_with_values_yaml() -> None:
     assert sorted(p for p in in_values if not covered(p)) == []
     # The other direction: schema properties without a default in values.yaml. `global` is
     # Helm's; minAvailable is the documented alternative to maxUnavailable.
-    optional = {"global", "podDisruptionBudget.minAvailable", "redis.port"}
+    optional = {"global", "podDisruptionBudget.minAvailable"}
     probe_extras = {"initialDelaySeconds", "successThreshold"}
     missing = sorted(
         p
         for p in named - in_values - optional
         if not any(p.startswith(f"{v}.") for v in in_values if v in free)
         and p.rsplit(".", 1)[-1] not in probe_extras
-        and p != "resources.claims"
+        and p not in ("resources.claims", "valkey.resources.claims")
     )
     assert missing == []

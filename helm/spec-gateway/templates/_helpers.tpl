@@ -85,15 +85,97 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 
 {{/* Whether the gateway gets a Redis URL at all, and from where. */}}
 {{- define "spec-gateway.redisConfigured" -}}
-{{- if or .Values.redis.enabled .Values.externalRedis.url .Values.externalRedis.existingSecret -}}
+{{- if or .Values.valkey.enabled .Values.externalRedis.url .Values.externalRedis.existingSecret -}}
 true
 {{- end -}}
 {{- end -}}
 
+{{/* The in-chart Valkey store: its name, labels (distinct from the gateway's, so that no
+     gateway selector picks it) and the Secret holding its password. */}}
+{{- define "spec-gateway.valkeyName" -}}
+{{- printf "%s-valkey" (include "spec-gateway.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "spec-gateway.valkeySelectorLabels" -}}
+app.kubernetes.io/name: valkey
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "spec-gateway.valkeyLabels" -}}
+helm.sh/chart: {{ include "spec-gateway.chart" . }}
+{{ include "spec-gateway.valkeySelectorLabels" . }}
+app.kubernetes.io/version: {{ .Values.valkey.image.tag | quote }}
+app.kubernetes.io/component: state-store
+app.kubernetes.io/part-of: spec-gateway
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{- define "spec-gateway.valkeySecretName" -}}
+{{- default (include "spec-gateway.valkeyName" .) .Values.valkey.auth.existingSecret -}}
+{{- end -}}
+
+{{/* SPECGW_REDIS_* for the gateway container: the in-chart Valkey (its password from its
+     Secret as SPECGW_REDIS_PASSWORD, never in the URL) or an external Redis (URL, ACL user,
+     password Secret, TLS files from a mounted Secret). */}}
+{{- define "spec-gateway.redisEnv" -}}
+{{- if .Values.valkey.enabled }}
+- name: SPECGW_REDIS_URL
+  value: {{ printf "redis://%s:%v/0" (include "spec-gateway.valkeyName" .) .Values.valkey.port | quote }}
+- name: SPECGW_REDIS_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "spec-gateway.valkeySecretName" . }}
+      key: {{ .Values.valkey.auth.existingSecretKey }}
+{{- else if (include "spec-gateway.redisConfigured" .) }}
+- name: SPECGW_REDIS_URL
+  valueFrom:
+    secretKeyRef:
+      {{- if .Values.externalRedis.existingSecret }}
+      name: {{ .Values.externalRedis.existingSecret }}
+      key: {{ .Values.externalRedis.existingSecretKey }}
+      {{- else }}
+      name: {{ include "spec-gateway.fullname" . }}-redis-url
+      key: redis-url
+      {{- end }}
+{{- with .Values.externalRedis.username }}
+- name: SPECGW_REDIS_USERNAME
+  value: {{ . | quote }}
+{{- end }}
+{{- with .Values.externalRedis.passwordSecret }}
+- name: SPECGW_REDIS_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ . }}
+      key: {{ $.Values.externalRedis.passwordSecretKey }}
+{{- end }}
+{{- with .Values.externalRedis.tls.existingSecret }}
+- name: SPECGW_REDIS_TLS_CA_FILE
+  value: /etc/spec-gateway-redis-tls/ca.crt
+{{- if $.Values.externalRedis.tls.clientCertificate }}
+- name: SPECGW_REDIS_TLS_CERT_FILE
+  value: /etc/spec-gateway-redis-tls/tls.crt
+- name: SPECGW_REDIS_TLS_KEY_FILE
+  value: /etc/spec-gateway-redis-tls/tls.key
+{{- end }}
+- name: SPECGW_REDIS_TLS_CHECK_HOSTNAME
+  value: {{ $.Values.externalRedis.tls.checkHostname | quote }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
 {{/* Settings combinations the gateway would refuse at start, refused at render time instead. */}}
 {{- define "spec-gateway.validate" -}}
-{{- if and .Values.redis.enabled (or .Values.externalRedis.url .Values.externalRedis.existingSecret) -}}
-{{- fail "set either redis.enabled or externalRedis, not both" -}}
+{{- if and .Values.valkey.enabled (or .Values.externalRedis.url .Values.externalRedis.existingSecret) -}}
+{{- fail "set either valkey.enabled or externalRedis, not both" -}}
+{{- end -}}
+{{- if and .Values.externalRedis.tls.existingSecret (not (hasPrefix "rediss://" .Values.externalRedis.url)) (not .Values.externalRedis.existingSecret) -}}
+{{- fail "externalRedis.tls needs a rediss:// URL" -}}
+{{- end -}}
+{{- if and .Values.httpRoute.enabled (not .Values.httpRoute.parentRefs) -}}
+{{- fail "httpRoute.enabled needs httpRoute.parentRefs (the Gateway to attach to)" -}}
+{{- end -}}
+{{- if and .Values.ingress.enabled (not .Values.ingress.hosts) -}}
+{{- fail "ingress.enabled needs at least one entry in ingress.hosts" -}}
 {{- end -}}
 {{- if and (eq .Values.models.source "embedded") (eq .Values.image.variant "cuda") (not .Values.engine.model) -}}
 {{- fail "the cuda image has no embedded model: set models.source to pvc or initContainer, or engine.model" -}}
