@@ -1,0 +1,105 @@
+"""The whole gateway in process on the fake backend, driven by the official `openai` client.
+
+`create_app(settings, fake_runtime_factory(...))` is the production composition root
+on `FakeEngine` + `FakeFrontend` (`gateway.backends`): the same routes, auth,
+admission, control plane, metrics and flags as `spec-gateway serve`. Requests go
+through `httpx.ASGITransport` (no socket, no subprocess); the app's lifespan runs
+through `app.router.lifespan_context`, so start-up and teardown are the real ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import openai
+import pytest_asyncio
+from fastapi import FastAPI
+
+from engine.fake import FakeEngine, FakeEngineConfig
+from engine.settings import EngineSettings
+from gateway.app import create_app
+from gateway.auth import digest
+from gateway.backends import fake_runtime_factory
+from gateway.control.settings import ControllerSettings
+from gateway.runtime import Runtime
+from gateway.settings import GatewaySettings
+
+USER_KEY = "sk-unit-user"
+ADMIN_KEY = "sk-unit-admin"
+MODEL = "specgw-default"
+BASE_URL = "http://gateway.test"
+MESSAGES = [
+    {"role": "system", "content": "You are a helpful Python assistant."},
+    {"role": "user", "content": "What does the json module do?"},
+]
+
+
+@dataclass
+class InProcessGateway:
+    """A started app and an HTTP client on it (no default key: each call says its own)."""
+
+    app: FastAPI
+    http: httpx.AsyncClient
+
+    @property
+    def runtime(self) -> Runtime:
+        runtime: Runtime = self.app.state.runtime
+        return runtime
+
+    @property
+    def engine(self) -> FakeEngine:
+        engine: FakeEngine = self.runtime.engine  # type: ignore[assignment]
+        return engine
+
+    def client(self, key: str = USER_KEY, **kwargs: Any) -> openai.AsyncOpenAI:
+        """The official client on this app, through the in-process transport."""
+        return openai.AsyncOpenAI(
+            base_url=f"{BASE_URL}/v1", api_key=key, http_client=self.http, **kwargs
+        )
+
+    @staticmethod
+    def auth(key: str | None) -> dict[str, str]:
+        return {"authorization": f"Bearer {key}"} if key else {}
+
+
+def gateway_settings(**overrides: Any) -> GatewaySettings:
+    """Keys for a user and an admin; the rest as `spec-gateway serve` defaults them."""
+    fields: dict[str, Any] = {
+        "api_keys": [digest(USER_KEY)],
+        "admin_keys": [digest(ADMIN_KEY)],
+        "served_model_name": MODEL,
+        **overrides,
+    }
+    return GatewaySettings(**fields)
+
+
+#: No start-up calibration: each test's gateway is ready at once (one test turns it on).
+QUICK_START = ControllerSettings(calibrate_batches=[])
+
+
+@asynccontextmanager
+async def serve_in_process(
+    settings: GatewaySettings | None = None,
+    controller: ControllerSettings | None = None,
+    engine: FakeEngineConfig | None = None,
+) -> AsyncIterator[InProcessGateway]:
+    """The app started (lifespan entered) and a client on it; stopped on exit."""
+    factory = fake_runtime_factory(
+        EngineSettings(backend="fake"), controller or QUICK_START, engine_config=engine
+    )
+    app = create_app(settings or gateway_settings(), factory)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url=BASE_URL) as http:
+            yield InProcessGateway(app, http)
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def gateway() -> AsyncIterator[InProcessGateway]:
+    """A fresh gateway per test (it starts in milliseconds): no state leaks between tests."""
+    async with serve_in_process() as started:
+        yield started
