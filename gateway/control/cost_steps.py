@@ -38,6 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine.interface import RequestOutcome
+from gateway.control.cost_shape import borrowed_shape, measured_shapes
 
 BUCKETS: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 #: Samples of a bucket between two refits of its line, once it has this many.
@@ -351,10 +352,19 @@ class StepCosts:
             intercept, slope = self.line(bucket)
             table = self.per_k.get(bucket)
             w = self.prior_weight
+            prior = [intercept + slope * k for k in range(self.max_k + 1)]
+            # A bucket not measured at every depth takes its shape from those that are.
+            shape = borrowed_shape(measured_shapes(self.per_k), bucket, self.max_k)
+            if shape is not None:
+                # Its level from the depths it has samples at, each read through the
+                # shape (cost(0) = mean_k / shape_k), not from the prior slope's line.
+                filed = sum(n for n, _ in table) if table is not None else 0.0
+                zero = prior[0]
+                if table is not None and filed > 0:
+                    zero = sum(t / r for (_, t), r in zip(table, shape, strict=True)) / filed
+                prior = [zero * r for r in shape]
             costs = [
-                (table[k][1] + w * (intercept + slope * k)) / (table[k][0] + w)
-                if table is not None
-                else intercept + slope * k
+                (table[k][1] + w * prior[k]) / (table[k][0] + w) if table is not None else prior[k]
                 for k in range(self.max_k + 1)
             ]
             cached = tuple(c / costs[0] for c in costs)
