@@ -45,8 +45,9 @@ class EdgeLimits:
 
 @dataclass(slots=True)
 class EdgeStats:
-    """Connections the edge ended, by reason (read by the metrics exporter)."""
+    """Open connections, and those the edge ended by reason (for the metrics exporter)."""
 
+    open_connections: int = 0
     header_timeouts: int = 0
     body_timeouts: int = 0
     headers_too_large: int = 0
@@ -83,6 +84,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)  # type: ignore[arg-type]
+        self.stats.open_connections += 1
         if len(self.connections) > self.limits.max_connections:
             self.stats.connections_refused += 1
             error = GatewayError(
@@ -95,6 +97,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._await_headers()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.stats.open_connections -= 1
         self._cancel_deadline()
         super().connection_lost(exc)
 
