@@ -233,6 +233,8 @@ async def smoke(args: argparse.Namespace, workdir: Path) -> int:
     gw = start_gateway(config, models, workdir, timeout_s=args.start_timeout)
     try:
         items = work_items(args.per_family, args.max_tokens, args.seed, models.target)
+        # First requests pay one-off costs (graph capture, compilation): not in a phase.
+        await run_phase(gw, "warm-up", items[: args.concurrency], args.concurrency, args.timeout)
         results = []
         for name, flags in phases(args.max_depth):
             write_flags(gw.flags_dir, flags)

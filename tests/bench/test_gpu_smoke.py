@@ -3,6 +3,7 @@ and the whole script end to end in its dry mode on the CPU build (engine-marked)
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from dataclasses import replace
@@ -70,12 +71,27 @@ def test_three_phases_on_one_engine() -> None:
     assert parse_args(["--dry"]).dry
 
 
+def _dry_smoke(out: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "bench.gpu_smoke", "--dry", "--per-family", "1"]
+    cmd += ["--max-tokens", "8", "--concurrency", "2", "--out", str(out)]
+    return subprocess.run(
+        cmd, capture_output=True, text=True, timeout=1200, check=False, env={**os.environ, **env}
+    )
+
+
+@pytest.mark.slow
+def test_the_script_runs_end_to_end_on_the_fake_backend(tmp_path: Path) -> None:
+    """The whole script (gateway process, flags, phases, report) with no model."""
+    done = _dry_smoke(tmp_path, SPECGW_ENGINE_BACKEND="fake")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "gpu-smoke: ok (" in done.stdout
+    assert "static-k4" in done.stdout
+
+
 @pytest.mark.engine
 def test_the_dry_smoke_runs_end_to_end(tmp_path: Path) -> None:
     """The same script on the CPU build and the embedded model, tiny sizes: 0 = passed."""
-    cmd = [sys.executable, "-m", "bench.gpu_smoke", "--dry", "--per-family", "1"]
-    cmd += ["--max-tokens", "8", "--concurrency", "2", "--out", str(tmp_path)]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, check=False)
+    done = _dry_smoke(tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "gpu-smoke: ok" in done.stdout
     assert "no-spec" in done.stdout
