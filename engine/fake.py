@@ -11,7 +11,8 @@ contract tests as `VLLMEngine` (tests/engine/contract.py). What it simulates:
   yields accepted + 1 tokens. k = 0 steps record no verify step (vLLM's rule).
 * Each step sleeps `StepTimeModel(k, batch)` seconds, batch = streams in flight.
 * `kill()` plays the engine core dying: every in-flight and later request fails
-  with `EngineDeadError`.
+  with `EngineDeadError`; `wedge()` / `resume()` play SIGSTOP / SIGCONT of the core
+  (steps and `ping` wait in between).
 * As `VLLMEngine` does for the gateway's serving layer, a request carrying the
   gateway's id (`GATEWAY_ID_ARG` in `extra`) hands its outcome to `on_outcome`
   before its last chunk is yielded, and one carrying `SPEC_CAP_ARG` lowers the
@@ -128,6 +129,9 @@ class FakeEngine:
         self._running: dict[str, _Running] = {}
         self._dead = False
         self._closed = False
+        #: Cleared while the engine core is stopped (`wedge`): steps and pings wait.
+        self._awake = asyncio.Event()
+        self._awake.set()
         self.outcomes: list[RequestOutcome] = []
 
     @property
@@ -183,6 +187,7 @@ class FakeEngine:
         while finish is None:
             step_k = 0 if produced == 0 else state.k  # the prefill step verifies no drafts
             await asyncio.sleep(self.config.step_time(step_k, len(self._running)))
+            await self._awake.wait()
             if self._dead:
                 raise EngineDeadError("fake engine core died")
             if state.aborted.is_set():
@@ -265,9 +270,23 @@ class FakeEngine:
         """(running, waiting, report time) like `VLLMEngine.request_counts`."""
         return len(self._running), 0, time.monotonic()
 
+    async def ping(self) -> None:
+        """A round trip to the engine core: it waits while the core is stopped (`wedge`)."""
+        if self._dead or self._closed:
+            raise EngineDeadError("fake engine is dead")
+        await self._awake.wait()
+
     def kill(self) -> None:
         """Simulate the engine core dying."""
         self._dead = True
+
+    def wedge(self) -> None:
+        """Simulate a stopped engine core (SIGSTOP): steps and pings wait for `resume`."""
+        self._awake.clear()
+
+    def resume(self) -> None:
+        """Simulate SIGCONT: the stopped core carries on where it was."""
+        self._awake.set()
 
     async def shutdown(self) -> None:
         self._closed = True

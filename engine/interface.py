@@ -199,3 +199,14 @@ class Engine(Protocol):
         ...
 
     async def shutdown(self) -> None: ...
+
+
+@runtime_checkable
+class EngineProbe(Protocol):
+    """An engine that answers a round trip with no request: the gateway's idle canary
+    (`gateway.engine_watch`) finds a stopped or wedged engine core with it."""
+
+    async def ping(self) -> None:
+        """Return once the engine core (and its workers) answered; raise `EngineDeadError`
+        when it is gone. Unbounded here: the caller sets the deadline."""
+        ...

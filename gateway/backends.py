@@ -27,7 +27,7 @@ from engine.settings import EngineSettings
 from gateway.app import RuntimeFactory
 from gateway.control.settings import ControllerSettings
 from gateway.outcomes import OutcomeBoard
-from gateway.runtime import Runtime, _control_plane, real_runtime_factory
+from gateway.runtime import Runtime, _control_plane, drafter_name, real_runtime_factory
 from gateway.settings import GatewaySettings
 from gateway.supervisor import EngineSlot, EngineSupervisor
 
@@ -78,7 +78,11 @@ def fake_runtime_factory(
             await slot.start()
             stack.push_async_callback(slot.close)
             control = controller_settings or ControllerSettings()
-            runtime = await _control_plane(stack, settings, control, slot, board)
+            # No vLLM engine here; the drafter label is the configured one, else `fake`.
+            drafter = drafter_name(engine_settings.drafter) if engine_settings.drafter else "fake"
+            runtime = await _control_plane(
+                stack, settings, control, slot, board, drafter=drafter, vllm_version="none"
+            )
             supervisor = EngineSupervisor(
                 slot,
                 on_down=runtime.engine_down,

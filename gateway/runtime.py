@@ -7,11 +7,13 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import logging
 import math
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -26,9 +28,11 @@ from gateway.control.controller import Controller
 from gateway.control.events import FanOutEvents, LoggingEvents
 from gateway.control.plane import ControlPlane
 from gateway.control.settings import ControllerSettings
+from gateway.engine_watch import Conditions, EngineState, EngineWatch, engine_state
 from gateway.flags import SPECS, FlagAdmin, FlagSettings, FlagValues, FlagView
 from gateway.observability.events import MetricsEvents, SpanEvents, export_class_reports
 from gateway.observability.metrics import GatewayMetrics, render_metrics
+from gateway.observability.replica_metrics import BuildInfo
 from gateway.outcomes import OutcomeBoard
 from gateway.planner import FlagOverrides
 from gateway.service import InferenceService, Telemetry
@@ -61,9 +65,12 @@ class Runtime:
     #: Set when the engine cannot be restarted: the process must exit non-zero.
     failed: bool = False
     on_fatal: Callable[[], None] = field(default=lambda: None)
+    #: Keeps the engine's state current (canary, metrics); None: computed on each call.
+    watch: EngineWatch | None = None
 
     def engine_down(self) -> None:
         self.ready = False
+        self._changed()
 
     def engine_up(self, slot: EngineSlot) -> None:
         assert slot.frontend is not None
@@ -71,17 +78,31 @@ class Runtime:
         self.service.rebind(slot.frontend, slot.engine.abort)
         slot.engine.on_step(self.service.observe_step)
         self.ready = True
+        self._changed()
 
     def fatal(self) -> None:
         self.failed = True
         self.ready = False
+        self._changed()
         self.on_fatal()
 
     def begin_drain(self) -> asyncio.Task[None]:
         """Stop admitting (503 + retry-after); at the deadline, abort what still runs."""
         if self.drain_task is None:
             self.drain_task = asyncio.get_running_loop().create_task(self._drain())
+            self._changed()
         return self.drain_task
+
+    def conditions(self) -> Conditions:
+        return Conditions(
+            restarting=not self.ready and not self.failed,
+            failed=self.failed,
+            draining=self.admission.draining,
+        )
+
+    def _changed(self) -> None:
+        if self.watch is not None:
+            self.watch.poke()
 
     async def _drain(self) -> None:
         if not await self.admission.drain(self.settings.drain_timeout_s):
@@ -91,16 +112,22 @@ class Runtime:
             await self.admission.drain(2.0)
 
     async def readiness(self) -> dict[str, Any]:
-        health = await self.engine.health()
+        if self.watch is not None:
+            state, health = await self.watch.check()
+            engine = self.watch.describe(state, health)
+        else:
+            health = await self.engine.health()
+            state = engine_state(health, self.conditions())
+            engine = "ready" if state is EngineState.READY else health.detail or state.value
         detail: dict[str, Any] = {
-            "engine": "ready" if health.ready else (health.detail or "not ready"),
+            "engine": engine,
+            "engine_state": state.value,
             "admission": "draining" if self.admission.draining else "open",
             "engine_running": health.running_requests,
             "engine_waiting": health.waiting_requests,
         }
         detail.update(self.extra_readiness())
-        ok = health.alive and health.ready and not self.admission.draining and self.ready
-        return {"ready": ok, "detail": detail}
+        return {"ready": state is EngineState.READY, "detail": detail}
 
 
 def build_service(
@@ -123,6 +150,8 @@ def real_runtime_factory(
 
     @asynccontextmanager
     async def factory(settings: GatewaySettings) -> AsyncIterator[Runtime]:
+        from vllm import __version__ as vllm_version
+
         from engine.vllm_engine import VLLMEngine
 
         board = OutcomeBoard()
@@ -135,7 +164,16 @@ def real_runtime_factory(
             await slot.start()
             stack.push_async_callback(slot.close)
             control = controller_settings or ControllerSettings()
-            runtime = await _control_plane(stack, settings, control, slot, board)
+            drafter = engine_settings.resolved_models()[1] if slot.engine.max_depth else None
+            runtime = await _control_plane(
+                stack,
+                settings,
+                control,
+                slot,
+                board,
+                drafter=drafter_name(drafter),
+                vllm_version=vllm_version,
+            )
             supervisor = EngineSupervisor(
                 slot,
                 on_down=runtime.engine_down,
@@ -159,13 +197,25 @@ async def _control_plane(
     controller_settings: ControllerSettings,
     slot: EngineSlot,
     board: OutcomeBoard,
+    *,
+    drafter: str = "none",
+    vllm_version: str = "none",
 ) -> Runtime:
-    """Flags, controller, cluster sync, metrics and the service, on a started engine."""
+    """Flags, controller, cluster sync, metrics, the service and the engine watch, on a
+    started engine; `drafter` and `vllm_version` label `specgw_build_info`."""
     engine, frontend = slot.engine, slot.frontend
     assert frontend is not None
     registry = CollectorRegistry()
     metrics = GatewayMetrics(registry, max_depth=engine.max_depth, flags=tuple(SPECS))
-    metrics.set_engine_ready(True)
+    metrics.set_build_info(
+        BuildInfo(
+            version=package_version("spec-gateway"),
+            model=settings.served_model_name,
+            drafter=drafter,
+            vllm_version=vllm_version,
+            max_depth=engine.max_depth,
+        )
+    )
     view = FlagView(FlagSettings(flags_dir=settings.flags_dir, redis_url=settings.redis_url))
     await view.start()
     stack.push_async_callback(view.close)
@@ -216,7 +266,7 @@ async def _control_plane(
             extra["flags_redis"] = view.redis_status
         return extra
 
-    return Runtime(
+    runtime = Runtime(
         settings=settings,
         engine=engine,
         frontend=frontend,
@@ -235,6 +285,33 @@ async def _control_plane(
         flag_view=view,
         flag_admin=admin,
     )
+    runtime.watch = EngineWatch(
+        lambda: slot.engine,
+        runtime.conditions,
+        metrics.set_engine_state,
+        interval_s=settings.canary_interval_s,
+        timeout_s=settings.canary_timeout_s,
+    )
+    runtime.watch.start()
+    stack.push_async_callback(runtime.watch.close)
+    return runtime
+
+
+def drafter_name(drafter: Path | str | None) -> str:
+    """The drafter as `specgw_build_info` labels it: a local directory by its name (the
+    embedded `eagle3.1`), a Hugging Face id as written; `none` without one."""
+    if drafter is None:
+        return "none"
+    path = Path(drafter)
+    return path.name if path.is_dir() else str(drafter)
+
+
+def package_version(distribution: str) -> str:
+    """An installed distribution's version, `none` where it is not installed."""
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return "none"
 
 
 def flag_gauges(values: FlagValues) -> list[tuple[str, float]]:

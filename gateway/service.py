@@ -8,7 +8,6 @@ out the outcome fed back to the controller and the telemetry.
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from gateway.control.plane import ControlPlane, Plan, PlannedRequest
 from gateway.errors import ErrorKind, GatewayError, invalid
 from gateway.observability.inference_span import UNTRACED, InferenceSpan, InferenceSpans
 from gateway.outcomes import OutcomeBoard
+from gateway.request_clock import RequestClock, stamp_arrival
 from gateway.settings import GatewaySettings
 from gateway.streaming import StreamEnd, relay
 
@@ -42,6 +42,8 @@ class Finished:
     e2e_s: float
     ttft_s: float | None
     stream: bool
+    #: Arrival, admission wait and admission (`gateway.request_clock`).
+    clock: RequestClock | None = None
 
 
 #: The reason a sampled request runs at k = 0 on an engine with lossy sampled speculation.
@@ -206,6 +208,7 @@ class InferenceService:
             if self._telemetry is not None:
                 self._telemetry.request_shed(endpoint, exc)
             raise
+        stamp_arrival()
 
     def leave(self) -> None:
         self._admission.leave()
@@ -294,8 +297,9 @@ class InferenceService:
         plan = planned.plan
         headers = planned.headers()
         gid = uuid.uuid4().hex
-        started = time.monotonic()
+        started = RequestClock.start()
         await self._admission.acquire(plan.class_id)
+        started.admit()
         span = self._spans.start(
             endpoint, self.served_model_name, request, plan, id_prefix + gid, stream
         )
@@ -361,7 +365,7 @@ class InferenceService:
         gid: str,
         source: AsyncIterator[str],
         headers: dict[str, str],
-        started: float,
+        started: RequestClock,
         span: InferenceSpan = UNTRACED,
     ) -> StreamReply:
         plan = planned.plan
@@ -405,7 +409,7 @@ class InferenceService:
         status: str,
         error: GatewayError | None,
         outcome: RequestOutcome | None,
-        started: float,
+        started: RequestClock,
         ttft_s: float | None,
         stream: bool,
         span: InferenceSpan = UNTRACED,
@@ -416,9 +420,10 @@ class InferenceService:
             status=status,
             error=error,
             outcome=outcome,
-            e2e_s=time.monotonic() - started,
+            e2e_s=started.since_queued_s(),
             ttft_s=ttft_s,
             stream=stream,
+            clock=started,
         )
         span.finish(finished)
         if self._telemetry is not None:

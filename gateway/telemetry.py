@@ -39,6 +39,7 @@ class GatewayTelemetry:
             self._metrics.record_batch_lowered(label)
         if outcome is not None:
             self._metrics.record_outcome(label, outcome)
+        self._record_clock(label, finished)
         spec = outcome.speculation if outcome is not None else None
         log.info(
             "request finished",
@@ -53,6 +54,16 @@ class GatewayTelemetry:
                 "acceptance_length": round(spec.acceptance_length, 3) if spec else None,
             },
         )
+
+    def _record_clock(self, label: str, finished: Finished) -> None:
+        """The admission wait, and the first token's latency from arrival at the gateway:
+        (admitted - arrived) + the engine's TTFT (`gateway.request_clock`)."""
+        clock, outcome = finished.clock, finished.outcome
+        if clock is None or clock.admission_wait_s is None or clock.before_engine_s is None:
+            return
+        self._metrics.record_admission(label, clock.admission_wait_s)
+        if outcome is not None and outcome.ttft_s > 0:
+            self._metrics.record_gateway_ttft(label, clock.before_engine_s + outcome.ttft_s)
 
     def engine_step(self, filed: bool) -> None:
         self._metrics.record_engine_step(filed)

@@ -256,6 +256,12 @@ def serving_dashboard() -> Dashboard:
             ), (18, 16, 6, 8), "Cluster-state store: up, degraded (local only), disabled."),
             Panel("Flags", "stat", (Target("max by (flag) (specgw_flag_state)", "{{flag}}"),),
                   (0, 24, 24, 5), "Current ops flag values (1/0 for switches)."),
+            Panel("Engine state", "state-timeline", (
+                Target("max by (instance, state) (specgw_engine_state) > 0",
+                       "{{instance}} {{state}}"),
+            ), (0, 29, 24, 6), "The engine as each replica sees it: ready, starting, hung "
+                "(an idle canary or admitted work unanswered), draining, dead, restarting, "
+                "failed."),
         ),
         class_variable=True,
     )  # fmt: skip

@@ -32,6 +32,14 @@ Derived figures, as the recording rules in `deploy/prometheus/rules.yml` compute
       histogram_quantile(0.5,
         sum by (class, le) (rate(specgw_time_per_output_token_seconds_bucket[5m])))
 
+* time to first token as the client waits for it, and the part the gateway adds::
+
+      histogram_quantile(0.95,
+        sum by (class, le) (rate(specgw_gateway_time_to_first_token_seconds_bucket[5m])))
+      rate(specgw_admission_wait_seconds_sum[5m])
+        / (rate(specgw_admission_wait_seconds_count[5m]) > 0)
+
+  (`specgw_time_to_first_token_seconds` starts at the engine, as vLLM's does).
 * error ratio::
 
       rate(specgw_requests_total{status=~"5.."}[5m]) / (rate(specgw_requests_total[5m]) > 0)
@@ -39,9 +47,8 @@ Derived figures, as the recording rules in `deploy/prometheus/rules.yml` compute
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -54,6 +61,7 @@ from prometheus_client import (
 )
 
 from engine.interface import RequestOutcome
+from gateway.observability.replica_metrics import ReplicaMetrics
 
 #: Request latency (TTFT, end-to-end), seconds: 5 ms to 2 min.
 LATENCY_BUCKETS_S: tuple[float, ...] = (
@@ -68,8 +76,6 @@ ACCEPTANCE_LENGTH_BUCKETS: tuple[float, ...] = (
     1.0, 1.25, 1.5, 1.75, 2.0, 2.25, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0,
 )  # fmt: skip
 
-RedisState = Literal["up", "degraded", "disabled"]
-REDIS_STATES: tuple[RedisState, ...] = ("up", "degraded", "disabled")
 #: `error_type` of a request that succeeded.
 NO_ERROR = "none"
 
@@ -79,6 +85,8 @@ class _ClassChildren:
     """The children of one class, bound once (label lookup is off the hot path)."""
 
     ttft: Histogram
+    gateway_ttft: Histogram
+    admission_wait: Histogram
     tpot: Histogram
     e2e: Histogram
     acceptance_length: Histogram
@@ -95,8 +103,9 @@ class _ClassChildren:
     accepted_per_position: tuple[Counter, ...]
 
 
-class GatewayMetrics:
-    """All `specgw_*` families on one registry, with typed `record_*` helpers.
+class GatewayMetrics(ReplicaMetrics):
+    """All `specgw_*` families on one registry, with typed `record_*` helpers: the
+    per-class request families here, the replica's state in `ReplicaMetrics`.
 
     `max_depth` (K) bounds the `position` label; `flags` names the flags exported as
     `specgw_flag_state{flag}` (numeric value: 1/0 for booleans, the number otherwise).
@@ -109,9 +118,7 @@ class GatewayMetrics:
         max_depth: int,
         flags: Sequence[str] = (),
     ) -> None:
-        self.registry = registry
         self.max_depth = max_depth
-        self._flags = tuple(flags)
         self._classes: dict[str, _ClassChildren] = {}
         r = registry
         self.requests = Counter(
@@ -123,6 +130,21 @@ class GatewayMetrics:
         self.ttft = Histogram(
             "specgw_time_to_first_token_seconds",
             "Seconds from engine arrival to the first output token, by class.",
+            ["class"],
+            buckets=LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        self.gateway_ttft = Histogram(
+            "specgw_gateway_time_to_first_token_seconds",
+            "Seconds from arrival at the gateway to the first output token (admission wait "
+            "included), by class.",
+            ["class"],
+            buckets=LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        self.admission_wait = Histogram(
+            "specgw_admission_wait_seconds",
+            "Seconds an admitted request waited for its admission slot, by class.",
             ["class"],
             buckets=LATENCY_BUCKETS_S,
             registry=r,
@@ -200,38 +222,7 @@ class GatewayMetrics:
             ["class", "direction"],
             registry=r,
         )
-        self.flag_state = Gauge(
-            "specgw_flag_state", "Current value of an ops flag.", ["flag"], registry=r
-        )
-        self.redis_state = Gauge(
-            "specgw_redis_state",
-            "Cluster-state store: 1 for the current state (up, degraded, disabled).",
-            ["state"],
-            registry=r,
-        )
-        self.queue_depth = Gauge(
-            "specgw_admission_queue_depth", "Requests waiting for admission.", registry=r
-        )
-        self.running = Gauge(
-            "specgw_running_requests", "Requests admitted and running.", registry=r
-        )
-        self.engine_ready = Gauge(
-            "specgw_engine_ready", "1 when the engine is ready to serve, else 0.", registry=r
-        )
-        engine_steps = Counter(
-            "specgw_engine_steps",
-            "Timed engine steps heard, by whether the cost model filed them (decode-only "
-            "steps whose batch the gateway knows).",
-            ["filed"],
-            registry=r,
-        )
-        #: Bound once: `record_engine_step` runs for every engine step.
-        self._steps_filed = engine_steps.labels("true")
-        self._steps_skipped = engine_steps.labels("false")
-        for flag in self._flags:
-            self.flag_state.labels(flag)
-        self.set_redis_state("disabled")
-        self.engine_ready.set(0)
+        super().__init__(registry, flags=flags)
 
     # ---- per class --------------------------------------------------------------------
     def _children(self, cls: str) -> _ClassChildren:
@@ -240,6 +231,8 @@ class GatewayMetrics:
             positions = range(self.max_depth)
             children = _ClassChildren(
                 ttft=self.ttft.labels(cls),
+                gateway_ttft=self.gateway_ttft.labels(cls),
+                admission_wait=self.admission_wait.labels(cls),
                 tpot=self.tpot.labels(cls),
                 e2e=self.e2e.labels(cls),
                 acceptance_length=self.acceptance_length.labels(cls),
@@ -264,6 +257,14 @@ class GatewayMetrics:
         """One answered request: `status` is the HTTP status (an in-stream error counts
         with the status it would have had), `error_type` the OpenAI `error.type`."""
         self.requests.labels(cls, str(status), error_type or NO_ERROR).inc()
+
+    def record_admission(self, cls: str, wait_s: float) -> None:
+        """An admitted request of `cls` and how long it waited for its slot."""
+        self._children(cls).admission_wait.observe(wait_s)
+
+    def record_gateway_ttft(self, cls: str, seconds: float) -> None:
+        """Arrival at the gateway to the first output token (`Finished.gateway_ttft_s`)."""
+        self._children(cls).gateway_ttft.observe(seconds)
 
     def record_depth(self, cls: str, k: int) -> None:
         """The k given to a request of `cls` (call once per request, after `decide`)."""
@@ -313,10 +314,10 @@ class GatewayMetrics:
         """
         self._classes.pop(cls, None)
         for family in (
-            self.ttft, self.tpot, self.e2e, self.acceptance_length, self.prompt_tokens,
-            self.output_tokens, self.draft_tokens, self.accepted_tokens, self.verify_steps,
-            self.fallback_requests, self.speculation_depth, self.drift_score,
-            self.batch_lowered,
+            self.ttft, self.gateway_ttft, self.admission_wait, self.tpot, self.e2e,
+            self.acceptance_length, self.prompt_tokens, self.output_tokens, self.draft_tokens,
+            self.accepted_tokens, self.verify_steps, self.fallback_requests,
+            self.speculation_depth, self.drift_score, self.batch_lowered,
         ):  # fmt: skip
             _remove_matching(family, {"class": cls})
         for family in (
@@ -337,31 +338,6 @@ class GatewayMetrics:
 
     def record_drift_score(self, cls: str, score: float) -> None:
         self.drift_score.labels(cls).set(score)
-
-    # ---- gateway state ---------------------------------------------------------------
-    def set_flags(self, values: Iterable[tuple[str, float]]) -> None:
-        """Export flag values; flags not named at construction are ignored (bounded)."""
-        for name, value in values:
-            if name in self._flags:
-                self.flag_state.labels(name).set(value)
-
-    def set_redis_state(self, state: RedisState) -> None:
-        for s in REDIS_STATES:
-            self.redis_state.labels(s).set(1 if s == state else 0)
-
-    def set_load(self, waiting: int, running: int) -> None:
-        self.queue_depth.set(waiting)
-        self.running.set(running)
-
-    def set_engine_ready(self, ready: bool) -> None:
-        self.engine_ready.set(1 if ready else 0)
-
-    def record_engine_step(self, filed: bool) -> None:
-        """One timed engine step; the filed share says how well the cost model is fed::
-
-        rate(specgw_engine_steps_total{filed="true"}[5m]) / rate(specgw_engine_steps_total[5m])
-        """
-        (self._steps_filed if filed else self._steps_skipped).inc()
 
 
 def render_metrics(registry: CollectorRegistry) -> tuple[bytes, str]:

@@ -8,7 +8,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from engine.interface import RequestOutcome, SpeculationOutcome
+from gateway.engine_watch import EngineState
 from gateway.observability.metrics import GatewayMetrics
+from gateway.observability.replica_metrics import BuildInfo
 
 FLAGS = ("speculation.enabled", "speculation.k_max")
 
@@ -40,6 +42,8 @@ def populate(metrics: GatewayMetrics) -> None:
     metrics.record_depth("chat/len:512", 3)
     metrics.record_outcome("chat/len:512", sample_outcome(3, 10, (8, 5, 2)))
     metrics.record_request("chat/len:512", 200)
+    metrics.record_admission("chat/len:512", 0.02)
+    metrics.record_gateway_ttft("chat/len:512", 0.1)
     metrics.record_depth("other", 0)
     metrics.record_outcome("other", sample_outcome(0, 0, ()))
     metrics.record_request("other", 429, "rate_limit_exceeded")
@@ -50,7 +54,8 @@ def populate(metrics: GatewayMetrics) -> None:
     metrics.set_flags([("speculation.enabled", 1.0), ("speculation.k_max", 4.0)])
     metrics.set_redis_state("up")
     metrics.set_load(waiting=2, running=5)
-    metrics.set_engine_ready(True)
+    metrics.set_engine_state(EngineState.READY)
+    metrics.set_build_info(BuildInfo("0.1.0", "specgw-default", "eagle3.1", "0.32.0", 4))
     metrics.record_engine_step(True)
     metrics.record_engine_step(False)
 

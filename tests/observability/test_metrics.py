@@ -10,6 +10,7 @@ from pathlib import Path
 from prometheus_client import REGISTRY, CollectorRegistry, Counter
 from prometheus_client.parser import text_string_to_metric_families
 
+from gateway.engine_watch import EngineState
 from gateway.observability.metrics import GatewayMetrics, render_metrics
 from tests.observability.conftest import FLAGS, populate, sample_outcome
 
@@ -47,7 +48,7 @@ def test_every_gateway_family_is_prefixed_and_counters_end_in_total(
     families = list(text_string_to_metric_families(body.decode()))
     # prometheus-client also exposes a `<name>_created` gauge per counter/histogram.
     ours = [f for f in families if f.name.startswith("specgw_")]
-    assert len([f for f in ours if not f.name.endswith("_created")]) == 24
+    assert len([f for f in ours if not f.name.endswith("_created")]) == 28
     for family in ours:
         for sample in family.samples:
             if family.type == "counter":
@@ -153,3 +154,44 @@ def test_unknown_flags_are_not_exported() -> None:
     assert "not.a.flag" not in body
     populate(m)
     assert sample_value(m, "specgw_flag_state", flag="speculation.k_max") == 4.0
+
+
+def test_build_info_is_one_series_with_what_the_replica_runs(metrics: GatewayMetrics) -> None:
+    labels = {
+        "version": "0.1.0",
+        "model": "specgw-default",
+        "drafter": "eagle3.1",
+        "vllm_version": "0.32.0",
+        "max_depth": "4",
+    }
+    assert sample_value(metrics, "specgw_build_info", **labels) == 1.0
+    body = render_metrics(metrics.registry)[0].decode()
+    assert len([line for line in body.splitlines() if line.startswith("specgw_build_info")]) == 1
+
+
+def test_engine_state_is_one_hot_and_ready_only_in_ready() -> None:
+    m = GatewayMetrics(CollectorRegistry(), max_depth=2)
+    assert sample_value(m, "specgw_engine_ready") == 0.0
+    assert sample_value(m, "specgw_engine_state", state="starting") == 1.0
+    for state in EngineState:
+        m.set_engine_state(state)
+        values = {
+            s.value: sample_value(m, "specgw_engine_state", state=s.value) for s in EngineState
+        }
+        assert values == {s.value: 1.0 if s is state else 0.0 for s in EngineState}
+        ready = sample_value(m, "specgw_engine_ready")
+        assert ready == (1.0 if state is EngineState.READY else 0.0)
+
+
+def test_admission_wait_and_gateway_ttft_are_their_own_series() -> None:
+    """The engine-side TTFT keeps its own family; the gateway's adds what came before."""
+    m = GatewayMetrics(CollectorRegistry(), max_depth=2)
+    m.record_outcome("c", sample_outcome(2, 5, (3, 1)))  # engine TTFT 0.08 s
+    m.record_admission("c", 1.5)
+    m.record_gateway_ttft("c", 1.5 + 0.08)
+    c = {"class": "c"}
+    assert sample_value(m, "specgw_time_to_first_token_seconds_sum", **c) == 0.08
+    assert sample_value(m, "specgw_gateway_time_to_first_token_seconds_sum", **c) == 1.58
+    assert sample_value(m, "specgw_admission_wait_seconds_sum", **c) == 1.5
+    assert sample_value(m, "specgw_admission_wait_seconds_bucket", le="1.0", **c) == 0.0
+    assert sample_value(m, "specgw_admission_wait_seconds_bucket", le="2.5", **c) == 1.0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -45,7 +46,7 @@ def test_every_alert_has_a_firing_and_a_silent_case() -> None:
             for check in case.get("alert_rule_test", []):
                 (fires if check["exp_alerts"] else silent).add(check["alertname"])
     alerts = {rule["alert"] for rule in load_rules() if "alert" in rule}
-    assert len(alerts) == 6
+    assert len(alerts) == 8
     assert alerts == fires
     assert alerts == silent
 
@@ -55,6 +56,26 @@ def test_naming_conventions() -> None:
         if "record" in rule:
             assert rule["record"].count(":") == 2, rule["record"]
         else:
-            assert rule["annotations"]["runbook"].strip()
+            assert set(rule["annotations"]) == {"summary", "description", "runbook_url"}
             assert rule["labels"]["severity"] in {"info", "warning", "critical"}
             assert ":" not in rule["alert"]
+
+
+def test_every_alert_links_a_runbook_that_exists_and_names_it() -> None:
+    for rule in load_rules():
+        if "alert" not in rule:
+            continue
+        url = rule["annotations"]["runbook_url"]
+        assert url.startswith("deploy/runbooks/"), url
+        assert url.endswith(".md"), url
+        runbook = ROOT / url
+        assert runbook.is_file(), f"{rule['alert']}: {url} is missing"
+        assert rule["alert"] in runbook.read_text(), f"{url} does not name {rule['alert']}"
+
+
+def test_aggregations_keep_namespace_and_job() -> None:
+    """Two deployments in one Prometheus are never summed together by a rule."""
+    for rule in load_rules():
+        for by in re.findall(r"\b(?:sum|max|min|avg) by \(([^)]*)\)", rule["expr"]):
+            labels = {label.strip() for label in by.split(",")}
+            assert {"namespace", "job"} <= labels, (rule.get("record") or rule["alert"], by)

@@ -1,0 +1,204 @@
+"""Engine readiness without traffic: the idle canary finds a stopped engine core, and
+`specgw_engine_ready` / `/ready` follow dead, hung, restarting and draining engines.
+
+In process on the fake backend: `FakeEngine.wedge()` plays SIGSTOP of the engine
+core (steps and pings wait), `resume()` SIGCONT, `kill()` the core dying. The same
+checks on the real engine (SIGSTOP of vLLM's EngineCore process) are in
+tests/engine/test_idle_hang.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+import pytest
+
+from engine.interface import EngineDeadError, EngineHealth
+from gateway.engine_watch import Conditions, EngineState, EngineWatch, engine_state
+from tests.unit.conftest import InProcessGateway, gateway_settings, serve_in_process
+from tests.unit.test_ops import samples
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+#: A fast canary for the in-process tests (production: every 2 s, 5 s deadline).
+FAST_CANARY = {"canary_interval_s": 0.05, "canary_timeout_s": 0.3}
+UP = EngineHealth(alive=True, ready=True)
+STALLED = EngineHealth(alive=True, ready=False, stalled_for_s=9.0)
+WARMING = EngineHealth(alive=True, ready=False, detail="warming up")
+GONE = EngineHealth(alive=False, ready=False, detail="engine core died")
+
+
+@pytest.mark.parametrize(
+    ("health", "conditions", "overdue", "expected"),
+    [
+        (UP, Conditions(), False, EngineState.READY),
+        (UP, Conditions(), True, EngineState.HUNG),
+        (STALLED, Conditions(), False, EngineState.HUNG),
+        (WARMING, Conditions(), False, EngineState.STARTING),
+        (GONE, Conditions(), True, EngineState.DEAD),
+        (UP, Conditions(draining=True), False, EngineState.DRAINING),
+        (UP, Conditions(draining=True), True, EngineState.HUNG),
+        (GONE, Conditions(restarting=True), False, EngineState.RESTARTING),
+        (GONE, Conditions(restarting=True, failed=True), False, EngineState.FAILED),
+    ],
+)
+def test_the_most_severe_state_wins(
+    health: EngineHealth, conditions: Conditions, overdue: bool, expected: EngineState
+) -> None:
+    assert engine_state(health, conditions, canary_overdue=overdue) is expected
+
+
+async def eventually(check: Callable[[], object], timeout_s: float = 5.0) -> float:
+    """Seconds until `check()` held (polled every 10 ms); fails after `timeout_s`."""
+    start = time.monotonic()
+    while not check():
+        assert time.monotonic() - start < timeout_s, "condition not met in time"
+        await asyncio.sleep(0.01)
+    return time.monotonic() - start
+
+
+async def ready_metric(gw: InProcessGateway) -> float:
+    text = (await gw.http.get("/metrics")).text
+    return samples(text, "specgw_engine_ready")[()]
+
+
+async def test_a_stopped_idle_engine_is_found_without_a_request() -> None:
+    async with serve_in_process(gateway_settings(**FAST_CANARY)) as gw:
+        watch = gw.runtime.watch
+        assert watch is not None
+        assert (await gw.http.get("/ready")).status_code == 200
+        assert await ready_metric(gw) == 1.0
+        gw.engine.wedge()
+        await eventually(lambda: watch.state is EngineState.HUNG)
+        assert await ready_metric(gw) == 0.0
+        ready = await gw.http.get("/ready")
+        assert ready.status_code == 503
+        assert ready.json()["detail"]["engine_state"] == "hung"
+        assert "no answer to the canary" in ready.json()["detail"]["engine"]
+        text = (await gw.http.get("/metrics")).text
+        assert samples(text, "specgw_engine_state")[(("state", "hung"),)] == 1.0
+        gw.engine.resume()
+        await eventually(lambda: watch.state is EngineState.READY)
+        assert await ready_metric(gw) == 1.0
+        assert (await gw.http.get("/ready")).status_code == 200
+
+
+async def test_without_the_canary_a_stopped_idle_engine_looks_ready() -> None:
+    """What the canary adds: with it off, nothing asks the stopped core anything."""
+    async with serve_in_process(gateway_settings(canary_interval_s=0)) as gw:
+        gw.engine.wedge()
+        await asyncio.sleep(0.5)
+        assert (await gw.http.get("/ready")).status_code == 200
+        assert await ready_metric(gw) == 1.0
+        gw.engine.resume()
+
+
+async def test_a_dead_engine_core_reads_0_until_the_supervisor_replaced_it() -> None:
+    async with serve_in_process(gateway_settings(**FAST_CANARY)) as gw:
+        watch = gw.runtime.watch
+        assert watch is not None
+        seen: list[tuple[EngineState | None, float]] = []
+        gw.engine.kill()
+        await eventually(lambda: watch.state is not EngineState.READY)
+        for _ in range(1000):  # the supervisor's backoff is 2 s; a fake engine starts at once
+            state = watch.state
+            if state is EngineState.READY:
+                break
+            ready = await ready_metric(gw)
+            if watch.state is state:  # not changed while /metrics was read
+                seen.append((state, ready))
+            await asyncio.sleep(0.02)
+        assert (EngineState.RESTARTING, 0.0) in seen
+        assert all(ready == 0.0 for state, ready in seen if state is not EngineState.READY)
+        assert await ready_metric(gw) == 1.0
+        assert not gw.engine._dead  # a new engine
+
+
+async def test_draining_reads_0() -> None:
+    async with serve_in_process(gateway_settings(**FAST_CANARY)) as gw:
+        watch = gw.runtime.watch
+        assert watch is not None
+        gw.runtime.begin_drain()
+        await eventually(lambda: watch.state is EngineState.DRAINING)
+        assert await ready_metric(gw) == 0.0
+        assert (await gw.http.get("/ready")).status_code == 503
+
+
+class ScriptedEngine:
+    """An engine whose health is set by the test and whose ping waits for `answer`."""
+
+    def __init__(self, health: EngineHealth) -> None:
+        self.health_now = health
+        self.answer = asyncio.Event()
+        self.pings = 0
+        self.error: Exception | None = None
+
+    async def health(self) -> EngineHealth:
+        return self.health_now
+
+    async def ping(self) -> None:
+        self.pings += 1
+        await self.answer.wait()
+        if self.error is not None:
+            raise self.error
+
+
+def watch_on(engine: ScriptedEngine, published: list[EngineState]) -> EngineWatch:
+    return EngineWatch(lambda: engine, Conditions, published.append, interval_s=0.05, timeout_s=0.2)
+
+
+async def test_busy_engine_gets_no_canary_and_one_canary_is_in_flight_at_a_time() -> None:
+    """Work in flight that produced output recently: the stall bound judges, no canary
+    queues behind a long step. Idle: one canary per period, never two at once."""
+    engine = ScriptedEngine(EngineHealth(alive=True, ready=True, stalled_for_s=0.02))
+    published: list[EngineState] = []
+    watch = watch_on(engine, published)
+    for _ in range(5):
+        await watch.check()
+        await asyncio.sleep(0.06)
+    assert engine.pings == 0
+    engine.health_now = UP
+    for _ in range(5):
+        await watch.check()
+        await asyncio.sleep(0.06)
+    assert engine.pings == 1  # unanswered: no second one
+    assert published == [EngineState.READY, EngineState.HUNG]
+    engine.answer.set()
+    await asyncio.sleep(0)
+    state, _ = await watch.check()
+    assert state is EngineState.READY
+    await watch.close()
+
+
+async def test_a_canary_that_fails_marks_the_engine_hung_until_one_succeeds() -> None:
+    engine = ScriptedEngine(UP)
+    engine.answer.set()
+    engine.error = RuntimeError("worker check_health failed")
+    watch = watch_on(engine, [])
+    await watch.check()
+    await asyncio.sleep(0.01)
+    state, health = await watch.check()
+    assert state is EngineState.HUNG
+    assert "worker check_health failed" in watch.describe(state, health)
+    engine.error = None
+    await asyncio.sleep(0.06)
+    await watch.check()  # sends the next canary
+    await asyncio.sleep(0.01)
+    state, _ = await watch.check()
+    assert state is EngineState.READY
+    await watch.close()
+
+
+async def test_a_dead_engines_canary_error_does_not_hide_that_it_is_dead() -> None:
+    engine = ScriptedEngine(UP)
+    engine.answer.set()
+    engine.error = EngineDeadError("gone")
+    watch = watch_on(engine, [])
+    await watch.check()
+    await asyncio.sleep(0.01)
+    engine.health_now = GONE
+    state, _ = await watch.check()
+    assert state is EngineState.DEAD
+    await watch.close()
