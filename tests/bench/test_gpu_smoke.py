@@ -79,9 +79,10 @@ def _dry_smoke(out: Path, **env: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.slow
+@pytest.mark.engine
 def test_the_script_runs_end_to_end_on_the_fake_backend(tmp_path: Path) -> None:
-    """The whole script (gateway process, flags, phases, report) with no model."""
+    """The whole script (a `spec-gateway serve` process, flags, phases, report) with no
+    model: the engine tier, since it starts a server process."""
     done = _dry_smoke(tmp_path, SPECGW_ENGINE_BACKEND="fake")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "gpu-smoke: ok (" in done.stdout
