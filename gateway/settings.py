@@ -149,7 +149,9 @@ class GatewaySettings(BaseSettings):
         None, description="Directory holding the flagd-format flags.json (ConfigMap mount)."
     )
     otel_endpoint: str | None = Field(
-        None, description="OTLP/HTTP traces endpoint; unset = tracing off."
+        None,
+        description="OTLP traces endpoint (full URL) used when OTEL_EXPORTER_OTLP_ENDPOINT and "
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT are unset; none of them = tracing off.",
     )
     cors_origins: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="Origins allowed by CORS; empty = CORS off."
