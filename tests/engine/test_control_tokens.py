@@ -216,3 +216,37 @@ def test_without_a_fast_tokenizer_markers_are_refused() -> None:
     assert tokenizer.apply_chat_template(conversation=_user("fine")) == [1]
     with pytest.raises(ControlTokenInInput):
         tokenizer.apply_chat_template(conversation=_user(INJECTION))
+
+
+@pytest.fixture(scope="module")
+def vllm_config() -> Any:
+    """vLLM's config for the embedded model: no engine, only what its renderer needs."""
+    from vllm.engine.arg_utils import EngineArgs
+
+    return EngineArgs(model=str(TARGET), enforce_eager=True).create_engine_config()
+
+
+async def test_vllm_renderer_encodes_what_the_guard_encodes(vllm_config: Any) -> None:
+    """vLLM's own chat renderer (the one `OpenAIFrontend` guards, both its sync and its
+    thread-pool path) gives the guarded ids; an unguarded renderer forges the turn."""
+    from vllm.renderers import renderer_from_config
+
+    from engine.protocol import ChatCompletionRequest
+
+    request = ChatCompletionRequest(model="m", messages=_user(INJECTION))
+    params = request.build_chat_params(None, "auto")
+    plain, guarded = renderer_from_config(vllm_config), renderer_from_config(vllm_config)
+    guard_chat_template(guarded.tokenizer)
+    _, unguarded_prompt = plain.render_messages(request.messages, params)
+    _, prompt = guarded.render_messages(request.messages, params)
+    _, async_prompt = await guarded.render_messages_async(request.messages, params)
+    assert prompt["prompt_token_ids"] == async_prompt["prompt_token_ids"]
+    assert prompt["prompt_token_ids"] == _ids(_chatml_guarded(), _user(INJECTION))
+    assert len(unguarded_prompt["prompt_token_ids"]) == 30
+    assert len(prompt["prompt_token_ids"]) == 45
+
+
+def _chatml_guarded() -> Any:
+    tokenizer = _chatml()
+    guard_chat_template(tokenizer)
+    return tokenizer
