@@ -18,7 +18,7 @@ import pytest
 
 from engine.compat import installed_vllm_version
 from engine.testing_models import TinyModels
-from tests.engine.conftest import tiny_models
+from tests.models import tiny_models
 
 CUDA_VLLM = "0.33.0"
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from prometheus_client import REGISTRY
 
 from engine.settings import EngineSettings
-from tests.engine.conftest import engine_models
+from tests.models import model_pair
 
 GREEDY_PROMPTS = (
     "def fibonacci(n):\n    if n < 2:\n        return n\n    return",
@@ -18,10 +18,10 @@ GREEDY_PROMPTS = (
 
 
 def engine_settings(*, speculative: bool = True, max_depth: int = 4) -> EngineSettings:
-    target, drafter, _ = engine_models()
+    models = model_pair()
     return EngineSettings(
-        model=target,
-        drafter=drafter if speculative else None,
+        model=models.target,
+        drafter=models.drafter if speculative else None,
         max_depth=max_depth,
         kv_cache_gib=1,
         max_model_len=1024,

@@ -16,6 +16,7 @@ import openai
 import pytest
 
 from gateway.auth import digest
+from tests.models import model_pair
 
 USER_KEY = "sk-test-user"
 ADMIN_KEY = "sk-test-admin"
@@ -48,34 +49,9 @@ class GatewayProcess:
         return int(detail["engine_running"]) + int(detail["engine_waiting"])
 
 
-def model_paths() -> tuple[Path, Path]:
-    """(target, drafter): the embedded default model when built, else a tiny random pair."""
-    try:
-        from engine.model.paths import default_model
-    except ImportError:
-        pass
-    else:
-        paths = default_model()
-        if paths.target.is_dir():
-            return paths.target, paths.eagle31
-    from engine.testing_models import build_tiny_models
-
-    tiny = build_tiny_models(Path(os.environ.get("SPECGW_TEST_MODELS", "/tmp/specgw-tiny")))
-    return tiny.target, tiny.drafter
-
-
-def trained_model() -> bool:
-    """True when tests run on the embedded trained model (not the tiny random one)."""
-    try:
-        from engine.model.paths import default_model
-    except ImportError:
-        return False
-    return default_model().target.is_dir()
-
-
 def model_args() -> list[str]:
-    target, drafter = model_paths()
-    return ["--model", str(target), "--drafter", str(drafter)]
+    models = model_pair()
+    return ["--model", str(models.target), "--drafter", str(models.drafter)]
 
 
 def start_gateway(

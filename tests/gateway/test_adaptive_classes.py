@@ -19,8 +19,8 @@ from tests.gateway.conftest import (
     GatewayProcess,
     start_gateway,
     stop_gateway,
-    trained_model,
 )
+from tests.models import trained_model
 
 pytestmark = [
     pytest.mark.engine,

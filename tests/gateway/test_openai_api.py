@@ -10,7 +10,8 @@ import openai
 import pytest
 
 from gateway.control.settings import ControllerSettings
-from tests.gateway.conftest import ADMIN_KEY, GatewayProcess, trained_model
+from tests.gateway.conftest import ADMIN_KEY, GatewayProcess
+from tests.models import trained_model
 
 pytestmark = pytest.mark.engine
 

@@ -34,7 +34,8 @@ from schemathesis.specs.openapi.checks import negative_data_rejection
 
 from gateway.auth import digest
 from gateway.settings import GatewaySettings
-from tests.gateway.conftest import USER_KEY, model_paths
+from tests.gateway.conftest import USER_KEY
+from tests.models import model_pair
 
 pytestmark = pytest.mark.engine
 
@@ -55,8 +56,8 @@ def _app() -> Any:
     from gateway.app import create_app
     from gateway.runtime import real_runtime_factory
 
-    target, drafter = model_paths()
-    engine_settings = EngineSettings(model=target, drafter=drafter, kv_cache_gib=1)
+    models = model_pair()
+    engine_settings = EngineSettings(model=models.target, drafter=models.drafter, kv_cache_gib=1)
     gateway_settings = GatewaySettings(api_keys=[digest(USER_KEY)], stream_idle_timeout_s=30)
     return create_app(gateway_settings, real_runtime_factory(engine_settings))
 

@@ -17,7 +17,7 @@ import pytest
 from engine.model.corpus import load_corpus
 from engine.model.families import FamilyPrompt, family_prompts
 from engine.model.measure import Sample, open_llm, run_prompts, summarise
-from engine.model.paths import default_model_paths
+from tests.models import embedded_model
 
 pytestmark = pytest.mark.engine
 MAX_TOKENS = 48
@@ -38,17 +38,17 @@ def _prompts() -> list[FamilyPrompt]:
 
 @pytest.fixture(scope="module")
 def runs() -> Runs:
-    paths = default_model_paths()
-    assert paths.exists(), f"default model not built under {paths.root}"
+    models = embedded_model()
+    assert models is not None, "the embedded default model is not built"
     prompts = _prompts()
     tools = family_prompts(load_corpus(), "tool_call", n=4)
-    llm: Any = open_llm(paths.target, paths.eagle31, 3)
+    llm: Any = open_llm(models.target, models.drafter, 3)
     spec = run_prompts(llm, prompts, MAX_TOKENS)
     tool_out = [llm.chat(p.messages, _greedy(64), tools=p.tools, use_tqdm=False) for p in tools]
     tool_texts = [o[0].outputs[0].text for o in tool_out]
     del llm
     gc.collect()
-    llm = open_llm(paths.target, None, 0)
+    llm = open_llm(models.target, None, 0)
     plain = run_prompts(llm, prompts, MAX_TOKENS)
     del llm
     gc.collect()
@@ -81,8 +81,9 @@ def test_hermes_parser_extracts_the_models_own_tool_call(runs: Runs) -> None:
     from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
     from vllm.tool_parsers.hermes_tool_parser import Hermes2ProToolParser
 
-    paths = default_model_paths()
-    tok: Any = AutoTokenizer.from_pretrained(str(paths.target))
+    models = embedded_model()
+    assert models is not None
+    tok: Any = AutoTokenizer.from_pretrained(str(models.target))
     parser = Hermes2ProToolParser(tok)
     request = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "x"}])
     parsed = [parser.extract_tool_calls(t, request) for t in runs.tool_texts]

@@ -19,7 +19,7 @@ from engine.interface import GenerateRequest
 from engine.settings import EngineSettings
 from engine.vllm_engine import VLLMEngine
 from gateway.observability.metrics import GatewayMetrics
-from tests.gateway.conftest import model_paths
+from tests.models import model_pair
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(600)]
 
@@ -66,9 +66,13 @@ def gateway_totals(m: GatewayMetrics, classes: list[str]) -> dict[str, float]:
 
 
 async def test_gateway_acceptance_reconciles_with_vllm_counters() -> None:
-    target, drafter = model_paths()
+    models = model_pair()
     settings = EngineSettings(
-        model=target, drafter=drafter, max_depth=3, kv_cache_gib=1, per_request_metrics="detailed"
+        model=models.target,
+        drafter=models.drafter,
+        max_depth=3,
+        kv_cache_gib=1,
+        per_request_metrics="detailed",
     )
     async with VLLMEngine.started(settings) as engine:
         metrics = GatewayMetrics(CollectorRegistry(), max_depth=engine.max_depth)
