@@ -2,8 +2,9 @@
 environment reaches the exporter, `OTEL_SERVICE_NAME` names the service, and the log
 lines on stderr carry the request id and the trace id of the exported spans.
 
-A real process (about 30 s to start: the vLLM import), so one request covers it all; a
-value the gateway cannot honour stops the CLI with the variable's name and no traceback.
+A real process (about 30 s to start: the vLLM import), so it sits in the engine tier and
+one request covers it all; a value the gateway cannot honour stops the CLI (in process,
+unit tier) with the variable's name and no traceback.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ def clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
+@pytest.mark.engine  # a gateway process: the engine tier's (tests/tier_guard.py), no model
 def test_serve_exports_as_the_named_service_and_logs_the_ids(tmp_path: Path) -> None:
     port = free_port()
     stderr_file = tmp_path / "gateway.log"
