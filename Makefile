@@ -9,7 +9,7 @@ STAMP := $(VENV)/.specgw-installed-$(EXTRA)
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install system-deps serve test test-long lint typecheck unit model measure bench bench-quick bench-twin clean
+.PHONY: install system-deps serve test test-engine test-long lint typecheck unit model measure bench bench-quick bench-twin clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -40,8 +40,19 @@ lint: install
 typecheck: install
 	$(BIN)/mypy gateway engine bench deploy/sync_chart_assets.py
 
-test: install system-deps lint typecheck
-	$(BIN)/python -m pytest -q
+# The fast tier (about 2 minutes): every test that starts no vLLM engine and no gateway
+# process: control, flags, state (a real redis-server), deploy, and the whole gateway in
+# process on the fake backend (tests/unit). tests/tier_guard.py refuses an engine or a
+# server process here; a test that needs one carries the `engine` marker.
+unit: install system-deps
+	$(BIN)/python -m pytest -q -m "not engine"
+
+# The real-engine tier: vLLM CPU engines and `spec-gateway serve` processes.
+test-engine: install system-deps
+	$(BIN)/python -m pytest -q -m engine
+
+# Both tiers, the fast one first; lint and types between them.
+test: unit lint typecheck test-engine
 
 # The long runs: schemathesis at 5,000 cases and the chaos soak (not part of `make test`).
 test-long: install system-deps

@@ -20,9 +20,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import openai
+import pytest
 
 from tests.gateway.conftest import start_gateway, stop_gateway
 from tests.gateway.flag_files import chat_k, write_flags
+
+#: Starts `spec-gateway serve` on the real engine: the engine tier.
+pytestmark = pytest.mark.engine
 
 DEEP = 4
 CHATS = 3

@@ -15,9 +15,13 @@ import time
 from pathlib import Path
 
 import openai
+import pytest
 
 from tests.gateway.conftest import start_gateway, stop_gateway
 from tests.gateway.flag_files import chat_k, write_flags
+
+#: Starts `spec-gateway serve` on the real engine: the engine tier.
+pytestmark = pytest.mark.engine
 
 PINNED = 4
 COLD_K = 1
