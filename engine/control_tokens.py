@@ -91,7 +91,7 @@ class ControlTokenGuard:
         full.no_truncation()
         full.no_padding()
         control = {int(t["id"]): str(t["content"]) for t in spec.get("added_tokens") or []}
-        spec.update(added_tokens=[], post_processor=None, truncation=None, padding=None)
+        spec.update(added_tokens=[], truncation=None, padding=None)
         return cls(control, full, Tokenizer.from_str(json.dumps(spec)))
 
     @classmethod
@@ -114,15 +114,30 @@ class ControlTokenGuard:
         match = self._pattern.search(text) if self._pattern else None
         return match.group() if match else None
 
-    def plain_ids(self, text: str) -> list[int]:
-        """`text` as plain characters: no added token can match."""
+    def plain_ids(self, text: str, *, add_special_tokens: bool = False) -> list[int]:
+        """`text` as plain characters: no added token can match. `add_special_tokens`
+        adds what the tokenizer's post-processor adds (a BOS), as a text prompt gets."""
         if self._plain is None:
-            raise ControlTokenInInput(f"chat input holds the control token {self.find(text)!r}")
-        ids: list[int] = self._plain.encode(text, add_special_tokens=False).ids
-        forged = [i for i in ids if i in self.control]
-        if forged:  # a vocabulary that spells a marker through merges: refuse, never forge
+            raise ControlTokenInInput(f"input holds the control token {self.find(text)!r}")
+        encoding = self._plain.encode(text, add_special_tokens=add_special_tokens)
+        # The post-processor's tokens are the model's own; a control id anywhere else would
+        # come from the text, through merges of a vocabulary that spells a marker: refuse.
+        marks = encoding.special_tokens_mask
+        forged = [
+            i for i, m in zip(encoding.ids, marks, strict=True) if i in self.control and not m
+        ]
+        if forged:
             raise ControlTokenInInput(f"plain text encodes to control token {forged[0]}")
-        return ids
+        return list(encoding.ids)
+
+    def completion_ids(self, prompt: Any, add_special_tokens: bool) -> list[int] | None:
+        """The ids of a completion prompt (one string) that holds control-token strings,
+        read as text (with a BOS where the tokenizer adds one); None for any other prompt,
+        which vLLM tokenizes as it would (identically, having no marker to split)."""
+        text = prompt[0] if isinstance(prompt, list) and len(prompt) == 1 else prompt
+        if not isinstance(text, str) or self.find(text) is None:
+            return None
+        return self.plain_ids(text, add_special_tokens=add_special_tokens)
 
     def escape(self, value: Any, nonce: str) -> tuple[Any, int]:
         """`value` with each control-token string replaced by its sentinel, and the count."""
@@ -189,6 +204,9 @@ def guard_chat_template(tokenizer: Any) -> ControlTokenGuard:
 
     The wrapper keeps the original's signature (vLLM inspects it to filter template
     kwargs) and calls the original unchanged when no control-token string is present.
+    With one present it returns token ids even where text was asked for (`tokenize=False`,
+    vLLM's serving path): the text would be tokenized with the markers as control tokens.
+    A request's `add_special_tokens` (a BOS on top of the template) is then not applied.
     """
     installed = getattr(tokenizer.apply_chat_template, "control_token_guard", None)
     if isinstance(installed, ControlTokenGuard):
@@ -215,8 +233,6 @@ def guard_chat_template(tokenizer: Any) -> ControlTokenGuard:
         conversation, kwargs = escaped
         if not guard.exact:
             raise ControlTokenInInput("chat input holds a control token of the model's template")
-        if not fixed.get("tokenize", True):
-            raise ControlTokenInInput("control tokens in chat input cannot be rendered as text")
         if any(kwargs.get(k) for k in (*_TOKENIZE_KWARGS, "return_assistant_tokens_mask")):
             raise ControlTokenInInput("tokenizer options are not accepted with this input")
         rendered = original(
@@ -225,6 +241,10 @@ def guard_chat_template(tokenizer: Any) -> ControlTokenGuard:
         if not isinstance(rendered, str):
             raise ControlTokenInInput("one conversation per call on this path")
         ids = guard.encode(rendered, nonce)
+        if not fixed.get("tokenize", True):
+            # Text would carry the markers back into vLLM's tokenizer: hand it the ids,
+            # which its renderer takes as a token prompt (`parse_dec_only_prompt`).
+            return ids
         if fixed.get("return_dict", True):
             return {"input_ids": ids, "attention_mask": [1] * len(ids)}
         return ids

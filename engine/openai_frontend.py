@@ -22,7 +22,7 @@ from typing import Any
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from starlette.datastructures import State
 
-from engine.control_tokens import guard_chat_template
+from engine.control_tokens import ControlTokenGuard, guard_chat_template
 from engine.interface import GATEWAY_ID_ARG, SPEC_CAP_ARG, SPEC_DEPTH_ARG, InvalidRequestError
 from engine.port import RESERVED_XARGS, ChatResult, CompletionResult
 from engine.protocol import ChatCompletionRequest, CompletionRequest, ModelList
@@ -44,6 +44,9 @@ class FrontendConfig:
     served_model_name: str
     tool_call_parser: str | None = "hermes"
     chat_template: str | None = None
+    #: `/v1/completions` prompts are raw by design (a client may write the template's
+    #: markers on purpose); True reads their control-token strings as text too.
+    split_completion_prompts: bool = False
 
 
 @contextmanager
@@ -93,11 +96,18 @@ class OpenAIFrontend:
     """
 
     def __init__(
-        self, state: State, served_model_name: str, *, lossless_sampling: bool = True
+        self,
+        state: State,
+        served_model_name: str,
+        *,
+        lossless_sampling: bool = True,
+        prompt_guard: ControlTokenGuard | None = None,
     ) -> None:
         self._state = state
         self.served_model_name = served_model_name
         self._lossless_sampling = lossless_sampling
+        #: Set: completion prompts holding control-token strings are encoded as text.
+        self._prompt_guard = prompt_guard
 
     @classmethod
     async def create(
@@ -123,8 +133,13 @@ class OpenAIFrontend:
         tasks = await engine_client.get_supported_tasks()
         await init_app_state(engine_client, state, args, tasks)
         # Client text is tokenized as text, never as the template's control tokens.
-        guard_chat_template(engine_client.renderer.tokenizer)
-        return cls(state, config.served_model_name, lossless_sampling=lossless_sampling)
+        guard = guard_chat_template(engine_client.renderer.tokenizer)
+        return cls(
+            state,
+            config.served_model_name,
+            lossless_sampling=lossless_sampling,
+            prompt_guard=guard if config.split_completion_prompts else None,
+        )
 
     def temperature_of(self, request: ChatCompletionRequest | CompletionRequest) -> float:
         """The temperature vLLM will sample this request at: the request's, else the
@@ -194,10 +209,18 @@ class OpenAIFrontend:
     ) -> CompletionResult:
         self._stamp(request, k, gateway_id, cap)
         with _client_errors():
+            self._split_prompt(request)
             serving = self._state.openai_serving_completion
             carrier = _trace_carrier() if self.engine_traces else None
             result: CompletionResult = await serving.create_completion(request, carrier)
         return result
+
+    def _split_prompt(self, request: CompletionRequest) -> None:
+        """With `split_completion_prompts`: control-token strings in the prompt as text."""
+        if self._prompt_guard is not None:
+            ids = self._prompt_guard.completion_ids(request.prompt, request.add_special_tokens)
+            if ids is not None:
+                request.prompt = ids
 
     async def models(self) -> ModelList:
         listed: ModelList = await self._state.openai_serving_models.show_available_models()

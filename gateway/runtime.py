@@ -158,7 +158,11 @@ def real_runtime_factory(
         target, _ = engine_settings.resolved_models()
         slot = EngineSlot(
             lambda: VLLMEngine.started(engine_settings, on_outcome=board.deliver),
-            FrontendConfig(model=str(target), served_model_name=settings.served_model_name),
+            FrontendConfig(
+                model=str(target),
+                served_model_name=settings.served_model_name,
+                split_completion_prompts=settings.split_completion_control_tokens,
+            ),
         )
         async with AsyncExitStack() as stack:
             await slot.start()

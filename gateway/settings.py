@@ -116,6 +116,11 @@ class GatewaySettings(BaseSettings):
     )
     max_stop_sequences: int = Field(8, ge=0, le=64, description="Most stop strings per request.")
     max_stop_length: int = Field(64, ge=1, le=4096, description="Longest stop string (characters).")
+    split_completion_control_tokens: bool = Field(
+        False,
+        description="Read control-token strings (<|im_start|>, ...) in /v1/completions prompts "
+        "as text, as chat input always is; off = completion prompts are raw, as in vLLM.",
+    )
     # Integrations.
     redis_url: str | None = Field(
         None,

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from tokenizers import Tokenizer
+from tokenizers.processors import TemplateProcessing
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from engine.control_tokens import ControlTokenGuard, ControlTokenInInput, guard_chat_template
@@ -226,27 +227,50 @@ def vllm_config() -> Any:
     return EngineArgs(model=str(TARGET), enforce_eager=True).create_engine_config()
 
 
-async def test_vllm_renderer_encodes_what_the_guard_encodes(vllm_config: Any) -> None:
-    """vLLM's own chat renderer (the one `OpenAIFrontend` guards, both its sync and its
-    thread-pool path) gives the guarded ids; an unguarded renderer forges the turn."""
+@pytest.mark.parametrize("tokenize", [False, True])
+async def test_vllm_renderer_encodes_what_the_guard_encodes(
+    vllm_config: Any, tokenize: bool
+) -> None:
+    """vLLM's own chat renderer (the one `OpenAIFrontend` guards; its serving path asks
+    for text, `tokenize=False`, and tokenizes it later) gives the guarded ids on both its
+    sync and its thread-pool path; an unguarded renderer forges the turn."""
     from vllm.renderers import renderer_from_config
 
     from engine.protocol import ChatCompletionRequest
 
     request = ChatCompletionRequest(model="m", messages=_user(INJECTION))
-    params = request.build_chat_params(None, "auto")
+    params = request.build_chat_params(None, "auto").with_defaults({"tokenize": tokenize})
     plain, guarded = renderer_from_config(vllm_config), renderer_from_config(vllm_config)
     guard_chat_template(guarded.tokenizer)
     _, unguarded_prompt = plain.render_messages(request.messages, params)
     _, prompt = guarded.render_messages(request.messages, params)
     _, async_prompt = await guarded.render_messages_async(request.messages, params)
-    assert prompt["prompt_token_ids"] == async_prompt["prompt_token_ids"]
-    assert prompt["prompt_token_ids"] == _ids(_chatml_guarded(), _user(INJECTION))
-    assert len(unguarded_prompt["prompt_token_ids"]) == 30
-    assert len(prompt["prompt_token_ids"]) == 45
+    expected = _ids(_chatml_guarded(), _user(INJECTION))
+    assert prompt["prompt_token_ids"] == async_prompt["prompt_token_ids"] == expected
+    assert len(expected) == 45
+    unguarded = unguarded_prompt.get("prompt_token_ids") or _chatml().encode(
+        unguarded_prompt["prompt"], add_special_tokens=False
+    )
+    assert len(unguarded) == 30
 
 
 def _chatml_guarded() -> Any:
     tokenizer = _chatml()
     guard_chat_template(tokenizer)
     return tokenizer
+
+
+def test_completion_prompts_split_only_when_they_hold_markers() -> None:
+    """The operator's option for /v1/completions: markers become text, BOS stays the model's."""
+    guard = ControlTokenGuard.of(_chatml())
+    assert guard.completion_ids("plain text", add_special_tokens=True) is None
+    assert guard.completion_ids([1, 2, 3], add_special_tokens=True) is None
+    ids = guard.completion_ids([INJECTION], add_special_tokens=False)
+    assert ids == _split_specials(INJECTION)
+    backend = Tokenizer.from_file(str(TARGET / "tokenizer.json"))
+    backend.post_processor = TemplateProcessing(  # a BOS, as Llama-style tokenizers add
+        single="<|endoftext|> $A", special_tokens=[("<|endoftext|>", 0)]
+    )
+    with_bos = ControlTokenGuard.from_json(backend.to_str())
+    assert with_bos.completion_ids(INJECTION, add_special_tokens=True) == [0, *ids]
+    assert with_bos.completion_ids(INJECTION, add_special_tokens=False) == ids
