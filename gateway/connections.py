@@ -104,15 +104,20 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         if self._rejected:
             return
-        if self._awaiting_headers:
+        if self._reading_headers():
             self._pending_bytes += len(data)
         super().data_received(data)
         if (
-            self._awaiting_headers
+            self._reading_headers()
             and self._pending_bytes > self.limits.max_header_bytes
             and not self.transport.is_closing()
         ):
             self._too_large()
+
+    def _reading_headers(self) -> bool:
+        """Bytes now are a request's line and headers (not the tail of a body still
+        arriving after the app answered early, e.g. a 413)."""
+        return self._awaiting_headers and (self.cycle is None or not self.cycle.more_body)
 
     def on_message_begin(self) -> None:
         if self._rejected:

@@ -217,3 +217,26 @@ async def test_connections_beyond_the_bound_are_refused_at_once() -> None:
         assert small.stats.open_connections == 0
         async with small.http() as http:
             assert (await http.get("/health")).status_code == 200
+
+
+async def test_a_body_still_arriving_after_an_early_answer_is_not_a_header(
+    served: Served,
+) -> None:
+    """413 on the declared length; the body the client goes on sending is not counted
+    against the header limit (no 431), and the connection ends at the deadline."""
+    before = served.stats.headers_too_large
+    reader, writer = await served.connect()
+    head = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\n"
+        b"content-type: application/json\r\ncontent-length: 5000000\r\n\r\n"
+    )
+    writer.write(head)
+    await writer.drain()
+    answer = await reader.readuntil(b"\r\n\r\n")
+    assert _status(answer) == 413
+    for _ in range(50):
+        writer.write(b"x" * 2048)
+    await writer.drain()
+    await _until_closed(reader)
+    assert served.stats.headers_too_large == before
+    writer.close()
