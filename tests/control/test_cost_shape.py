@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.control.cost_model import CostModel
-from gateway.control.cost_shape import borrowed_shape, measured_shapes
+from gateway.control.cost_shape import MIN_GROWTH, borrowed_shape, measured_shapes
 
 
 def _table(ms: tuple[float, ...], n: float = 10.0) -> list[list[float]]:
@@ -29,12 +29,15 @@ def test_a_thin_bucket_is_not_lent_and_a_falling_excess_is_held() -> None:
         {1: _table((10, 13, 15)), 8: _table((10, 12, 15)), 2: _table((9, 9, 9), n=1)}
     )
     assert set(shapes) == {1, 8}
-    assert borrowed_shape(shapes, 64, 2) == pytest.approx((1.0, 1.2, 1.5))
+    # The excess fell from 1 to 8 at k = 1: above 8 it grows at MIN_GROWTH per doubling.
+    grown = MIN_GROWTH**3
+    assert borrowed_shape(shapes, 64, 2) == pytest.approx((1.0, 1 + 0.2 * grown, 1 + 0.5 * grown))
 
 
 def test_a_load_bucket_seen_only_at_k0_is_priced_by_the_calibrated_shape() -> None:
     """Calibration at batch 1..16 (a draft costs 20 % of a step at every size), traffic
-    at batch 200 only at k = 0: k = 2 there costs about 1.4 steps, not the prior's
+    at batch 200 (bucket 256) only at k = 0: k = 2 there costs the calibrated excess
+    grown at MIN_GROWTH for four doublings, 1 + 0.4 x 1.25^4 = 1.98, not the prior's
     1 + 2 x 0.08 x (1 + 256 / 16) = 3.7."""
     model = CostModel(2, 0.02, 0.08, 16.0, 2.0, 0.01, 0.002)
     for batch in (1, 2, 4, 8, 16):
@@ -43,4 +46,4 @@ def test_a_load_bucket_seen_only_at_k0_is_priced_by_the_calibrated_shape() -> No
                 model.observe_step(batch, k, 0.01 * (1 + 0.2 * k))
     for _ in range(200):
         model.observe_step(200, 0, 0.03)
-    assert model.relative_costs(200)[2] == pytest.approx(1.4, rel=0.05)
+    assert model.relative_costs(200)[2] == pytest.approx(1 + 0.4 * MIN_GROWTH**4, rel=0.05)
