@@ -18,6 +18,10 @@ For a request of a class whose k at batch bucket b is k (`ClassState.adaptive_k`
    the bucket's last `STALE_STEPS`). While one lies within the flag bounds and is
    not k, s is at least `cost_probe_share` (20 %, not divided by b: a short
    calibration per bucket) and the probe runs at one of them, drawn at random.
+   Above batch 1 only thin depths up to k + 1 count: a deeper probe makes every
+   batch-mate draft that deep for its life (at batch 64 of an MoE target a k = 7
+   step costs 7x one at k = 0) to price a depth the class reaches only through
+   k + 1, which is then measured in turn.
 4. Else it runs at k - 1 or k + 1 (within the bounds), drawn at random.
 5. Never past a guarded batch-mate's floor (`BatchDepth.floor`): where the probe's
    depth would cost a request in flight its `batch-floor`, the request is not a probe.
@@ -133,7 +137,8 @@ class Exploration:
         share /= bucket
         thin = self.thin_depths_in(bucket, self.cost_min_samples) if share > 0 else []
         if thin:
-            thin = [p for p in thin if k_min <= p <= k_max and p != k]
+            deepest = k_max if bucket == 1 else k + 1
+            thin = [p for p in thin if k_min <= p <= min(k_max, deepest) and p != k]
         if thin:
             share = max(share, self.cost_probe_share)
         if share > 0 and self._rng.random() < share:

@@ -58,6 +58,7 @@ CASES = [
     ("k = 0 cannot pay, batch 1", 0, False, (0, 5), 1, None, LoadSnapshot(), 0.05, [], 1),
     ("k = 0 cannot pay, batch 16", 0, False, (0, 5), 16, None, LoadSnapshot(), 0.0, [], None),
     (
+        # Under load, thin depths up to k + 1 only: deeper, the whole batch drafts deep.
         "unmeasured load: thin depths",
         3,
         True,
@@ -66,8 +67,8 @@ CASES = [
         None,
         LoadSnapshot(),
         0.2,
-        [0, 1, 2, 4, 5],
-        5,
+        [0, 1, 2, 4],
+        4,
     ),
     ("thin depths within bounds", 3, True, (2, 4), 4, None, LoadSnapshot(), 0.2, [2, 4], 4),
     ("flag at 0: no calibration either", 3, True, (0, 5), 4, 0.0, LoadSnapshot(), 0.0, [], None),
