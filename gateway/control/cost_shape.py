@@ -8,7 +8,7 @@ is wrong by several times on a GPU (1.36 a draft at batch 256 against a measured
 0.23 on an MoE target), and it priced every k > 0 out. The measured buckets say
 more: the excess e_b(k) = cost(k, b) / cost(0, b) - 1 of a bucket b between two
 measured ones is interpolated in log2 b; above the largest measured bucket M (with
-M' the one below it) it grows per doubling by g = e_M(k) / e_M'(k), at least 1 (a
+M' the one below it) it grows per doubling by g = e_M(k) / e_M'(k), at least MIN_GROWTH (a
 bigger batch never makes drafting relatively cheaper, verification turning compute
 bound), at most 2 (the compute-bound rate), and never past k (fully compute bound,
 a step at k costs k + 1 steps at 0):
