@@ -40,12 +40,14 @@ lint: install
 typecheck: install
 	$(BIN)/mypy gateway engine bench deploy/sync_chart_assets.py
 
-# The fast tier (about 2 minutes): every test that starts no vLLM engine and no gateway
-# process: control, flags, state (a real redis-server), deploy, and the whole gateway in
-# process on the fake backend (tests/unit). tests/tier_guard.py refuses an engine or a
-# server process here; a test that needs one carries the `engine` marker.
+# The fast tier: every test that starts no vLLM engine and no gateway process: control,
+# flags, state (a real redis-server), deploy, and the whole gateway in process on the fake
+# backend (tests/unit). tests/tier_guard.py refuses an engine or a server process here; a
+# test that needs one carries the `engine` marker. UNIT_WORKERS pytest-xdist workers, each
+# test file on one of them (its module fixtures shared).
+UNIT_WORKERS ?= 2
 unit: install system-deps
-	$(BIN)/python -m pytest -q -m "not engine"
+	$(BIN)/python -m pytest -q -m "not engine" -n $(UNIT_WORKERS) --dist loadfile
 
 # The real-engine tier: vLLM CPU engines and `spec-gateway serve` processes.
 test-engine: install system-deps

@@ -9,6 +9,7 @@ tests/conftest.py); tests whose assertions need a model that says something
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import os
 from dataclasses import dataclass
@@ -31,8 +32,15 @@ class ModelPair:
 
 
 def tiny_models() -> TinyModels:
-    """The tiny random-weight pair (built on first use, reused after)."""
-    return build_tiny_models(Path(os.environ.get("SPECGW_TEST_MODELS", "/tmp/specgw-tiny")))
+    """The tiny random-weight pair (built on first use, reused after).
+
+    Under a lock: parallel test workers (`make unit` runs two) must not build it at once.
+    """
+    root = Path(os.environ.get("SPECGW_TEST_MODELS", "/tmp/specgw-tiny"))
+    root.mkdir(parents=True, exist_ok=True)
+    with (root / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return build_tiny_models(root)
 
 
 def embedded_model() -> ModelPair | None:
