@@ -13,7 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
-PanelKind = Literal["timeseries", "stat", "heatmap", "state-timeline"]
+PanelKind = Literal["timeseries", "stat", "heatmap", "state-timeline", "bargauge"]
+#: The variables that pick one deployment (or replica) out of a shared Prometheus, in
+#: the order Grafana resolves them (each one's choices filtered by the ones before).
+SCOPE_VARIABLES = (("namespace", "Namespace"), ("job", "Job"), ("instance", "Instance"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +27,8 @@ class Target:
     legend: str = ""
     ref_id: str = "A"
     format: Literal["time_series", "heatmap"] = "time_series"
+    #: One value per series at the range's end (bar gauges), instead of a range.
+    instant: bool = False
 
     def render(self) -> dict[str, Any]:
         return {
@@ -31,8 +36,9 @@ class Target:
             "editorMode": "code",
             "expr": self.expr,
             "format": self.format,
+            "instant": self.instant,
             "legendFormat": self.legend or "__auto",
-            "range": True,
+            "range": not self.instant,
             "refId": self.ref_id,
         }
 
@@ -69,7 +75,7 @@ class Panel:
                 "showPoints": "never",
             }
         targets = [
-            Target(t.expr, t.legend, chr(ord("A") + i), t.format).render()
+            Target(t.expr, t.legend, chr(ord("A") + i), t.format, t.instant).render()
             for i, t in enumerate(self.targets)
         ]
         return {
@@ -112,6 +118,9 @@ class Annotation:
 
 @dataclass(frozen=True, slots=True)
 class Dashboard:
+    """`scope_metric` is a series every scraped replica exports: the `namespace`, `job`
+    and `instance` variables list its label values, each filtered by the ones before."""
+
     uid: str
     title: str
     description: str
@@ -119,6 +128,7 @@ class Dashboard:
     annotations: tuple[Annotation, ...] = ()
     class_variable: bool = True
     tags: tuple[str, ...] = ("spec-gateway",)
+    scope_metric: str = "specgw_build_info"
 
     def render(self) -> dict[str, Any]:
         variables: list[dict[str, Any]] = [
@@ -132,27 +142,14 @@ class Dashboard:
                 "refresh": 1,
             }
         ]
+        chosen: list[str] = []
+        for name, label in SCOPE_VARIABLES:
+            selector = "{" + ", ".join(chosen) + "}" if chosen else ""
+            variables.append(_label_variable(name, label, f"{self.scope_metric}{selector}"))
+            chosen.append(f'{name}=~"${name}"')
         if self.class_variable:
-            variables.append(
-                {
-                    "name": "class",
-                    "label": "Request class",
-                    "type": "query",
-                    "datasource": DATASOURCE,
-                    "query": {
-                        "query": "label_values(specgw_acceptance_length_count, class)",
-                        "refId": "classes",
-                    },
-                    "definition": "label_values(specgw_acceptance_length_count, class)",
-                    "includeAll": True,
-                    "allValue": ".*",
-                    "multi": True,
-                    "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
-                    "refresh": 2,
-                    "sort": 1,
-                    "hide": 0,
-                }
-            )
+            series = "specgw_acceptance_length_count{" + ", ".join(chosen) + "}"
+            variables.append(_label_variable("class", "Request class", series))
         builtin = {
             "builtIn": 1,
             "datasource": {"type": "grafana", "uid": "-- Grafana --"},
@@ -186,6 +183,27 @@ class Dashboard:
         return [t.expr for p in self.panels for t in p.targets] + [a.expr for a in self.annotations]
 
 
+def _label_variable(name: str, label: str, series: str) -> dict[str, Any]:
+    """A multi-valued query variable over one label's values, `All` = `.*` (which also
+    matches series without the label, e.g. `namespace` outside Kubernetes)."""
+    definition = f"label_values({series}, {name})"
+    return {
+        "name": name,
+        "label": label,
+        "type": "query",
+        "datasource": DATASOURCE,
+        "query": {"query": definition, "refId": f"{name}-values"},
+        "definition": definition,
+        "includeAll": True,
+        "allValue": ".*",
+        "multi": True,
+        "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
+        "refresh": 2,
+        "sort": 1,
+        "hide": 0,
+    }
+
+
 def _default_options(kind: PanelKind) -> dict[str, Any]:
     if kind == "timeseries":
         return {
@@ -194,6 +212,15 @@ def _default_options(kind: PanelKind) -> dict[str, Any]:
         }
     if kind == "stat":
         return {"reduceOptions": {"calcs": ["lastNotNull"]}, "colorMode": "background"}
+    if kind == "bargauge":
+        return {
+            "reduceOptions": {"calcs": ["lastNotNull"], "values": False},
+            "orientation": "horizontal",
+            "displayMode": "gradient",
+            "showUnfilled": True,
+            "minVizHeight": 16,
+            "maxVizHeight": 24,
+        }
     if kind == "heatmap":
         return {
             "calculate": False,

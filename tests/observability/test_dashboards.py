@@ -6,6 +6,7 @@ import json
 import re
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import yaml
 from prometheus_client import CollectorRegistry
@@ -15,6 +16,7 @@ from gateway.observability.dashboards import (
     DASHBOARDS,
     all_promql_expressions,
     concrete,
+    dashboard_expressions,
     shipped_expressions,
     write_dashboards,
 )
@@ -30,24 +32,85 @@ def test_regenerating_gives_the_committed_json(tmp_path: Path) -> None:
     assert sorted(p.name for p in DASHBOARD_DIR.glob("*.json")) == sorted(DASHBOARDS)
 
 
-def test_dashboards_have_datasource_and_class_variables() -> None:
+SCOPE = ("namespace", "job", "instance")
+#: A metric name in PromQL and the label matchers right after it, if any.
+SELECTOR = re.compile(r"(?<![\w:])((?:specgw_|vllm:)[A-Za-z0-9_:]*)(\{[^}]*\})?")
+
+
+def committed(name: str) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads((DASHBOARD_DIR / name).read_text())
+    return doc
+
+
+def test_dashboards_have_datasource_scope_and_class_variables() -> None:
     for name in DASHBOARDS:
-        doc = json.loads((DASHBOARD_DIR / name).read_text())
+        doc = committed(name)
         variables = {v["name"]: v for v in doc["templating"]["list"]}
         assert variables["datasource"]["query"] == "prometheus"
-        assert variables["class"]["multi"] is True
-        assert variables["class"]["allValue"] == ".*"
+        for scope in SCOPE:
+            assert variables[scope]["multi"] is True, (name, scope)
+            assert variables[scope]["allValue"] == ".*"
+            assert variables[scope]["includeAll"] is True
+        # Each scope variable lists only what the ones before it allow.
+        assert 'namespace=~"$namespace"' in variables["job"]["definition"]
+        assert 'job=~"$job"' in variables["instance"]["definition"]
+        if name != "specgw-vllm.json":
+            assert variables["class"]["multi"] is True
+            assert variables["class"]["allValue"] == ".*"
+            assert 'instance=~"$instance"' in variables["class"]["definition"]
         ids = [p["id"] for p in doc["panels"]]
         assert len(ids) == len(set(ids))
         for panel in doc["panels"]:
             assert panel["datasource"]["uid"] == "${datasource}"
             for target in panel["targets"]:
                 if "rate(" in target["expr"]:
-                    assert "$__rate_interval" in target["expr"], panel["title"]
+                    window = "$__range" if target["instant"] else "$__rate_interval"
+                    assert window in target["expr"], panel["title"]
+
+
+def test_every_series_in_every_query_carries_namespace_job_and_instance() -> None:
+    """Two deployments in one Prometheus are never summed together by a panel."""
+    for e in dashboard_expressions():
+        selectors = SELECTOR.findall(e.expr)
+        assert selectors, e.source
+        for metric, matchers in selectors:
+            for scope in SCOPE:
+                assert f'{scope}=~"${scope}"' in matchers, (e.source, metric)
+        if "specgw_" in e.expr and "specgw_build_info" not in e.expr and "by (class" in e.expr:
+            assert all('class=~"$class"' in m for _, m in selectors), e.source
+
+
+def test_vllm_dashboard_reads_vllms_own_series() -> None:
+    exprs = "\n".join(
+        t["expr"] for p in committed("specgw-vllm.json")["panels"] for t in p["targets"]
+    )
+    for family in (
+        "vllm:request_success_total",
+        "vllm:time_to_first_token_seconds_bucket",
+        "vllm:inter_token_latency_seconds_bucket",
+        "vllm:e2e_request_latency_seconds_bucket",
+        "vllm:kv_cache_usage_perc",
+        "vllm:spec_decode_num_drafts_total",
+        "vllm:spec_decode_num_draft_tokens_total",
+        "vllm:spec_decode_num_accepted_tokens_total",
+        "vllm:spec_decode_num_accepted_tokens_per_pos_total",
+    ):
+        assert family in exprs, family
+    assert "specgw_" not in exprs
+
+
+def test_drift_dashboard_sets_drafters_side_by_side_per_class() -> None:
+    panels = {p["title"]: p for p in committed("specgw-drift.json")["panels"]}
+    panel = panels["Acceptance length by drafter and class, over the time range"]
+    (target,) = panel["targets"]
+    assert "group_left (drafter) specgw_build_info" in target["expr"]
+    assert "sum by (drafter, class)" in target["expr"]
+    assert target["legendFormat"] == "{{class}} · {{drafter}}"
+    assert target["instant"] is True
 
 
 def test_drift_dashboard_has_the_main_panels_and_annotations() -> None:
-    doc = json.loads((DASHBOARD_DIR / "specgw-drift.json").read_text())
+    doc = committed("specgw-drift.json")
     titles = {p["title"] for p in doc["panels"]}
     assert {
         "Acceptance length by class",

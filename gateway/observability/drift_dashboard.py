@@ -1,0 +1,202 @@
+"""The drift dashboard: per class, what speculation does now and when it changed.
+
+Every expression reads raw `specgw_*` series in the dashboard's scope (`promql`), so it
+works without the recording rules. The drafter panel joins each replica's series with
+its `specgw_build_info`, so replicas running different drafters compare class by class.
+"""
+
+from __future__ import annotations
+
+from gateway.observability.grafana import Annotation, Dashboard, Panel, Target
+from gateway.observability.promql import RI, C, S, by_drafter, quantile, rate, ratio
+
+ACCEPTANCE_LENGTH = "1 + " + ratio(
+    rate("specgw_accepted_tokens_total"), rate("specgw_verify_steps_total")
+)
+VLLM_ACCEPTANCE_LENGTH = "1 + " + ratio(
+    f"sum(rate(vllm:spec_decode_num_accepted_tokens_total{S}{RI}))",
+    f"sum(rate(vllm:spec_decode_num_drafts_total{S}{RI}))",
+)
+DEPTH_PROFILE = ratio(
+    rate("specgw_accepted_tokens_per_position_total", by="position"),
+    rate("specgw_draft_tokens_per_position_total", by="position"),
+)
+FALLBACK_SHARE = ratio(
+    rate("specgw_fallback_requests_total"), rate("specgw_acceptance_length_count")
+)
+#: 1 + accepted / verify steps per (drafter, class), pooled over the dashboard's range.
+ACCEPTANCE_BY_DRAFTER = "1 + " + ratio(
+    by_drafter("specgw_accepted_tokens_total", "[$__range]"),
+    by_drafter("specgw_verify_steps_total", "[$__range]"),
+)
+
+
+def drift_dashboard() -> Dashboard:
+    """Per class: what speculation does now, and when it changed."""
+    return Dashboard(
+        uid="specgw-drift",
+        title="spec-gateway / Speculation drift",
+        description="Per-class acceptance, depth profile and k; decisions and drifts as "
+        "annotations.",
+        panels=(
+            Panel(
+                "Acceptance length by class",
+                "timeseries",
+                (
+                    Target(ACCEPTANCE_LENGTH, "{{class}}"),
+                    Target(VLLM_ACCEPTANCE_LENGTH, "engine (vllm:*)"),
+                ),
+                (0, 0, 12, 9),
+                "1 + accepted / verify steps (vLLM's definition, bonus token included). "
+                "The engine line is vLLM's own counters over all classes.",
+                decimals=2,
+                min=1,
+            ),
+            Panel(
+                "Speculation depth k by class",
+                "timeseries",
+                (Target(f"max by (class) (specgw_speculation_depth{C})", "{{class}}"),),
+                (12, 0, 12, 9),
+                "k given to the most recent request of each class (0 = no drafts).",
+                decimals=0,
+                min=0,
+                stepped=True,
+            ),
+            Panel(
+                "Depth profile: acceptance rate by draft position",
+                "heatmap",
+                (Target(DEPTH_PROFILE, "{{position}}"),),
+                (0, 9, 12, 8),
+                "P(accept draft position p) over the selected classes; position 0 is the "
+                "first draft token. A drift shows as a colour change in the lower rows.",
+                unit="percentunit",
+                min=0,
+                max=1,
+            ),
+            Panel(
+                "Fallback (k = 0) share by class",
+                "timeseries",
+                (Target(FALLBACK_SHARE, "{{class}}"),),
+                (12, 9, 12, 8),
+                "Share of finished requests that ran without drafts.",
+                unit="percentunit",
+                min=0,
+                max=1,
+            ),
+            Panel(
+                "Output tokens/s by class",
+                "timeseries",
+                (Target(rate("specgw_output_tokens_total"), "{{class}}"),),
+                (0, 17, 8, 8),
+                unit="short",
+            ),
+            Panel(
+                "TPOT p50 by class",
+                "timeseries",
+                (Target(quantile(0.5, "specgw_time_per_output_token_seconds"), "{{class}}"),),
+                (8, 17, 8, 8),
+                "Median time per output token after the first.",
+                unit="s",
+            ),
+            Panel(
+                "Drift score by class",
+                "timeseries",
+                (Target(f"max by (class) (specgw_drift_score{C})", "{{class}}"),),
+                (16, 17, 8, 8),
+                "Page-Hinkley statistic; the controller calls a drift above its threshold.",
+            ),
+            Panel(
+                "Per-request acceptance length distribution",
+                "heatmap",
+                (
+                    Target(
+                        rate("specgw_acceptance_length_bucket", by="le"), "{{le}}", "A", "heatmap"
+                    ),
+                ),
+                (0, 25, 24, 8),
+                "How spread the per-request acceptance length is (histogram buckets).",
+            ),
+            Panel(
+                "Batch lowered for a class's floor",
+                "timeseries",
+                (Target(rate("specgw_batch_lowered_requests_total"), "{{class}}"),),
+                (0, 33, 8, 8),
+                "Requests/s that lowered the deeper requests in flight to keep their class's "
+                "batch floor (flag batch-floor); 0 while the floor is off.",
+                unit="reqps",
+                min=0,
+            ),
+            Panel(
+                "Prompt tokens/s by class",
+                "timeseries",
+                (Target(rate("specgw_prompt_tokens_total"), "{{class}}"),),
+                (8, 33, 8, 8),
+                "Prefill load by class: long prompts make every batch-mate's steps longer.",
+                unit="short",
+            ),
+            Panel(
+                "Draft tokens/s by class: proposed and rejected",
+                "timeseries",
+                (
+                    Target(rate("specgw_draft_tokens_total"), "proposed {{class}}"),
+                    Target(
+                        rate("specgw_draft_tokens_total")
+                        + "\n  - "
+                        + rate("specgw_accepted_tokens_total"),
+                        "rejected {{class}}",
+                        "B",
+                    ),
+                ),
+                (16, 33, 8, 8),
+                "What the drafter proposed, and what the target threw away: the verify work "
+                "spent on tokens that did not become output.",
+                unit="short",
+                min=0,
+            ),
+            Panel(
+                "Engine steps/s the cost model filed",
+                "timeseries",
+                (
+                    Target(
+                        f"sum by (filed) (rate(specgw_engine_steps_total{S}{RI}))",
+                        "filed={{filed}}",
+                    ),
+                ),
+                (0, 41, 24, 7),
+                "Timed engine steps, by whether the step-cost model filed them: decode-only "
+                "steps whose batch the gateway knows. A filed share near 0 under load leaves "
+                "the depths priced at their start-up calibration.",
+                unit="short",
+                min=0,
+            ),
+            Panel(
+                "Acceptance length by drafter and class, over the time range",
+                "bargauge",
+                (Target(ACCEPTANCE_BY_DRAFTER, "{{class}} · {{drafter}}", instant=True),),
+                (0, 48, 24, 10),
+                "Each class's acceptance length on the replicas of each drafter "
+                "(specgw_build_info's drafter label), pooled over the dashboard's time range: "
+                "with one drafter rolled out beside another (EAGLE 3.1 over EAGLE-3 on some "
+                "replicas), the classes that gained or lost sit side by side.",
+                decimals=2,
+                min=1,
+            ),
+        ),
+        annotations=(
+            Annotation(
+                "k decisions",
+                "sum by (class, from_k, to_k, reason) "
+                f"(increase(specgw_controller_decisions_total{C}{RI})) > 0",
+                "k {{from_k}} → {{to_k}}",
+                "{{class}}: {{reason}}",
+                "blue",
+            ),
+            Annotation(
+                "drift events",
+                f"sum by (class, direction) (increase(specgw_drift_events_total{C}{RI})) > 0",
+                "drift {{direction}}",
+                "{{class}}",
+                "red",
+            ),
+        ),
+    )
