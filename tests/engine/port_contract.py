@@ -82,7 +82,7 @@ async def chat_reply_carries_usage_and_its_outcome(h: PortHarness) -> None:
     choice = reply.choices[0]
     assert choice.finish_reason in {"length", "stop"}
     assert choice.message.role == "assistant"
-    assert choice.message.content
+    assert choice.message.content is not None  # may be "" where a random model stops at once
     outcome = h.outcomes[gid]  # delivered before the reply was returned
     assert reply.usage.completion_tokens == outcome.output_tokens <= 8
     assert reply.usage.prompt_tokens > 0
