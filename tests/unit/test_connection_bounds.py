@@ -2,8 +2,8 @@
 uvicorn config (`gateway.server.server_config`) on a loopback port, driven with raw sockets.
 
 Bounds under test (`gateway.connections`, `gateway.app.RequestEdge`): the header deadline,
-the body deadline, the header size (431) and the open-connection bound. Deadlines are one
-second here so that the whole module runs in a few seconds.
+the body deadline, the header size (431) and the open-connection bound. Deadlines are two
+seconds here so that the whole module runs in about ten.
 """
 
 from __future__ import annotations
@@ -30,9 +30,10 @@ from tests.unit.conftest import MESSAGES, MODEL, QUICK_START, USER_KEY, gateway_
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
-DEADLINE_S = 1.0
-#: How late past its deadline a connection may end (timer, event loop, 2 shared cores).
-SLACK_S = 1.5
+DEADLINE_S = 2.0
+#: How late past its deadline a connection may end (timer, event loop, 2 shared cores
+#: with the unit tier's other worker beside this one).
+SLACK_S = 2.0
 CHAT = json.dumps({"model": MODEL, "messages": MESSAGES, "max_tokens": 4}).encode()
 PARTIAL_HEADERS = b"POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\nx-slow: "
 
@@ -107,8 +108,10 @@ async def test_slow_connections_end_at_their_deadline_while_others_are_served(
     """100 connections stall in their headers, 100 in their body (content-length 4096,
     100 bytes sent): each ends with 408 within the deadline; a normal chat request
     sent meanwhile is answered at once."""
-    opened = time.monotonic()
-    connections = [await served.connect() for _ in range(200)]
+    connections, opened = [], []
+    for _ in range(200):
+        connections.append(await served.connect())
+        opened.append(time.monotonic())
     for i, (_, writer) in enumerate(connections):
         if i % 2 == 0:
             writer.write(PARTIAL_HEADERS)
@@ -129,7 +132,7 @@ async def test_slow_connections_end_at_their_deadline_while_others_are_served(
     for i, (response, closed_at) in enumerate(ends):
         assert _status(response) == 408, response[:200]
         assert _error(response)["code"] == "request_timeout"
-        assert closed_at - opened < DEADLINE_S + SLACK_S
+        assert closed_at - opened[i] < DEADLINE_S + SLACK_S
         if i % 2 == 1:  # the body's 408 comes from the app: it carries the request id
             assert b"x-request-id" in response.lower()
     assert served.stats.header_timeouts >= 100
