@@ -29,7 +29,13 @@ from gateway.control.events import FanOutEvents, LoggingEvents
 from gateway.control.plane import ControlPlane
 from gateway.control.settings import ControllerSettings
 from gateway.engine_watch import Conditions, EngineState, EngineWatch, engine_state
-from gateway.flags import SPECS, FlagAdmin, FlagSettings, FlagValues, FlagView
+from gateway.flags import (
+    SPECS,
+    FlagAdmin,
+    FlagValues,
+    FlagView,
+    RedisOverrideProvider,
+)
 from gateway.observability.events import MetricsEvents, SpanEvents, export_class_reports
 from gateway.observability.metrics import GatewayMetrics, render_metrics
 from gateway.observability.replica_metrics import BuildInfo
@@ -37,9 +43,11 @@ from gateway.outcomes import OutcomeBoard
 from gateway.planner import FlagOverrides
 from gateway.service import InferenceService, Telemetry
 from gateway.settings import GatewaySettings
-from gateway.state import ClassStateSettings, RedisClassStore
+from gateway.state import RedisClassStore
+from gateway.state.connection import RedisConnection
 from gateway.supervisor import EngineSlot, EngineSupervisor
 from gateway.telemetry import GatewayTelemetry
+from gateway.tenants.replica import KeyLimits
 
 log = logging.getLogger("specgw")
 
@@ -136,9 +144,15 @@ def build_service(
     plane: ControlPlane,
     board: OutcomeBoard,
     telemetry: Telemetry | None,
+    keys: KeyLimits | None = None,
 ) -> tuple[InferenceService, Admission]:
-    admission = Admission(settings.max_running, settings.max_queued, settings.queue_timeout_s)
-    service = InferenceService(settings, frontend, plane, board, admission, telemetry)
+    """`keys`: per-key limits and fair-share weights (None: every key equal, unlimited)."""
+    if keys is None:
+        admission = Admission(settings.max_running, settings.max_queued, settings.queue_timeout_s)
+    else:
+        admission = keys.admission(settings)
+    limiter = keys.limiter if keys is not None else None
+    service = InferenceService(settings, frontend, plane, board, admission, telemetry, limiter)
     return service, admission
 
 
@@ -220,7 +234,15 @@ async def _control_plane(
             max_depth=engine.max_depth,
         )
     )
-    view = FlagView(FlagSettings(flags_dir=settings.flags_dir, redis_url=settings.redis_url))
+    # Every Redis client (flags, class store, rate limits) gets the same credentials and TLS.
+    connection = RedisConnection.from_settings(settings)
+    flag_settings = settings.flags  # flags_dir, redis_url, namespace: the top level's
+    overrides = None
+    if connection is not None:
+        timeout = flag_settings.op_timeout_s
+        redis = connection.client(op_timeout_s=timeout, connect_timeout_s=timeout)
+        overrides = RedisOverrideProvider(flag_settings, redis)
+    view = FlagView(flag_settings, overrides=overrides)
     await view.start()
     stack.push_async_callback(view.close)
     events = FanOutEvents(LoggingEvents(), MetricsEvents(metrics), SpanEvents())
@@ -237,22 +259,30 @@ async def _control_plane(
     plane = ControlPlane(controller, overrides=FlagOverrides(view.overrides_for))
     store: RedisClassStore | None = None
     admin: FlagAdmin | None = None
-    if settings.redis_url:
-        admin = FlagAdmin.connect(FlagSettings(redis_url=settings.redis_url))
+    if connection is not None:
+        timeout = flag_settings.op_timeout_s * 4  # as FlagAdmin.connect: one retry
+        redis = connection.client(op_timeout_s=timeout, connect_timeout_s=timeout, retries=1)
+        admin = FlagAdmin(redis, flag_settings)
         stack.push_async_callback(admin.close)
-        store = RedisClassStore(ClassStateSettings(redis_url=settings.redis_url))
+        state = settings.state
+        redis = connection.client(
+            op_timeout_s=state.op_timeout_s, connect_timeout_s=state.connect_timeout_s
+        )
+        store = RedisClassStore(state, redis)
         await store.start()
         stack.push_async_callback(store.close)
         sync = ClusterSync(controller, store)
         sync.start()
         stack.push_async_callback(sync.close)
     telemetry = GatewayTelemetry(metrics, settings.served_model_name)
-    service, admission = build_service(settings, frontend, plane, board, telemetry)
+    keys = await KeyLimits.start(stack, settings, registry, connection)
+    service, admission = build_service(settings, frontend, plane, board, telemetry, keys)
     service.set_aborter(engine.abort)
     engine.on_step(service.observe_step)  # after calibration: its requests are not in flight
 
     def render() -> tuple[bytes, str]:
         metrics.set_load(admission.queued, admission.running)
+        keys.export(admission)
         export_class_reports(metrics, controller.snapshot())
         flags = view.overrides_for("", "")
         metrics.set_flags(flag_gauges(flags))
@@ -268,6 +298,7 @@ async def _control_plane(
             extra["redis"] = store.status
         if view.redis_status is not None:
             extra["flags_redis"] = view.redis_status
+        extra.update(keys.readiness())
         return extra
 
     runtime = Runtime(

@@ -17,17 +17,27 @@ from opentelemetry.trace import Tracer
 
 from engine.interface import EngineStep, InvalidRequestError, RequestOutcome
 from engine.openai_frontend import RESERVED_XARGS, OpenAIFrontend
-from engine.protocol import ChatCompletionRequest, CompletionRequest, ErrorResponse
+from engine.protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    ErrorResponse,
+    ResponsesRequest,
+    ResponsesResponse,
+)
 from gateway import limits
-from gateway.admission import Admission
+from gateway.admission import ANY_KEY, Admission
 from gateway.control.features import sampling_bucket
 from gateway.control.plane import ControlPlane, Plan, PlannedRequest
 from gateway.errors import ErrorKind, GatewayError, invalid
 from gateway.observability.inference_span import UNTRACED, InferenceSpan, InferenceSpans
 from gateway.outcomes import OutcomeBoard
 from gateway.request_clock import RequestClock, stamp_arrival
+from gateway.responses_request import chat_reading, refuse_unserved, text_format_schema
+from gateway.responses_stream import relay_events
 from gateway.settings import GatewaySettings
 from gateway.streaming import StreamEnd, relay
+from gateway.tenants import Grant, KeyLimiter, Tenant
+from gateway.tenants.directory import UNLIMITED_ANONYMOUS
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +142,19 @@ def _chat_view(request: ChatCompletionRequest, messages: list[dict[str, Any]]) -
     }
 
 
+def _json_body(result: Any) -> dict[str, Any]:
+    """A reply as JSON: a Responses answer as vLLM's route writes it (by alias, nulls kept,
+    as OpenAI's API does); chat and completions without nulls."""
+    if isinstance(result, ResponsesResponse):
+        return result.model_dump(mode="json", by_alias=True)
+    body: dict[str, Any] = result.model_dump(exclude_none=True)
+    return body
+
+
+#: A request the engine aborted (drain deadline) is an error, never a finished answer.
+ABORTED = "The request was aborted before it finished."
+
+
 def _approx_tokens(chars: int) -> int:
     """~4 characters per token: enough for the log-scale length buckets of classification."""
     return max(1, chars // 4)
@@ -146,8 +169,12 @@ class InferenceService:
         board: OutcomeBoard,
         admission: Admission,
         telemetry: Telemetry | None = None,
+        limiter: KeyLimiter | None = None,
     ) -> None:
         self._settings = settings
+        self._limiter = limiter
+        #: gateway id -> the request's hold on its key's limits, until it leaves the engine.
+        self._grants: dict[str, Grant] = {}
         self._frontend = frontend
         self._plane = plane
         self._board = board
@@ -197,23 +224,26 @@ class InferenceService:
             return planned.without_speculation(SAMPLED_NOT_EXACT)
         return planned
 
-    def enter(self, endpoint: str) -> None:
-        """At arrival, before the body is parsed: take an edge ticket or shed now.
+    def enter(self, endpoint: str, key: str = ANY_KEY) -> None:
+        """At arrival, before the body is parsed: take an edge ticket of `key` (a tenant's
+        key digest) or shed now.
 
         The caller returns the ticket with `leave` when the response has ended.
         """
         try:
-            self._admission.enter()
+            self._admission.enter(key)
         except GatewayError as exc:
             if self._telemetry is not None:
                 self._telemetry.request_shed(endpoint, exc)
             raise
         stamp_arrival()
 
-    def leave(self) -> None:
-        self._admission.leave()
+    def leave(self, key: str = ANY_KEY) -> None:
+        self._admission.leave(key)
 
-    async def chat(self, request: ChatCompletionRequest) -> JsonReply | StreamReply:
+    async def chat(
+        self, request: ChatCompletionRequest, tenant: Tenant = UNLIMITED_ANONYMOUS
+    ) -> JsonReply | StreamReply:
         limits.reject_reserved_xargs(request.vllm_xargs, RESERVED_XARGS)
         messages = _plain_messages(request.messages, self._frontend.harmony_messages)
         body = {
@@ -224,24 +254,13 @@ class InferenceService:
         }
         limits.check_chat(body, self._settings)
         view = _chat_view(request, messages)
-        if view["tools"]:
-            if len(view["tools"]) > self._settings.max_tools:
-                raise invalid(f"at most {self._settings.max_tools} tools", param="tools")
-            limits.check_schema(view["tools"], "tools", self._settings)
         if request.response_format is not None:
             limits.check_schema(
                 request.response_format.model_dump(exclude_none=True),
                 "response_format",
                 self._settings,
             )
-        chars = sum(len(str(m.get("content") or "")) for m in messages)
-        tokens = _approx_tokens(chars)
-        sampling = sampling_bucket(self._frontend.temperature_of(request))
-        admission = self._admission
-        planned = self._plane.plan_chat(
-            view, tokens, running=admission.running, queued=admission.queued, sampling=sampling
-        )
-        planned = self._exact(planned, sampling)
+        planned, tokens = self._plan_chat_view(view, messages, request)
         return await self._run(
             "chat",
             "chatcmpl-",
@@ -249,9 +268,63 @@ class InferenceService:
             bool(request.stream),
             lambda gid: self._frontend.chat(request, k=planned.k, gateway_id=gid, cap=planned.cap),
             request,
+            tenant=tenant,
+            reserve=tokens + self._max_tokens(request.max_completion_tokens or request.max_tokens),
         )
 
-    async def completion(self, request: CompletionRequest) -> JsonReply | StreamReply:
+    async def responses(
+        self, request: ResponsesRequest, tenant: Tenant = UNLIMITED_ANONYMOUS
+    ) -> JsonReply | StreamReply:
+        """`/v1/responses`, checked and classified as the chat request it renders to
+        (`gateway.responses_request`)."""
+        limits.reject_reserved_xargs(request.vllm_xargs, RESERVED_XARGS)
+        refuse_unserved(request)
+        # Never kept: vLLM's opt-in store holds every response in memory for good.
+        request.store = False
+        messages, view = chat_reading(request)
+        limits.check_chat({"messages": messages, "stop": request.stop}, self._settings)
+        text_format = text_format_schema(request)
+        if text_format is not None:
+            limits.check_schema(text_format, "text.format", self._settings)
+        planned, tokens = self._plan_chat_view(view, messages, request)
+        return await self._run(
+            "responses",
+            "resp_",
+            planned,
+            bool(request.stream),
+            lambda gid: self._frontend.responses(
+                request, k=planned.k, gateway_id=gid, cap=planned.cap
+            ),
+            request,
+            tenant=tenant,
+            reserve=tokens + self._max_tokens(request.max_output_tokens),
+            engine_suffix="_0",  # vLLM's first (and, without built-in tools, only) sub-request
+        )
+
+    def _plan_chat_view(
+        self,
+        view: dict[str, Any],
+        messages: list[dict[str, Any]],
+        request: ChatCompletionRequest | ResponsesRequest,
+    ) -> tuple[PlannedRequest, int]:
+        """The tool limits, then the plan of a chat-shaped request, and its prompt's
+        approximate tokens."""
+        if view["tools"]:
+            if len(view["tools"]) > self._settings.max_tools:
+                raise invalid(f"at most {self._settings.max_tools} tools", param="tools")
+            limits.check_schema(view["tools"], "tools", self._settings)
+        chars = sum(len(str(m.get("content") or "")) for m in messages)
+        tokens = _approx_tokens(chars)
+        sampling = sampling_bucket(self._frontend.temperature_of(request))
+        admission = self._admission
+        planned = self._plane.plan_chat(
+            view, tokens, running=admission.running, queued=admission.queued, sampling=sampling
+        )
+        return self._exact(planned, sampling), tokens
+
+    async def completion(
+        self, request: CompletionRequest, tenant: Tenant = UNLIMITED_ANONYMOUS
+    ) -> JsonReply | StreamReply:
         limits.reject_reserved_xargs(request.vllm_xargs, RESERVED_XARGS)
         limits.check_single({"n": request.n, "use_beam_search": request.use_beam_search})
         prompt = request.prompt
@@ -282,7 +355,32 @@ class InferenceService:
                 request, k=planned.k, gateway_id=gid, cap=planned.cap
             ),
             request,
+            tenant=tenant,
+            reserve=tokens + self._max_tokens(request.max_tokens),
         )
+
+    def _max_tokens(self, asked: int | None) -> int:
+        """Completion tokens a request may use, as its key's tokens-per-minute reserve it."""
+        return asked if asked else self._settings.tenants.default_max_tokens
+
+    async def _admit(self, endpoint: str, plan: Plan, tenant: Tenant, reserve: int) -> Grant:
+        """The key's limits (one Redis call at most; 429 with OpenAI's headers), then a
+        running slot, shared fairly between keys (`Admission`)."""
+        grant = Grant(tenant, reserve)
+        if self._limiter is not None:
+            try:
+                grant = await self._limiter.admit(tenant, reserve)
+            except GatewayError as exc:
+                if self._telemetry is not None:
+                    self._telemetry.request_shed(endpoint, exc)
+                raise
+        try:
+            await self._admission.acquire(plan.class_id, tenant.key)
+        except BaseException:
+            if self._limiter is not None:
+                self._limiter.settle(grant, 0)  # it never ran: nothing was used
+            raise
+        return grant
 
     async def _run(
         self,
@@ -292,13 +390,21 @@ class InferenceService:
         stream: bool,
         call: Callable[[str], Awaitable[Any]],
         request: Any = None,
+        *,
+        tenant: Tenant = UNLIMITED_ANONYMOUS,
+        reserve: int = 0,
+        engine_suffix: str = "",
     ) -> JsonReply | StreamReply:
-        """`request`, the parsed body, gives the inference span its sampling parameters."""
+        """`request`, the parsed body, gives the inference span its sampling parameters;
+        `reserve` is what the request may cost its `tenant` in tokens (prompt + max_tokens);
+        the engine runs it as `id_prefix + gateway id + engine_suffix`."""
         plan = planned.plan
         headers = planned.headers()
         gid = uuid.uuid4().hex
         started = RequestClock.start()
-        await self._admission.acquire(plan.class_id)
+        grant = await self._admit(endpoint, plan, tenant, reserve)
+        self._grants[gid] = grant
+        headers.update(grant.headers)
         started.admit()
         span = self._spans.start(
             endpoint, self.served_model_name, request, plan, id_prefix + gid, stream
@@ -307,7 +413,7 @@ class InferenceService:
         released = False
         try:
             self._board.expect(gid)
-            self._inflight[gid] = id_prefix + gid
+            self._inflight[gid] = id_prefix + gid + engine_suffix
             try:
                 with span.current():  # its trace context goes to the engine
                     result = await call(gid)
@@ -316,12 +422,12 @@ class InferenceService:
             if isinstance(result, ErrorResponse):
                 raise _from_vllm(result)
             if not stream:
-                if any(c.finish_reason == "abort" for c in result.choices):
-                    raise GatewayError(
-                        ErrorKind.ENGINE_ERROR, "The request was aborted before it finished."
-                    )
+                if any(c.finish_reason == "abort" for c in getattr(result, "choices", ())):
+                    raise GatewayError(ErrorKind.ENGINE_ERROR, ABORTED)
                 outcome = await self._board.wait(gid, 1.0)
-                body = result.model_dump(exclude_none=True)
+                if outcome is not None and outcome.finish_reason == "abort":
+                    raise GatewayError(ErrorKind.ENGINE_ERROR, ABORTED)  # a Responses answer
+                body = _json_body(result)
                 body["speculation"] = speculation_object(plan, outcome)
                 released = True
                 self._release(gid, planned, outcome, span)
@@ -333,6 +439,7 @@ class InferenceService:
             if not released:
                 released = True
                 self._release(gid, planned, None, span)
+            exc.headers.update(grant.headers)
             self._report(endpoint, plan, "error", exc, None, started, None, stream, span)
             raise
         except BaseException as exc:
@@ -352,7 +459,11 @@ class InferenceService:
         """The request has left the engine: its admission slot, board entry and batch;
         a complete request's outcome goes to the control plane (whose decision changes
         and drifts become events of the request's span)."""
-        self._admission.release()
+        grant = self._grants.pop(gid, None)
+        self._admission.release(grant.tenant.key if grant is not None else ANY_KEY)
+        if grant is not None and self._limiter is not None:
+            used = outcome.prompt_tokens + outcome.output_tokens if outcome is not None else None
+            self._limiter.settle(grant, used)  # unknown use (no outcome): the reservation stays
         self._board.discard(gid)
         self._inflight.pop(gid, None)
         with span.current():
@@ -394,12 +505,23 @@ class InferenceService:
         async def speculation() -> dict[str, Any]:
             return speculation_object(plan, await self._board.wait(gid, 1.0))
 
-        chunks = relay(
-            source,
-            idle_timeout_s=self._settings.stream_idle_timeout_s,
-            speculation=speculation,
-            on_end=finalize,
-        )
+        def aborted() -> bool:
+            outcome = self._board.peek(gid)
+            return outcome is not None and outcome.finish_reason == "abort"
+
+        idle_timeout_s = self._settings.stream_idle_timeout_s
+        if endpoint == "responses":  # typed events, not `data:` chunks
+            chunks = relay_events(
+                source,
+                idle_timeout_s=idle_timeout_s,
+                speculation=speculation,
+                aborted=aborted,
+                on_end=finalize,
+            )
+        else:
+            chunks = relay(
+                source, idle_timeout_s=idle_timeout_s, speculation=speculation, on_end=finalize
+            )
         return StreamReply(chunks, headers, finalize)
 
     def _report(

@@ -1,16 +1,17 @@
 """Typed gateway settings, read once at start (CLI flags > env `SPECGW_*` > YAML > defaults).
 
 Each field's description is its `--help` text. Nothing here is read at import
-time: `GatewaySettings()` is built by the CLI (or a test) and passed down.
+time: `GatewaySettings()` is built by the CLI (through `gateway.config.resolve`, which
+adds the engine and controller sections and the sources) or by a test, and passed down.
+An unknown key is an error (`extra="forbid"`), at every level.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
-import yaml
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -18,13 +19,24 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from gateway.flags.settings import FlagSettings
+from gateway.state.settings import ClassStateSettings
+from gateway.tenants.settings import TenantSettings
+
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
 class GatewaySettings(BaseSettings):
     """HTTP edge, admission, limits, auth and integrations of one gateway replica."""
 
-    model_config = SettingsConfigDict(env_prefix="SPECGW_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="SPECGW_", extra="forbid")
+
+    #: Section -> keys set once at the top level and copied into it: one Redis, one
+    #: flags directory, one key namespace for flags, class state and rate limits.
+    SHARED_KEYS: ClassVar[dict[str, tuple[str, ...]]] = {
+        "flags": ("flags_dir", "redis_url", "namespace"),
+        "state": ("redis_url", "namespace"),
+    }
 
     host: str = Field("127.0.0.1", description="Address to bind.")
     port: int = Field(8000, ge=0, le=65535, description="Port to bind (0 = any free port).")
@@ -150,8 +162,31 @@ class GatewaySettings(BaseSettings):
     redis_tls_check_hostname: bool = Field(
         True, description="Check the Redis server certificate's name against the URL's host."
     )
+    tenants: TenantSettings = Field(
+        default_factory=TenantSettings,
+        description="Per-key limits and fair-share weights: key labels (label -> digest), "
+        "`default` and per-label `overrides` (requests_per_minute, tokens_per_minute, "
+        "max_concurrent, weight), `replicas` (see gateway/tenants/README.md).",
+    )
+    namespace: str = Field(
+        "default",
+        min_length=1,
+        max_length=64,
+        pattern=r"^[A-Za-z0-9_.-]+$",
+        description="Redis key namespace of this deployment (`specgw:{namespace}:...`), "
+        "shared by flag overrides, class state and rate limits.",
+    )
     flags_dir: Path | None = Field(
         None, description="Directory holding the flagd-format flags.json (ConfigMap mount)."
+    )
+    flags: FlagSettings = Field(
+        default_factory=FlagSettings,
+        description="Ops flags: file and override polling, Redis timeouts, the audit stream.",
+    )
+    state: ClassStateSettings = Field(
+        default_factory=ClassStateSettings,
+        description="Cluster-wide class state in Redis: flush and pull intervals, key expiry, "
+        "timeouts.",
     )
     otel_endpoint: str | None = Field(
         None,
@@ -162,7 +197,6 @@ class GatewaySettings(BaseSettings):
         default_factory=list, description="Origins allowed by CORS; empty = CORS off."
     )
     log_level: str = Field("info", description="Log level of the gateway's loggers.")
-    config_file: Path | None = Field(None, description="YAML config file (gateway keys).")
 
     @field_validator("api_keys", "admin_keys", "cors_origins", mode="before")
     @classmethod
@@ -170,6 +204,33 @@ class GatewaySettings(BaseSettings):
         if isinstance(value, str):
             return [v.strip() for v in value.split(",") if v.strip()]
         return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shared_keys_at_the_top(cls, data: Any) -> Any:
+        """A shared key set inside a section would be silently overwritten: refuse it."""
+        if isinstance(data, dict):
+            for section, keys in cls.SHARED_KEYS.items():
+                given = data.get(section)
+                for key in keys if isinstance(given, dict) else ():
+                    if key in given:
+                        raise ValueError(f"{section}.{key}: set it once, at the top level")
+        return data
+
+    @model_validator(mode="after")
+    def _copy_shared_keys(self) -> GatewaySettings:
+        self.flags = self.flags.model_copy(
+            update={
+                "flags_dir": self.flags_dir,
+                "redis_url": self.redis_url,
+                "namespace": self.namespace,
+            }
+        )
+        shared: dict[str, Any] = {"namespace": self.namespace}
+        if self.redis_url is not None:  # the state section needs a URL; unused without one
+            shared["redis_url"] = self.redis_url
+        self.state = self.state.model_copy(update=shared)
+        return self
 
     @classmethod
     def settings_customise_sources(
@@ -189,23 +250,3 @@ class GatewaySettings(BaseSettings):
                 f"refusing to bind {self.host!r} without API keys: set SPECGW_API_KEYS "
                 "(SHA-256 digests; `spec-gateway keys hash KEY` prints one) or bind 127.0.0.1"
             )
-
-    @classmethod
-    def load(cls, config_file: Path | None = None, **overrides: Any) -> GatewaySettings:
-        """CLI flags > environment > YAML file > defaults.
-
-        The YAML file holds gateway keys at the top level (an `engine:` section,
-        if any, is read by the engine's own settings).
-        """
-        from_file: dict[str, Any] = {}
-        if config_file is not None:
-            loaded = yaml.safe_load(config_file.read_text(encoding="utf-8")) or {}
-            if not isinstance(loaded, dict):
-                raise ValueError(f"{config_file}: expected a mapping at the top level")
-            from_file = {k: v for k, v in loaded.items() if k != "engine"}
-        from_env = cls()
-        merged = dict(from_file)
-        merged.update({name: getattr(from_env, name) for name in from_env.model_fields_set})
-        merged.update({k: v for k, v in overrides.items() if v is not None})
-        merged["config_file"] = config_file
-        return cls(**merged)

@@ -16,7 +16,7 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -33,7 +33,10 @@ def free_port() -> int:
 class RedisServer:
     """One redis-server process on 127.0.0.1 that can be stopped and restarted."""
 
-    def __init__(self, workdir: Path, port: int | None = None) -> None:
+    def __init__(
+        self, workdir: Path, port: int | None = None, extra_args: Sequence[str] = ()
+    ) -> None:
+        """`extra_args`: more `redis-server` options (auth, TLS), appended as given."""
         binary = shutil.which("redis-server")
         if binary is None:
             pytest.fail("redis-server not installed: run `make system-deps`")
@@ -41,6 +44,7 @@ class RedisServer:
         self.workdir = workdir
         self.port = port or free_port()
         self.proc: subprocess.Popen[bytes] | None = None
+        self.extra_args = tuple(extra_args)
 
     @property
     def url(self) -> str:
@@ -58,6 +62,7 @@ class RedisServer:
             "--save", "",
             "--protected-mode", "no",
             "--loglevel", "warning",
+            *self.extra_args,
         ]  # fmt: skip
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout_s

@@ -11,6 +11,7 @@ from fastapi import Request
 from gateway.auth import Scope
 from gateway.errors import ErrorKind, GatewayError
 from gateway.service import InferenceService
+from gateway.tenants import Tenant
 
 
 async def require_user(request: Request) -> None:
@@ -19,6 +20,15 @@ async def require_user(request: Request) -> None:
 
 async def require_admin(request: Request) -> None:
     request.app.state.keyring.check(request.headers.get("authorization"), Scope.ADMIN)
+
+
+async def tenant(request: Request) -> Tenant:
+    """The request's key as limits and fair shares see it (the gate resolved it already
+    where it ran)."""
+    found: Tenant | None = getattr(request.state, "tenant", None)
+    if found is None:
+        found = request.app.state.tenants.identify(request.headers.get("authorization"))
+    return found
 
 
 async def service(request: Request) -> InferenceService:

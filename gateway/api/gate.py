@@ -2,7 +2,8 @@
 
 Pure ASGI, inside `RequestEdge` (so a shed answer carries `x-request-id`). For a
 POST to an inference route with a valid user key, it takes the service's edge
-ticket (`InferenceService.enter`) before FastAPI parses and validates the body,
+ticket of its key (`InferenceService.enter`: fair shares between keys start
+here) before FastAPI parses and validates the body,
 and returns it just before the response's last frame, streams included (the
 stream's admission slot is already free by then: the relay's end frees it). When the gateway
 is full the request is answered 429 (503 while draining) at once.
@@ -24,9 +25,14 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from gateway.api.responses import error_response
 from gateway.auth import Scope as KeyScope
 from gateway.errors import GatewayError
+from gateway.tenants import Tenant
 
 #: Inference routes and the endpoint names telemetry uses for them.
-GATED = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}
+GATED = {
+    "/v1/chat/completions": "chat",
+    "/v1/completions": "completions",
+    "/v1/responses": "responses",
+}
 
 
 class AdmissionGate:
@@ -37,18 +43,17 @@ class AdmissionGate:
         endpoint = GATED.get(scope.get("path", "")) if scope["type"] == "http" else None
         state = scope["app"].state if endpoint is not None and "app" in scope else None
         runtime = getattr(state, "runtime", None)
-        if (
-            endpoint is None
-            or scope["method"] != "POST"
-            or runtime is None
-            or not runtime.ready
-            or not _authorized(state, scope)
-        ):
+        tenant = None
+        if endpoint is not None and scope["method"] == "POST" and runtime is not None:
+            tenant = _tenant(state, scope) if runtime.ready else None
+        if tenant is None or runtime is None:
             await self.app(scope, receive, send)
             return
+        # The route reads it back (`deps.tenant`): the key is hashed once per request.
+        scope.setdefault("state", {})["tenant"] = tenant
         service = runtime.service
         try:
-            service.enter(endpoint)
+            service.enter(endpoint, tenant.key)
         except GatewayError as exc:
             await error_response(exc)(scope, receive, send)
             return
@@ -58,7 +63,7 @@ class AdmissionGate:
             nonlocal inside
             if inside:
                 inside = False
-                service.leave()
+                service.leave(tenant.key)
 
         async def send_then_leave(message: Message) -> None:
             # The ticket goes back before the last frame, not after the app returns: a
@@ -74,8 +79,14 @@ class AdmissionGate:
             leave()
 
 
-def _authorized(state: Any, scope: Scope) -> bool:
+def _tenant(state: Any, scope: Scope) -> Tenant | None:
+    """The request's tenant if its key may call the inference API, else None."""
+    authorization = None
     for name, value in scope["headers"]:
         if name == b"authorization":
-            return bool(state.keyring.allows(value.decode("latin-1"), KeyScope.USER))
-    return bool(state.keyring.allows(None, KeyScope.USER))
+            authorization = value.decode("latin-1")
+            break
+    if not state.keyring.allows(authorization, KeyScope.USER):
+        return None
+    tenant: Tenant = state.tenants.identify(authorization)
+    return tenant

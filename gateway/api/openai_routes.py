@@ -1,4 +1,5 @@
-"""`/v1/chat/completions`, `/v1/completions`, `/v1/models`: OpenAI's API, vLLM's models."""
+"""`/v1/chat/completions`, `/v1/completions`, `/v1/responses`, `/v1/models`: OpenAI's API,
+vLLM's models."""
 
 from __future__ import annotations
 
@@ -13,11 +14,14 @@ from engine.protocol import (
     CompletionRequest,
     CompletionResponse,
     ModelList,
+    ResponsesRequest,
+    ResponsesResponse,
 )
-from gateway.api.deps import require_user, service
+from gateway.api.deps import require_user, service, tenant
 from gateway.api.responses import SSEResponse, error_docs, reply_response, unless_disconnected
 from gateway.errors import GatewayError
 from gateway.service import InferenceService, StreamReply
+from gateway.tenants import Tenant
 
 ERRORS = error_docs(400, 401, 403, 404, 413, 429, 503)
 
@@ -29,6 +33,7 @@ def _ok(model: type) -> dict[int | str, dict[str, Any]]:
 
 router = APIRouter(prefix="/v1", dependencies=[Depends(require_user)])
 Service = Annotated[InferenceService, Depends(service)]
+Who = Annotated[Tenant, Depends(tenant)]
 
 
 @router.post(
@@ -37,21 +42,32 @@ Service = Annotated[InferenceService, Depends(service)]
     responses={**_ok(ChatCompletionResponse), **ERRORS},
 )
 async def chat_completions(
-    body: ChatCompletionRequest, request: Request, svc: Service
+    body: ChatCompletionRequest, request: Request, svc: Service, who: Who
 ) -> JSONResponse | SSEResponse:
     request.state.route_entered = True  # parsing is over: later errors are the gateway's
     timeout = request.app.state.settings.request_timeout_s
-    reply = await unless_disconnected(request, svc.chat(body), timeout)
+    reply = await unless_disconnected(request, svc.chat(body, who), timeout)
     return reply_response(reply)
 
 
 @router.post("/completions", response_model=None, responses={**_ok(CompletionResponse), **ERRORS})
 async def completions(
-    body: CompletionRequest, request: Request, svc: Service
+    body: CompletionRequest, request: Request, svc: Service, who: Who
 ) -> JSONResponse | SSEResponse:
     request.state.route_entered = True
     timeout = request.app.state.settings.request_timeout_s
-    reply = await unless_disconnected(request, svc.completion(body), timeout)
+    reply = await unless_disconnected(request, svc.completion(body, who), timeout)
+    return reply_response(reply)
+
+
+@router.post("/responses", response_model=None, responses={**_ok(ResponsesResponse), **ERRORS})
+async def responses(
+    body: ResponsesRequest, request: Request, svc: Service, who: Who
+) -> JSONResponse | SSEResponse:
+    """OpenAI's Responses API through vLLM's; stateless (`gateway.responses_request`)."""
+    request.state.route_entered = True
+    timeout = request.app.state.settings.request_timeout_s
+    reply = await unless_disconnected(request, svc.responses(body, who), timeout)
     return reply_response(reply)
 
 

@@ -17,6 +17,18 @@ from typing import Literal
 from gateway.errors import ErrorKind, GatewayError
 from gateway.tenants.gcra import Verdict
 
+#: Every header a browser client may need to read back (CORS `expose_headers`).
+RATELIMIT_HEADERS = (
+    "x-ratelimit-limit-requests",
+    "x-ratelimit-remaining-requests",
+    "x-ratelimit-reset-requests",
+    "x-ratelimit-limit-tokens",
+    "x-ratelimit-remaining-tokens",
+    "x-ratelimit-reset-tokens",
+    "retry-after",
+    "retry-after-ms",
+)
+
 Status = Literal["allowed", "requests", "tokens", "concurrency"]
 
 

@@ -29,6 +29,10 @@ class Tenant:
         return self.policy.weight
 
 
+#: Who a request is when nobody says (a service called without a tenant): no limits.
+UNLIMITED_ANONYMOUS = Tenant(ANONYMOUS, ANONYMOUS, KeyPolicy())
+
+
 class TenantDirectory:
     """Digest -> label -> policy, resolved once per request from its Authorization header."""
 

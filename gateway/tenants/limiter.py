@@ -29,6 +29,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from gateway.state.backoff import Backoff, stop_task
+from gateway.state.connection import RedisConnection
 from gateway.tenants import scripts
 from gateway.tenants.decision import Decision, Status
 from gateway.tenants.directory import Tenant
@@ -95,6 +96,26 @@ class KeyLimiter:
         self._tasks: set[asyncio.Task[None]] = set()
         self._probe: asyncio.Task[None] | None = None
         self.fallbacks = 0
+
+    @classmethod
+    def connect(
+        cls,
+        settings: TenantSettings,
+        connection: RedisConnection | None,
+        *,
+        key_prefix: str,
+        events: LimitEvents | None = None,
+    ) -> KeyLimiter:
+        """A limiter with its own client, every call bounded by `redis_timeout_s` and
+        every new connection by `redis_connect_timeout_s` (None: no Redis, each replica
+        enforces limit // replicas)."""
+        redis = None
+        if connection is not None:
+            redis = connection.client(
+                op_timeout_s=settings.redis_timeout_s,
+                connect_timeout_s=settings.redis_connect_timeout_s,
+            )
+        return cls(settings, redis, key_prefix=key_prefix, events=events)
 
     @property
     def mode(self) -> Mode:

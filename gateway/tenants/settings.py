@@ -81,6 +81,13 @@ class TenantSettings(BaseModel):
         le=5,
         description="Bound on the one Redis call per request; slower = this replica's local share.",
     )
+    redis_connect_timeout_s: float = Field(
+        0.5,
+        gt=0,
+        le=30,
+        description="Bound on opening a Redis connection (TLS and AUTH included): rare, as "
+        "connections are pooled, but slower than a call.",
+    )
     concurrency_lease_s: float = Field(
         900.0,
         ge=10,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from openai.types.chat import ChatCompletionMessageParam
+
 from gateway.auth import digest
 from gateway.state.backoff import Backoff
 from gateway.state.connection import RedisConnection
@@ -9,6 +11,10 @@ from gateway.tenants import KeyLimiter, KeyPolicy, Tenant, TenantDirectory, Tena
 
 KEY_A = "sk-tenant-a"
 KEY_B = "sk-tenant-b"
+MESSAGES: list[ChatCompletionMessageParam] = [
+    {"role": "system", "content": "You are a helpful Python assistant."},
+    {"role": "user", "content": "What does the json module do?"},
+]
 
 
 def directory(policy: KeyPolicy, replicas: int = 1, **overrides: KeyPolicy) -> TenantDirectory:

@@ -105,7 +105,9 @@ def test_request_too_large_has_no_retry_after() -> None:
     assert "Request too large" in error.message
 
 
-def _run_check(client: redis.Redis, tat: float | None, now: float, limit: int, cost: int) -> list:
+def _run_check(
+    client: redis.Redis, tat: float | None, now: float, limit: int, cost: int
+) -> list[int]:
     client.delete("t:r", "t:t", "t:c")
     if tat is not None:
         client.set("t:t", f"{tat:.3f}")
