@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from opentelemetry.trace import Tracer
 
 from engine.interface import EngineStep, InvalidRequestError, RequestOutcome
-from engine.openai_frontend import RESERVED_XARGS, OpenAIFrontend
+from engine.port import RESERVED_XARGS, ServingPort
 from engine.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -164,7 +164,7 @@ class InferenceService:
     def __init__(
         self,
         settings: GatewaySettings,
-        frontend: OpenAIFrontend,
+        frontend: ServingPort,
         plane: ControlPlane,
         board: OutcomeBoard,
         admission: Admission,
@@ -198,7 +198,7 @@ class InferenceService:
     def set_aborter(self, abort: Callable[[str], Awaitable[None]]) -> None:
         self._abort = abort
 
-    def rebind(self, frontend: OpenAIFrontend, abort: Callable[[str], Awaitable[None]]) -> None:
+    def rebind(self, frontend: ServingPort, abort: Callable[[str], Awaitable[None]]) -> None:
         """Point new requests at a restarted engine (the supervisor calls this)."""
         self._frontend = frontend
         self._abort = abort
