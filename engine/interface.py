@@ -207,6 +207,6 @@ class EngineProbe(Protocol):
     (`gateway.engine_watch`) finds a stopped or wedged engine core with it."""
 
     async def ping(self) -> None:
-        """Return once the engine core (and its workers) answered; raise `EngineDeadError`
-        when it is gone. Unbounded here: the caller sets the deadline."""
+        """Return once the engine core answered; raise `EngineDeadError` when it is gone.
+        Unbounded here: the caller sets the deadline."""
         ...

@@ -291,12 +291,16 @@ class VLLMEngine:
         )
 
     async def ping(self) -> None:
-        """vLLM's own health call, `check_health` on every worker through the engine core
-        (`collective_rpc`): a utility message the core's busy loop answers between steps,
-        with no request, token or `vllm:*` count. A stopped core never answers."""
+        """A utility round trip to the engine core (`is_sleeping`), which its busy loop
+        answers between steps: no request, token or `vllm:*` count; a stopped core never
+        answers. The workers are not asked: after each message a worker busy-polls its
+        shared-memory queue for a second (vLLM's `SpinCondition`), so `check_health` on
+        every worker (`collective_rpc`) every 2 s cost 18 CPU seconds a minute at idle
+        (`python -m bench.canary_cost`). An idle worker that hangs is found by the stall
+        bound at the next request."""
         if self._closed or self._llm.errored:
             raise EngineDeadError("engine core is not running")
-        await self._llm.collective_rpc("check_health")
+        await self._llm.is_sleeping()
 
     def request_counts(self) -> tuple[int, int, float]:
         """(running, waiting, monotonic time of the report) as the engine core last said."""

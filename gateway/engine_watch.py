@@ -4,8 +4,8 @@ A stopped or deadlocked engine core that holds no request is asked nothing, so
 nothing notices it: vLLM turns `errored` only when the core process exits, and the
 stall bound (`EngineHealth.stalled_for_s`) needs admitted work. So while no work is
 in flight the watch sends the engine a canary every `interval_s`: one round trip
-through the engine core and its workers with no request (`EngineProbe.ping`; on
-vLLM its own `check_health` through `collective_rpc`: no token, no `vllm:*` count).
+to the engine core with no request (`EngineProbe.ping`; on vLLM a utility call its
+busy loop answers between steps: no token, no `vllm:*` count).
 A canary unanswered after `timeout_s` marks the engine hung; its late answer marks
 it ready again. With work in flight the stall bound judges instead: a canary
 queues behind the running step, and a long prefill step is slow, not hung.
