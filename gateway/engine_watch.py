@@ -107,8 +107,6 @@ class EngineWatch:
         self._poke = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.state: EngineState | None = None
-        #: Canaries sent so far (the cost at idle is this times one round trip).
-        self.canaries = 0
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())
@@ -174,18 +172,19 @@ class EngineWatch:
         self._ping = asyncio.get_running_loop().create_task(engine.ping())
         self._ping.add_done_callback(lambda _: self.poke())
         self._pinged, self._sent_at = engine, now
-        self.canaries += 1
 
     def _collect(self, engine: Any) -> None:
         """Take a finished canary's answer; drop one sent to an engine since replaced."""
         ping = self._ping
         if ping is None:
             if self._failure and self._pinged is not engine:
-                self._failure = ""
+                self._failure, self._sent_at = "", float("-inf")
             return
         if self._pinged is not engine:
-            ping.cancel()
-        elif not ping.done():
+            ping.cancel()  # the new engine gets its own canary at once
+            self._ping, self._failure, self._sent_at = None, "", float("-inf")
+            return
+        if not ping.done():
             return
         self._ping = None
         if ping.cancelled():
@@ -195,11 +194,11 @@ class EngineWatch:
 
     async def _run(self) -> None:
         while True:
+            self._poke.clear()  # before the check: a poke during it means check again
             try:
                 await self.check()
             except Exception:  # a failing health call must not end the watch
                 log.exception("engine readiness check failed")
-            self._poke.clear()
             wait = self._interval_s or 1.0
             deadline = self._sent_at + self._timeout_s - time.monotonic()
             if self._ping is not None and deadline > 0:

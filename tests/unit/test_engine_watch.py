@@ -202,3 +202,25 @@ async def test_a_dead_engines_canary_error_does_not_hide_that_it_is_dead() -> No
     state, _ = await watch.check()
     assert state is EngineState.DEAD
     await watch.close()
+
+
+async def test_a_canary_to_a_replaced_engine_is_dropped() -> None:
+    """The supervisor swapped engines while a canary waited on the old one."""
+    old, new = ScriptedEngine(UP), ScriptedEngine(UP)
+    current = [old]
+    watch = EngineWatch(
+        lambda: current[0], Conditions, lambda _: None, interval_s=0.05, timeout_s=0.2
+    )
+    await watch.check()
+    await asyncio.sleep(0)  # the canary task starts
+    assert old.pings == 1
+    current[0] = new
+    state, _ = await watch.check()  # the old canary is cancelled, a new one sent
+    await asyncio.sleep(0)
+    assert state is EngineState.READY
+    assert new.pings == 1
+    new.answer.set()
+    await asyncio.sleep(0.3)
+    state, _ = await watch.check()
+    assert state is EngineState.READY
+    await watch.close()
