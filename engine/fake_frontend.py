@@ -25,6 +25,7 @@ from contextlib import aclosing
 from dataclasses import dataclass
 
 from engine.fake import FakeEngine
+from engine.fake_responses import FakeResponse, responses_prompt
 from engine.fake_wire import (
     DONE,
     chat_prompt,
@@ -43,7 +44,7 @@ from engine.interface import (
     GenerateRequest,
     InvalidRequestError,
 )
-from engine.port import ChatResult, CompletionResult
+from engine.port import ChatResult, CompletionResult, ResponsesResult, SampledRequest
 from engine.protocol import (
     ChatCompletionRequest,
     ChatCompletionResponse,
@@ -61,6 +62,7 @@ from engine.protocol import (
     DeltaToolCall,
     ModelCard,
     ModelList,
+    ResponsesRequest,
     ToolCall,
 )
 
@@ -119,7 +121,7 @@ class FakeFrontend:
         """Longest prompt + completion, in the fake's tokens."""
         return self._engine.config.max_prompt_tokens
 
-    def temperature_of(self, request: ChatCompletionRequest | CompletionRequest) -> float:
+    def temperature_of(self, request: SampledRequest) -> float:
         if request.temperature is None:
             return self._config.default_temperature
         return float(request.temperature)
@@ -179,6 +181,22 @@ class FakeFrontend:
             usage=usage(self.count_tokens(prompt), run.tokens),
         )
 
+    async def responses(
+        self, request: ResponsesRequest, *, k: int, gateway_id: str, cap: int | None = None
+    ) -> ResponsesResult:
+        """vLLM's Responses answer (`engine.fake_responses`), under `resp_<gateway id>`."""
+        if request.model and request.model != self.served_model_name:
+            return not_found(request.model, self.served_model_name)
+        request.request_id = f"resp_{gateway_id}"
+        prompt = responses_prompt(request)
+        asked = request.max_output_tokens
+        job = self._job(f"resp_{gateway_id}_0", prompt, request, asked, k, gateway_id, cap)
+        answer = FakeResponse(request, self.served_model_name, job)
+        if request.stream:
+            return answer.stream(self._engine.generate(job))
+        run = await self._run(job)
+        return answer.reply(run.text, run.tokens, run.finish)
+
     @staticmethod
     def _completion_prompt(request: CompletionRequest) -> str:
         """One prompt: a string, one string in a list, or token ids (as words)."""
@@ -195,7 +213,7 @@ class FakeFrontend:
         self,
         engine_id: str,
         prompt: str,
-        request: ChatCompletionRequest | CompletionRequest,
+        request: SampledRequest,
         asked: int | None,
         k: int,
         gateway_id: str,

@@ -3,10 +3,10 @@
 Chat templating, tool-call parsing (hermes for the embedded model), structured
 output, logprobs and the SSE chunk format all come from
 `vllm.entrypoints.openai` (`OpenAIServingChat`, `OpenAIServingCompletion`,
-`OpenAIServingModels`, built by vLLM's `init_app_state` exactly as `vllm serve`
-builds them). What this module adds is the control plane's one input: each
-request's speculation depth k and the gateway's request id, carried to the
-scheduler and the outcome tap in `SamplingParams.extra_args` (via `vllm_xargs`);
+`OpenAIServingResponses`, `OpenAIServingModels`, built by vLLM's `init_app_state`
+exactly as `vllm serve` builds them). What this module adds is the control plane's
+one input: each request's speculation depth k and the gateway's request id, carried
+to the scheduler and the outcome tap in `SamplingParams.extra_args` (via `vllm_xargs`);
 and one guard: chat input is tokenized as text (`engine.control_tokens`). Where vLLM
 traces (its `otlp_traces_endpoint` engine argument is set), the current span's W3C trace
 context goes with each request, so vLLM's `llm_request` span joins the gateway's trace.
@@ -14,7 +14,7 @@ context goes with each request, so vLLM's `llm_request` span joins the gateway's
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -24,8 +24,22 @@ from starlette.datastructures import State
 
 from engine.control_tokens import ControlTokenGuard, guard_chat_template
 from engine.interface import GATEWAY_ID_ARG, SPEC_CAP_ARG, SPEC_DEPTH_ARG, InvalidRequestError
-from engine.port import RESERVED_XARGS, ChatResult, CompletionResult
-from engine.protocol import ChatCompletionRequest, CompletionRequest, ModelList
+from engine.port import (
+    RESERVED_XARGS,
+    ChatResult,
+    CompletionResult,
+    ResponsesResult,
+    SampledRequest,
+)
+from engine.protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    ErrorResponse,
+    ModelList,
+    ResponsesRequest,
+    ResponsesResponse,
+)
+from engine.responses_wire import framed
 
 __all__ = [
     "RESERVED_XARGS",
@@ -80,6 +94,13 @@ class _TraceCarrier:
     def __init__(self, headers: dict[str, str]) -> None:
         self.headers = headers
         self.state = State()
+
+
+async def _client_faults(events: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    """vLLM's event generator, its client errors raised as `InvalidRequestError`."""
+    with _client_errors():
+        async for event in events:
+            yield event
 
 
 def _trace_carrier() -> Any:
@@ -141,15 +162,15 @@ class OpenAIFrontend:
             prompt_guard=guard if config.split_completion_prompts else None,
         )
 
-    def temperature_of(self, request: ChatCompletionRequest | CompletionRequest) -> float:
+    def temperature_of(self, request: SampledRequest) -> float:
         """The temperature vLLM will sample this request at: the request's, else the
         model's generation-config default, else 1.0 (below vLLM's 1e-5: greedy)."""
         temperature = request.temperature
         if temperature is None:
             serving = (
-                self._state.openai_serving_chat
-                if isinstance(request, ChatCompletionRequest)
-                else self._state.openai_serving_completion
+                self._state.openai_serving_completion
+                if isinstance(request, CompletionRequest)
+                else self._state.openai_serving_chat
             )
             temperature = serving.default_sampling_params.get("temperature", 1.0)
         return float(temperature)
@@ -179,12 +200,7 @@ class OpenAIFrontend:
         return bool(model_type == "gpt_oss")
 
     @staticmethod
-    def _stamp(
-        request: ChatCompletionRequest | CompletionRequest,
-        k: int,
-        gateway_id: str,
-        cap: int | None,
-    ) -> None:
+    def _stamp(request: SampledRequest, k: int, gateway_id: str, cap: int | None) -> None:
         xargs: dict[str, Any] = dict(request.vllm_xargs or {})
         xargs[SPEC_DEPTH_ARG] = k
         xargs[GATEWAY_ID_ARG] = gateway_id
@@ -214,6 +230,25 @@ class OpenAIFrontend:
             carrier = _trace_carrier() if self.engine_traces else None
             result: CompletionResult = await serving.create_completion(request, carrier)
         return result
+
+    async def responses(
+        self, request: ResponsesRequest, *, k: int, gateway_id: str, cap: int | None = None
+    ) -> ResponsesResult:
+        """Run a Responses API request at depth k through vLLM's `OpenAIServingResponses`.
+
+        k reaches the scheduler as for chat: `ResponsesRequest.to_sampling_params` passes
+        `vllm_xargs` on as `SamplingParams.extra_args`. The answer's id is the request's
+        (`resp_<gateway id>`); vLLM runs it as engine request `resp_<gateway id>_0`.
+        """
+        self._stamp(request, k, gateway_id, cap)
+        request.request_id = f"resp_{gateway_id}"
+        serving = self._state.openai_serving_responses
+        with _client_errors():
+            carrier = _trace_carrier() if self.engine_traces else None
+            result = await serving.create_responses(request, carrier)
+        if isinstance(result, ResponsesResponse | ErrorResponse):
+            return result
+        return framed(_client_faults(result))
 
     def _split_prompt(self, request: CompletionRequest) -> None:
         """With `split_completion_prompts`: control-token strings in the prompt as text."""

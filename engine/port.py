@@ -2,17 +2,19 @@
 
 Requests and replies are vLLM's OpenAI wire models (`engine.protocol`), the
 field's library for parsing and validating OpenAI bodies; a backend answers a
-chat or completion request at the speculation depth k the control plane chose,
-under the gateway's request id. Two implementations: `OpenAIFrontend` (vLLM's
-own serving layer on the embedded engine) and `FakeFrontend` (the scripted
+chat, completion or Responses API request at the speculation depth k the control
+plane chose, under the gateway's request id. Two implementations: `OpenAIFrontend`
+(vLLM's own serving layer on the embedded engine) and `FakeFrontend` (the scripted
 `FakeEngine`, for the in-process test tier); both pass `tests/engine/port_contract.py`.
 
 The contract, beyond the signatures:
 
 * A reply is the wire model, an `ErrorResponse` (unknown model: code 404), or a
   stream of OpenAI SSE lines (`data: {...}\\n\\n` ... `data: [DONE]\\n\\n`) whose
-  errors arrive as one `data: {"error": ...}` line; a request the backend's own
-  validation refuses (prompt over the context) raises `InvalidRequestError`.
+  errors arrive as one `data: {"error": ...}` line; a Responses stream is typed
+  events ending in `response.completed`, an error one `error` event
+  (`engine.responses_wire`). A request the backend's own validation refuses
+  (prompt over the context) raises `InvalidRequestError`.
 * The request's outcome (`RequestOutcome`) reaches the `on_outcome(gateway_id, outcome)`
   callback the backend was built with before the reply's last chunk is produced
   (vLLM: `VLLMEngine.started(..., on_outcome=...)`).
@@ -33,6 +35,8 @@ from engine.protocol import (
     CompletionResponse,
     ErrorResponse,
     ModelList,
+    ResponsesRequest,
+    ResponsesResponse,
 )
 
 #: Keys of `vllm_xargs` reserved for the gateway; a client may never set them.
@@ -40,6 +44,10 @@ RESERVED_XARGS = frozenset({SPEC_DEPTH_ARG, SPEC_CAP_ARG, GATEWAY_ID_ARG})
 
 ChatResult = ChatCompletionResponse | ErrorResponse | AsyncIterator[str]
 CompletionResult = CompletionResponse | ErrorResponse | AsyncIterator[str]
+#: A Responses stream is typed events (`engine.responses_wire`), not `data:` chunks.
+ResponsesResult = ResponsesResponse | ErrorResponse | AsyncIterator[str]
+#: The requests whose sampling the backend reports (`temperature_of`).
+SampledRequest = ChatCompletionRequest | CompletionRequest | ResponsesRequest
 
 
 class ServingPort(Protocol):
@@ -61,7 +69,7 @@ class ServingPort(Protocol):
         """Whether the model reads OpenAI-harmony messages (author/channel: gpt-oss only)."""
         ...
 
-    def temperature_of(self, request: ChatCompletionRequest | CompletionRequest) -> float:
+    def temperature_of(self, request: SampledRequest) -> float:
         """The temperature the backend will sample this request at (its default filled in)."""
         ...
 
@@ -79,6 +87,13 @@ class ServingPort(Protocol):
         self, request: CompletionRequest, *, k: int, gateway_id: str, cap: int | None = None
     ) -> CompletionResult:
         """Answer a completion request at depth k under the gateway's id."""
+        ...
+
+    async def responses(
+        self, request: ResponsesRequest, *, k: int, gateway_id: str, cap: int | None = None
+    ) -> ResponsesResult:
+        """Answer a Responses API request at depth k under the gateway's id; the answer's
+        id is `resp_<gateway id>`, its one engine request `resp_<gateway id>_0`."""
         ...
 
     async def models(self) -> ModelList:

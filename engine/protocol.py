@@ -29,6 +29,16 @@ from vllm.entrypoints.openai.completion.protocol import (
     CompletionResponseStreamChoice,
     CompletionStreamResponse,
 )
+from vllm.entrypoints.openai.responses.protocol import (
+    InputTokensDetails,
+    OutputTokensDetails,
+    ResponseCompletedEvent,
+    ResponseCreatedEvent,
+    ResponseInProgressEvent,
+    ResponsesRequest,
+    ResponsesResponse,
+    ResponseUsage,
+)
 from vllm.entrypoints.serve.engine.protocol import (
     ErrorInfo,
     ErrorResponse,
@@ -59,9 +69,17 @@ __all__ = [
     "ErrorInfo",
     "ErrorResponse",
     "FunctionCall",
+    "InputTokensDetails",
     "ModelCard",
     "ModelList",
+    "OutputTokensDetails",
     "PromptTokenUsageInfo",
+    "ResponseCompletedEvent",
+    "ResponseCreatedEvent",
+    "ResponseInProgressEvent",
+    "ResponseUsage",
+    "ResponsesRequest",
+    "ResponsesResponse",
     "ToolCall",
     "UsageInfo",
 ]

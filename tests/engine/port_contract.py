@@ -25,6 +25,8 @@ from engine.protocol import (
     CompletionRequest,
     CompletionResponse,
     ErrorResponse,
+    ResponsesRequest,
+    ResponsesResponse,
 )
 
 MESSAGES = [{"role": "user", "content": "Name three rivers of Europe."}]
@@ -131,6 +133,45 @@ async def completion_reply_and_stream_agree(h: PortHarness) -> None:
     assert chunks[-1]["usage"]["completion_tokens"] == reply.usage.completion_tokens
 
 
+def _responses(port: ServingPort, **body: Any) -> ResponsesRequest:
+    fields = {"model": port.served_model_name, "input": MESSAGES, "temperature": 0, **body}
+    return ResponsesRequest.model_validate(fields)
+
+
+async def responses_reply_and_stream_agree(h: PortHarness) -> None:
+    """A Responses answer under `resp_<gateway id>` with its outcome at depth k; its
+    stream is vLLM's typed events, numbered, ending in `response.completed`."""
+    gid = _gid()
+    reply = await h.port.responses(_responses(h.port, max_output_tokens=10), k=1, gateway_id=gid)
+    assert isinstance(reply, ResponsesResponse), reply
+    assert reply.id == f"resp_{gid}"
+    assert reply.status in {"completed", "incomplete"}
+    assert reply.usage is not None
+    assert reply.usage.output_tokens == h.outcomes[gid].output_tokens <= 10
+    assert h.outcomes[gid].speculation.k == 1
+    (message,) = reply.output
+    text = message.content[0].text  # type: ignore[union-attr, index]
+    sid = _gid()
+    stream = await h.port.responses(
+        _responses(h.port, max_output_tokens=10, stream=True), k=1, gateway_id=sid
+    )
+    assert not isinstance(stream, ResponsesResponse | ErrorResponse)
+    events = []
+    async for line in stream:
+        kind, data = line.removesuffix("\n\n").split("\n", 1)
+        event = json.loads(data.removeprefix("data: "))
+        assert kind == f"event: {event['type']}"
+        events.append(event)
+    assert [e["type"] for e in events[:2]] == ["response.created", "response.in_progress"]
+    assert events[-1]["type"] == "response.completed"
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    deltas = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
+    assert deltas == text
+    final = events[-1]["response"]
+    assert final["id"] == f"resp_{sid}"
+    assert final["usage"]["output_tokens"] == h.outcomes[sid].output_tokens
+
+
 async def k_zero_drafts_nothing_and_k_is_clamped_to_the_maximum(h: PortHarness) -> None:
     low, high = _gid(), _gid()
     await h.port.completion(_completion(h.port, max_tokens=6), k=0, gateway_id=low)
@@ -191,6 +232,7 @@ PORT_CONTRACT: dict[str, Callable[[PortHarness], Awaitable[None]]] = {
         chat_reply_carries_usage_and_its_outcome,
         chat_stream_is_openai_sse_and_says_what_the_reply_says,
         completion_reply_and_stream_agree,
+        responses_reply_and_stream_agree,
         k_zero_drafts_nothing_and_k_is_clamped_to_the_maximum,
         a_cap_is_taken_with_the_request,
         an_unknown_model_is_a_404_error_response,

@@ -1,0 +1,124 @@
+"""Relays a Responses API event stream under the nothing-lost contract.
+
+As for chat (`gateway.streaming.relay`), every stream ends in exactly one terminal
+state: vLLM's `response.completed` event, whose `response` gains the `speculation`
+object (OpenAI's clients keep a field they do not know: `Response.model_extra`), or
+one `error` event in OpenAI's shape (`ResponseErrorEvent`; its `code` is the
+gateway's error label), so no client takes a cut stream for an answer. A Responses
+stream has no `[DONE]`: `response.completed` is its end.
+
+Errors: the engine's `error` or `response.failed` event; no event for
+`idle_timeout_s` (`stream_stalled`); a stream that stops before `response.completed`;
+and an engine abort (drain deadline), which vLLM's non-harmony path also ends with
+`response.completed`, told apart by the request's outcome (`aborted`). Closing this
+generator closes vLLM's, which aborts the engine request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from engine.responses_wire import CLIENT_FAULT, error_sse
+from gateway.errors import ErrorKind, GatewayError
+from gateway.streaming import IdleWatch, StreamEnd
+
+_COMPLETED = "event: response.completed\n"
+_FAILED = ("event: error\n", "event: response.failed\n")
+#: Events sent before the engine produced anything: not the first answer chunk.
+_OPENING = ("event: response.created\n", "event: response.in_progress\n")
+_DATA = "\ndata: "
+
+
+def _payload(event: str) -> dict[str, Any]:
+    return dict(json.loads(event[event.index(_DATA) + len(_DATA) :]))
+
+
+def engine_error(event: str) -> GatewayError:
+    """The engine's `error` (or `response.failed`) event as a gateway error."""
+    try:
+        payload = _payload(event)
+        failed = payload.get("response", {}).get("error") or {}
+        code = payload.get("code", failed.get("code"))
+        message = str(payload.get("message") or failed.get("message") or "engine error")
+    except (ValueError, AttributeError):
+        code, message = None, "engine error"
+    kind = ErrorKind.INVALID_REQUEST if code == CLIENT_FAULT else ErrorKind.ENGINE_ERROR
+    return GatewayError(kind, message)
+
+
+def error_event(error: GatewayError, sequence_number: int) -> str:
+    """The gateway's in-stream error, in OpenAI's `error` event shape."""
+    return error_sse(
+        error.message, code=error.kind.label, sequence_number=sequence_number, param=error.param
+    )
+
+
+def with_speculation(event: str, speculation: dict[str, Any]) -> str:
+    """`response.completed` with the speculation object on its `response`."""
+    payload = _payload(event)
+    payload["response"]["speculation"] = speculation
+    data = json.dumps(payload, separators=(",", ":"))
+    return f"{_COMPLETED}data: {data}\n\n"
+
+
+async def relay_events(
+    source: AsyncIterator[str],
+    *,
+    idle_timeout_s: float,
+    speculation: Callable[[], Awaitable[dict[str, Any]]],
+    aborted: Callable[[], bool],
+    on_end: Callable[[StreamEnd], Awaitable[None]],
+) -> AsyncGenerator[str, None]:
+    """`aborted` is asked after `speculation` (which waits for the request's outcome)."""
+    end = StreamEnd()
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    sent = 0
+    iterator = aiter(source)
+    watch = IdleWatch(idle_timeout_s)
+    try:
+        while True:
+            watch.wait_starts()
+            try:
+                event = await anext(iterator)
+            except StopAsyncIteration:
+                break
+            except asyncio.CancelledError:
+                if not watch.absorb():
+                    raise
+                message = f"No progress for {idle_timeout_s:g} s; the request was aborted."
+                end.status, end.error = "error", GatewayError(ErrorKind.STREAM_STALLED, message)
+                yield error_event(end.error, sent)
+                return
+            finally:
+                watch.waiting = False
+            if end.first_chunk_s is None and not event.startswith(_OPENING):
+                end.first_chunk_s = loop.time() - started
+            if event.startswith(_FAILED):
+                end.status, end.error = "error", engine_error(event)
+                yield error_event(end.error, sent)
+                return
+            if event.startswith(_COMPLETED):
+                spec = await speculation()
+                if aborted():
+                    message = "The request was aborted before it finished."
+                    end.status, end.error = "error", GatewayError(ErrorKind.ENGINE_ERROR, message)
+                    yield error_event(end.error, sent)
+                    return
+                end.status = "complete"
+                yield with_speculation(event, spec)
+                return
+            yield event
+            sent += 1
+        message = "The engine ended the stream without finishing the answer."
+        end.status, end.error = "error", GatewayError(ErrorKind.ENGINE_ERROR, message)
+        yield error_event(end.error, sent)
+    finally:
+        watch.stop()
+        closer = getattr(iterator, "aclose", None)
+        if closer is not None:
+            await closer()
+        await on_end(end)
