@@ -9,6 +9,9 @@ from typing import Any
 
 import openai
 import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from engine.fake_responses import responses_prompt
 from engine.protocol import ResponsesRequest
@@ -66,6 +69,31 @@ async def test_a_plain_response_with_headers_and_speculation(gateway: InProcessG
     assert response.usage.output_tokens == 12
     assert response.model_extra is not None
     check_speculation(response.model_extra["speculation"], k, label)
+
+
+async def test_its_inference_span_is_a_chat_span_with_its_sampling(
+    gateway: InProcessGateway,
+) -> None:
+    """OpenTelemetry's GenAI conventions have no Responses operation: it is `chat`, with
+    `max_output_tokens` as the request's max tokens."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    gateway.runtime.service.trace_with(provider.get_tracer("test"))
+    response = await gateway.client().responses.create(
+        model=MODEL, input=QUESTION, max_output_tokens=6, temperature=0.0, top_p=0.5
+    )
+    (span,) = exporter.get_finished_spans()
+    attrs = dict(span.attributes or {})
+    assert span.name == f"chat {MODEL}"
+    assert attrs["gen_ai.operation.name"] == "chat"
+    assert attrs["gen_ai.response.id"] == response.id
+    assert attrs["gen_ai.request.max_tokens"] == 6
+    assert attrs["gen_ai.request.temperature"] == 0.0
+    assert attrs["gen_ai.request.top_p"] == 0.5
+    assert attrs["gen_ai.usage.output_tokens"] == 6
+    assert attrs["specgw.k"] == response.model_extra["speculation"]["k"]  # type: ignore[index]
+    provider.shutdown()
 
 
 async def test_it_is_classified_as_the_chat_request_it_renders_to(
