@@ -133,8 +133,9 @@ class KeyLimiter:
 
     # ---- lifecycle --------------------------------------------------------------------
     async def start(self) -> None:
-        """One bounded ping (and script load); an unreachable Redis starts the probe."""
-        if self._redis is None or self._check_script is None:
+        """Load the scripts (bounded); an unreachable Redis starts the probe. Nothing to
+        do where no key has a limit."""
+        if self._redis is None or not self._any_limit:
             return
         try:
             await self._redis.script_load(scripts.CHECK)

@@ -205,3 +205,26 @@ async def test_keys_without_limits_take_no_round_trip(redis_server: RedisServer)
         assert redis_server.command_calls().get("evalsha", 0) == before
     finally:
         await one.close()
+
+
+async def test_one_round_trip_per_check(redis_server: RedisServer) -> None:
+    """A check is one EVALSHA; with no token or concurrency limit nothing else follows."""
+    tenants = directory(KeyPolicy(requests_per_minute=100))
+    one = limiter(tenants, redis_server.url)
+    await one.start()
+    a = tenant(tenants, KEY_A)
+    try:
+        await one.admit(a, 1)  # the pool's connection is open from here on
+        before = redis_server.command_calls()
+        for _ in range(5):
+            one.settle(await one.admit(a, 1), 1)
+        await one.settled()
+        after = redis_server.command_calls()
+    finally:
+        await one.close()
+    calls = {name: after[name] - before.get(name, 0) for name in after}
+    calls = {name: n for name, n in calls.items() if n}
+    assert calls.pop("evalsha") == 5
+    # What remains ran inside the script (commandstats counts those too), or is the
+    # stats client's own connection (hello, info).
+    assert set(calls) <= {"time", "get", "set", "hello", "info"}, calls

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import pytest
 import redis.exceptions
 from pydantic import SecretStr
 
+from gateway.auth import digest
 from gateway.settings import GatewaySettings
 from gateway.state.connection import RedisConnection
 from tests.tenants.limits import KEY_A
@@ -19,6 +21,7 @@ from tests.unit.conftest import serve_in_process
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 PASSWORD = "s3cret-Redis-pw"
+ADMIN = "sk-tenant-admin"
 
 
 @pytest.fixture(scope="module")
@@ -148,7 +151,8 @@ def test_inconsistent_settings_are_refused_at_start(
 
 
 async def test_the_gateway_on_an_acl_user_over_tls(acl_tls: SecureRedis, pki: Pki) -> None:
-    """Flags, class state and rate limits all reach a TLS Redis as a least-privilege user."""
+    """Flag overrides (the admin API), class state and rate limits all reach a TLS Redis as
+    a least-privilege user."""
     config = settings(
         {"default": {"requests_per_minute": 3}},
         redis_url=acl_tls.url,
@@ -158,15 +162,23 @@ async def test_the_gateway_on_an_acl_user_over_tls(acl_tls: SecureRedis, pki: Pk
         redis_tls_cert_file=pki.client_cert,
         redis_tls_key_file=pki.client_key,
     )
+    config = config.model_copy(update={"admin_keys": [digest(ADMIN)]})
     async with serve_in_process(config) as gw:
         for _ in range(3):
             await chat(gw, KEY_A)
+        pinned = await gw.http.put("/admin/flags/pin-k", json={"value": 1}, headers=gw.auth(ADMIN))
+        assert pinned.status_code == 200, pinned.text
+        with acl_tls.client() as admin:
+            for _ in range(100):  # the class store flushes every 0.5 s
+                if list(admin.scan_iter(match="specgw:*:class:*")):
+                    break
+                await asyncio.sleep(0.05)
+            assert list(admin.scan_iter(match="specgw:*:rl:*:requests"))
+            assert list(admin.scan_iter(match="specgw:*:class:*"))
         ready = (await gw.http.get("/ready")).json()["detail"]
         assert ready["ratelimit"] == "cluster"
         assert ready["redis"] == "ok"
         assert ready["flags_redis"] == "ok"
-    with acl_tls.client() as admin:
-        assert list(admin.scan_iter(match="specgw:*:rl:*:requests"))
 
 
 async def test_the_gateway_on_requirepass(requirepass: SecureRedis) -> None:
