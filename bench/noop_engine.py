@@ -207,7 +207,7 @@ def main() -> None:
     parser.add_argument("--direct-n", type=int, default=500)
     args = parser.parse_args()
 
-    settings = GatewaySettings.load(None, host="127.0.0.1", port=args.port, log_level="warning")
+    settings = GatewaySettings(host="127.0.0.1", port=args.port, log_level="warning")
 
     async def on_ready(noop: Any, tokenizer: Any) -> None:
         engine = await time_direct(noop, tokenizer, args.direct_n)
@@ -216,7 +216,7 @@ def main() -> None:
         )
         args.direct_out.write_text(json.dumps({"engine": engine, "serving": serving}))
 
-    engine_settings = EngineSettings.load(None, model=args.model, max_depth=0)
+    engine_settings = EngineSettings(model=args.model, max_depth=0)
     app = create_app(settings, noop_runtime_factory(engine_settings, on_ready))
     uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False)
 

@@ -1,5 +1,8 @@
 """Typed settings of the embedded engine, read once at start (env `SPECGW_ENGINE_*`).
 
+The `engine:` section of the gateway's settings (`gateway.config`), which resolves it
+from flags, the environment and the YAML file; an unknown key is an error.
+
 Nothing here touches the process environment at import: `kv_cache_gib` becomes
 `VLLM_CPU_KVCACHE_SPACE` only inside `VLLMEngine.started`, just before vLLM reads it.
 """
@@ -9,7 +12,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
@@ -17,11 +19,10 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 class EngineSettings(BaseSettings):
     """Target, drafter, maximum speculation depth K and the vLLM knobs that matter here."""
 
-    model_config = SettingsConfigDict(env_prefix="SPECGW_ENGINE_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="SPECGW_ENGINE_", extra="forbid")
 
-    backend: str = Field(
+    backend: Literal["vllm", "fake"] = Field(
         "vllm",
-        min_length=1,
         description="Engine backend, by name (`gateway.backends.BACKENDS`): `vllm`, the "
         "embedded vLLM engine; `fake`, a scripted engine with no model (the in-process test "
         "tier, trials of the gateway).",
@@ -133,22 +134,6 @@ class EngineSettings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         return (init_settings, env_settings, file_secret_settings)
-
-    @classmethod
-    def load(cls, config_file: Path | None = None, **overrides: Any) -> EngineSettings:
-        """CLI flags > environment > the YAML file's `engine:` section > defaults."""
-        from_file: dict[str, Any] = {}
-        if config_file is not None:
-            loaded = yaml.safe_load(config_file.read_text(encoding="utf-8")) or {}
-            section = loaded.get("engine", {}) if isinstance(loaded, dict) else None
-            if not isinstance(section, dict):
-                raise ValueError(f"{config_file}: `engine` must be a mapping")
-            from_file = dict(section)
-        from_env = cls()
-        merged = dict(from_file)
-        merged.update({name: getattr(from_env, name) for name in from_env.model_fields_set})
-        merged.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**merged)
 
     def resolved_models(self) -> tuple[Path, Path | None]:
         """(target, drafter or None), with the embedded default model filled in."""

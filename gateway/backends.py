@@ -9,8 +9,9 @@
 Both build the same control plane (`gateway.runtime._control_plane`) and the same
 engine supervision; only the engine and the port differ. The setting is
 `engine.backend` (`SPECGW_ENGINE_BACKEND`, `spec-gateway serve --backend`). A new
-backend is a factory with `real_runtime_factory`'s signature and one line in
-`BACKENDS`.
+backend is a factory with `real_runtime_factory`'s signature, one line in
+`BACKENDS` and its name in `EngineSettings.backend` (checked as settings are read;
+tests/unit/test_backends.py keeps the two in step).
 """
 
 from __future__ import annotations

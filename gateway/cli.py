@@ -1,19 +1,25 @@
 """`spec-gateway`: serve, hash keys, build/measure the embedded model, admin commands.
 
-Options resolve as: flags > environment (`SPECGW_*`, `SPECGW_ENGINE_*`) > the
-YAML file given with `--config` > defaults. Every option's help text is the
-docstring of its settings field.
+Settings resolve as: flags > environment (`SPECGW_*`, `SPECGW_<SECTION>_*`) > the YAML
+file given with `--config` > defaults (`gateway.config`); an unknown key or a value out
+of bounds stops `serve` before anything starts, with one line naming the key. Every
+setting's help text is the description of its settings field.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape as rich_escape
 
 from gateway.auth import digest
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+    from gateway.config import ServeSettings
 
 app = typer.Typer(
     help="spec-gateway: an OpenAI-compatible gateway that sets the speculative-decoding "
@@ -25,41 +31,86 @@ keys_app = typer.Typer(help="API key helpers.", no_args_is_help=True)
 app.add_typer(keys_app, name="keys")
 
 
-def _settings_epilog() -> str:
-    """Every setting, with its default and description, for `serve --help`.
+def _version(value: bool) -> None:
+    """`--version`: this package's version and the installed vLLM's, read from the
+    installed distributions' metadata (vLLM is not imported: that takes seconds)."""
+    if not value:
+        return
+    from importlib import metadata
 
-    The flags above cover the common ones; the rest come from the environment or
-    the YAML file. Read from the settings models' fields, not from the environment.
+    from engine.compat import VLLMCompatError, installed_vllm_version
+
+    try:
+        own = metadata.version("spec-gateway")
+    except metadata.PackageNotFoundError:
+        own = "unknown (not installed)"
+    try:
+        vllm = f"vLLM {installed_vllm_version()}"
+    except VLLMCompatError:
+        vllm = "vLLM not installed"
+    typer.echo(f"spec-gateway {own}, {vllm}")
+    raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            is_eager=True,
+            callback=_version,
+            help="Print the versions of spec-gateway and of the installed vLLM, and exit.",
+        ),
+    ] = False,
+) -> None:
+    pass
+
+
+def _settings_epilog() -> str:
+    """Every setting: YAML key, flag, environment variables, default, description.
+
+    Read from the settings models' fields (`gateway.config.setting_docs`), not from the
+    environment.
     """
-    from engine.settings import EngineSettings
-    from gateway.control.settings import ControllerSettings
-    from gateway.flags.settings import FlagSettings
-    from gateway.settings import GatewaySettings
-    from gateway.state.settings import ClassStateSettings
+    from gateway.config import setting_docs
 
     lines = [
-        "All settings, by environment variable. The gateway's (SPECGW_*) and the engine's "
-        "(SPECGW_ENGINE_*, under `engine:`) are also read from --config, keyed by field name."
+        "Every setting, as a YAML key (--config), a flag and environment variables "
+        "(the first listed wins). Precedence: flags > environment > YAML file > defaults; "
+        "an unknown key is an error. Nested blocks (tenants) take JSON in the environment."
     ]
-    seen: set[str] = set()
-    models = (GatewaySettings, EngineSettings, ControllerSettings, ClassStateSettings, FlagSettings)
-    for model in models:
-        prefix = str(model.model_config.get("env_prefix", ""))
-        for name, info in model.model_fields.items():
-            env = f"{prefix}{name}".upper()
-            if env not in seen:
-                seen.add(env)
-                default = info.get_default(call_default_factory=True)
-                lines.append(f"{env} (default {default!r}): {info.description}")
+    for doc in setting_docs():
+        names = ", ".join(doc.env)
+        lines.append(f"{doc.key}: {doc.flag}, {names} (default {doc.default!r}). {doc.description}")
     return rich_escape("\n\n".join(lines))
 
 
-@app.command(epilog=_settings_epilog())
+#: `serve` option -> the setting flag it is short for.
+_SHORT_FLAGS = {
+    "host": "--host",
+    "port": "--port",
+    "config": "--config-file",
+    "model": "--engine.model",
+    "drafter": "--engine.drafter",
+    "max_depth": "--engine.max-depth",
+    "default_k": "--control.default-k",
+    "log_level": "--log-level",
+    "backend": "--engine.backend",
+}
+
+
+@app.command(
+    epilog=_settings_epilog(),
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+)
 def serve(
+    ctx: typer.Context,
     host: Annotated[str | None, typer.Option(help="Address to bind.")] = None,
     port: Annotated[int | None, typer.Option(help="Port to bind.")] = None,
     config: Annotated[
-        Path | None, typer.Option(help="YAML config file (gateway keys; `engine:` section).")
+        Path | None,
+        typer.Option(help="YAML settings file: gateway keys, then engine:, control:, ..."),
     ] = None,
     model: Annotated[
         Path | None,
@@ -82,35 +133,70 @@ def serve(
     backend: Annotated[
         str | None, typer.Option(help="Engine backend: vllm (default) or fake (no model).")
     ] = None,
+    check_config: Annotated[
+        bool,
+        typer.Option(
+            "--check-config",
+            help="Validate the settings, print them resolved as YAML (secrets redacted) and "
+            "exit; no engine, no model, no port.",
+        ),
+    ] = False,
 ) -> None:
-    """Start the gateway with its embedded vLLM engine (or the backend `--backend` names)."""
+    """Start the gateway with its embedded vLLM engine (or the backend `--backend` names).
 
-    from engine.settings import EngineSettings
-    from gateway.app import create_app
-    from gateway.backends import runtime_factory
-    from gateway.control.settings import ControllerSettings
+    Any setting has a flag of its own too (listed below): `--max-running 8`,
+    `--engine.max-depth 2`, `--control.hysteresis 0.1`. The options above are short
+    forms of some of them; given twice, the last one wins.
+    """
+    short = {"host": host, "port": port, "config": config, "model": model}
+    short |= {"drafter": drafter, "max_depth": max_depth, "default_k": default_k}
+    short |= {"log_level": log_level, "backend": backend}
+    args = list(ctx.args)
+    for name, value in short.items():
+        if value is not None:
+            args += [_SHORT_FLAGS[name], str(value)]
+    settings = _settings_or_exit(args)
+    if check_config:
+        from gateway.config import resolved_yaml
+
+        typer.echo(resolved_yaml(settings), nl=False)
+        return
+
     from gateway.observability.logs import configure_logging
     from gateway.server import DrainingServer, server_config
-    from gateway.settings import GatewaySettings
 
-    settings = GatewaySettings.load(config, host=host, port=port, log_level=log_level)
-    controller_settings = (
-        ControllerSettings(default_k=default_k) if default_k is not None else ControllerSettings()
-    )
-    engine_settings = EngineSettings.load(
-        config, model=model, drafter=drafter, max_depth=max_depth, backend=backend
-    )
     configure_logging(settings.log_level)
-    if engine_settings.backend == "vllm":
-        _preflight_or_exit(engine_settings)
+    if settings.engine.backend == "vllm":
+        _preflight_or_exit(settings.engine)
     try:
-        application = create_app(settings, runtime_factory(engine_settings, controller_settings))
+        application = build_app(settings)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
     server = DrainingServer(server_config(application, settings), application)
     server.run()
     if server.fatal:
         raise SystemExit(3)
+
+
+def build_app(settings: ServeSettings) -> FastAPI:
+    """The app `serve` runs: the backend, engine and controller its settings name."""
+    from gateway.app import create_app
+    from gateway.backends import runtime_factory
+
+    return create_app(settings, runtime_factory(settings.engine, settings.control))
+
+
+def _settings_or_exit(args: list[str]) -> ServeSettings:
+    """The resolved settings, or each mistake on one line (`spec-gateway: config: KEY: ...`)
+    and exit 2, before anything is imported that takes time or starts."""
+    from gateway.config import ConfigError, resolve
+
+    try:
+        return resolve(args)
+    except ConfigError as exc:
+        for line in exc.lines:
+            typer.echo(f"spec-gateway: config: {line}", err=True)
+        raise SystemExit(2) from None
 
 
 def _preflight_or_exit(engine_settings: Any) -> None:

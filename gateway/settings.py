@@ -212,8 +212,8 @@ class GatewaySettings(BaseSettings):
         if isinstance(data, dict):
             for section, keys in cls.SHARED_KEYS.items():
                 given = data.get(section)
-                for key in keys if isinstance(given, dict) else ():
-                    if key in given:
+                for key in keys:
+                    if isinstance(given, dict) and key in given:
                         raise ValueError(f"{section}.{key}: set it once, at the top level")
         return data
 

@@ -12,6 +12,9 @@ says to mark it `engine`, instead of quietly making the fast tier slow:
 
 Other processes (redis-server, promtool, helm's renderer) are the unit tier's own.
 Importing vLLM is allowed (its protocol models, its scheduler driven step by step).
+`serve --check-config` serves nothing (it validates, prints, exits) and is allowed; a
+`serve` that must refuse its settings and exit before it starts anything runs inside
+`settings_refusal()`, under the test's timeout.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from __future__ import annotations
 import multiprocessing.process
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -46,7 +50,24 @@ def _argv(args: Any) -> list[str]:
 
 def _server_command(argv: list[str]) -> bool:
     words = [w.rsplit("/", 1)[-1] for w in argv]
+    if "--check-config" in words or _refusal_expected:
+        return False
     return any(a in words and b in words for a, b in _SERVERS)
+
+
+_refusal_expected = False
+
+
+@contextmanager
+def settings_refusal() -> Iterator[None]:
+    """Allow `serve` processes that must refuse their settings and exit at once: the test
+    bounds each with a timeout, so one that went on to start would fail it."""
+    global _refusal_expected
+    _refusal_expected = True
+    try:
+        yield
+    finally:
+        _refusal_expected = False
 
 
 def _audit(event: str, args: tuple[Any, ...]) -> None:

@@ -18,7 +18,7 @@ from gateway.control.policies import POLICIES
 class ControllerSettings(BaseSettings):
     """Classification bounds, estimator windows, decision and drift parameters."""
 
-    model_config = SettingsConfigDict(env_prefix="SPECGW_CONTROL_", extra="ignore", frozen=True)
+    model_config = SettingsConfigDict(env_prefix="SPECGW_CONTROL_", extra="forbid", frozen=True)
 
     # ---- classes ----------------------------------------------------------------------
     max_classes: int = Field(

@@ -11,7 +11,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 class FlagSettings(BaseSettings):
     """Where flags come from and how fast a change reaches this replica."""
 
-    model_config = SettingsConfigDict(env_prefix="SPECGW_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="SPECGW_", extra="forbid")
 
     flags_dir: Path | None = Field(
         None,

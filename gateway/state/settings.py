@@ -14,7 +14,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 class ClassStateSettings(BaseSettings):
     """Where and how often a replica syncs its per-class statistics with Redis."""
 
-    model_config = SettingsConfigDict(env_prefix="SPECGW_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="SPECGW_", extra="forbid")
 
     redis_url: str = Field(
         "redis://127.0.0.1:6379/0",

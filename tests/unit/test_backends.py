@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, get_args
 
 import pytest
+from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from engine.fake_frontend import FakeFrontend
 from engine.settings import EngineSettings
 from gateway.backends import BACKENDS, fake_runtime_factory, runtime_factory
 from gateway.cli import app
+from gateway.config import resolve
 from gateway.runtime import real_runtime_factory
 from tests.unit.conftest import QUICK_START, gateway_settings
 
@@ -21,9 +24,18 @@ def test_the_registry_names_both_backends() -> None:
     assert {"vllm": real_runtime_factory, "fake": fake_runtime_factory} == BACKENDS
 
 
+def test_the_setting_names_exactly_the_registered_backends() -> None:
+    """`engine.backend` is validated as settings are read: its names are the registry's."""
+    assert set(get_args(EngineSettings.model_fields["backend"].annotation)) == set(BACKENDS)
+    with pytest.raises(ValidationError, match="'vllm' or 'fake'"):
+        EngineSettings(backend="sglang")
+
+
 def test_an_unknown_backend_names_the_known_ones() -> None:
+    fields: dict[str, Any] = {"backend": "sglang"}
+    unchecked = EngineSettings.model_construct(**fields)  # past the settings' check
     with pytest.raises(ValueError, match="unknown engine backend 'sglang'") as caught:
-        runtime_factory(EngineSettings(backend="sglang"))
+        runtime_factory(unchecked)
     assert "fake, vllm" in str(caught.value)
 
 
@@ -34,18 +46,17 @@ def test_the_backend_comes_from_env_yaml_or_flag(
     config = tmp_path / "gateway.yaml"
     config.write_text("engine:\n  backend: fake\n")
     monkeypatch.delenv("SPECGW_ENGINE_BACKEND", raising=False)
-    assert EngineSettings.load(config).backend == "fake"
+    assert resolve(config_file=config).engine.backend == "fake"
     monkeypatch.setenv("SPECGW_ENGINE_BACKEND", "vllm")
-    assert EngineSettings.load(config).backend == "vllm"
-    assert EngineSettings.load(config, backend="fake").backend == "fake"
+    assert resolve(config_file=config).engine.backend == "vllm"
+    assert resolve(["--engine.backend", "fake"], config).engine.backend == "fake"
 
 
 def test_serve_refuses_an_unknown_backend_before_starting(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SPECGW_ENGINE_BACKEND", raising=False)
     result = CliRunner().invoke(app, ["serve", "--backend", "nope"], env={"COLUMNS": "200"})
     assert result.exit_code == 2, result.output
-    assert "unknown engine backend 'nope'" in result.output
-    assert "fake, vllm" in result.output
+    assert "engine.backend: Input should be 'vllm' or 'fake' (got 'nope')" in result.output
 
 
 async def test_the_fake_backend_builds_the_production_runtime() -> None:

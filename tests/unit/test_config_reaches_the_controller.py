@@ -1,0 +1,61 @@
+"""Controller settings from the YAML file reach the running controller, seen through the
+admin API, on the app `spec-gateway serve` builds (`gateway.cli.build_app`) on the fake
+backend, in process."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from gateway.auth import digest
+from gateway.cli import build_app
+from gateway.config import resolve
+from gateway.control.settings import ControllerSettings
+from tests.unit.conftest import (
+    ADMIN_KEY,
+    BASE_URL,
+    MESSAGES,
+    MODEL,
+    USER_KEY,
+    InProcessGateway,
+)
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+
+async def test_a_controller_setting_from_yaml_reaches_the_admin_api(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in [n for n in os.environ if n.startswith("SPECGW_")]:
+        monkeypatch.delenv(name)
+    config = tmp_path / "gateway.yaml"
+    control: dict[str, Any] = {"default_k": 1, "exploration_share": 0.0}
+    control |= {"calibrate_batches": [1, 2], "calibrate_tokens": 8}
+    tree = {
+        "api_keys": [digest(USER_KEY)],
+        "admin_keys": [digest(ADMIN_KEY)],
+        "engine": {"backend": "fake", "max_depth": 4},
+        "control": control,
+    }
+    config.write_text(yaml.safe_dump(tree), encoding="utf-8")
+    defaults = ControllerSettings()
+    assert (defaults.default_k, defaults.calibrate_batches) == (3, [1, 2, 4, 8, 16])
+
+    app = build_app(resolve(config_file=config))
+    admin = {"authorization": f"Bearer {ADMIN_KEY}"}
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=BASE_URL) as http,
+    ):
+        costs = (await http.get("/admin/costs", headers=admin)).json()
+        assert {p["batch"] for p in costs["calibration"]} == {1, 2}
+        chat = InProcessGateway(app, http).client(USER_KEY).chat.completions.with_raw_response
+        reply = await chat.create(model=MODEL, messages=MESSAGES, max_tokens=4)  # type: ignore[arg-type]
+        assert reply.headers["x-specgw-k"] == "1"  # a new class starts at control.default_k
+        (row,) = (await http.get("/admin/classes", headers=admin)).json()["data"]
+        assert (row["k"], row["samples"]) == (1, 1)
