@@ -1,4 +1,5 @@
-"""Copy the Prometheus rules, Grafana dashboards and default flags into the Helm chart.
+"""Copy the Prometheus rules, Grafana dashboards and default flags into the Helm chart,
+and the settings file's schema into its values schema.
 
 Helm's `.Files` reaches only files inside the chart directory, so the chart carries copies
 under `helm/spec-gateway/files/`. The sources stay where their owners keep them:
@@ -6,6 +7,8 @@ under `helm/spec-gateway/files/`. The sources stay where their owners keep them:
     deploy/prometheus/rules.yml   -> files/prometheus/rules.yml      (byte copy)
     grafana/dashboards/*.json     -> files/dashboards/*.json         (byte copies)
     gateway.flags.document        -> files/flags/flags.json          (generated from code)
+    gateway.config.chart_schema   -> values.schema.json, at gateway.config (generated; the
+                                     rest of the file is the chart's own and kept as is)
 
 Run `python deploy/sync_chart_assets.py` after changing a source, and
 `python deploy/sync_chart_assets.py --check` in CI (exit 1 when the chart is stale);
@@ -23,6 +26,9 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 CHART_FILES = Path("helm/spec-gateway/files")
 RULES_SOURCE = Path("deploy/prometheus/rules.yml")
 DASHBOARDS_SOURCE = Path("grafana/dashboards")
+VALUES_SCHEMA = Path("helm/spec-gateway/values.schema.json")
+#: Where the settings file's schema sits in the values schema.
+CONFIG_SCHEMA_PATH = ("properties", "gateway", "properties", "config")
 
 
 def flags_json() -> bytes:
@@ -30,6 +36,19 @@ def flags_json() -> bytes:
     from gateway.flags.document import flags_document
 
     return (json.dumps(flags_document(), indent=2) + "\n").encode("utf-8")
+
+
+def values_schema(path: Path) -> bytes:
+    """The chart's values schema with `gateway.config` replaced by the settings' schema
+    (`gateway.config.chart_schema`), written as the file is: JSON, indent 2."""
+    from gateway.config import chart_schema
+
+    schema = json.loads(path.read_text(encoding="utf-8"))
+    node = schema
+    for key in CONFIG_SCHEMA_PATH[:-1]:
+        node = node[key]
+    node[CONFIG_SCHEMA_PATH[-1]] = chart_schema()
+    return (json.dumps(schema, indent=2) + "\n").encode("utf-8")
 
 
 def expected_assets(root: Path = REPO_ROOT) -> dict[Path, bytes]:
@@ -41,6 +60,8 @@ def expected_assets(root: Path = REPO_ROOT) -> dict[Path, bytes]:
         assets[files / "prometheus" / "rules.yml"] = rules.read_bytes()
     for dashboard in sorted((root / DASHBOARDS_SOURCE).glob("*.json")):
         assets[files / "dashboards" / dashboard.name] = dashboard.read_bytes()
+    if (root / VALUES_SCHEMA).is_file():
+        assets[root / VALUES_SCHEMA] = values_schema(root / VALUES_SCHEMA)
     return assets
 
 
