@@ -167,15 +167,16 @@ class FakeFrontend:
         if request.model and request.model != self.served_model_name:
             return not_found(request.model, self.served_model_name)
         prompt = self._completion_prompt(request)
+        # vLLM runs prompt i of a completion as engine request `cmpl-<id>-<i>`.
         job = self._job(
-            f"cmpl-{gateway_id}", prompt, request, request.max_tokens, k, gateway_id, cap
+            f"cmpl-{gateway_id}-0", prompt, request, request.max_tokens, k, gateway_id, cap
         )
         if _is_stream_request(request):
             return self._completion_stream(request, job)
         run = await self._run(job)
         choice = CompletionResponseChoice(index=0, text=run.text, finish_reason=run.finish)
         return CompletionResponse(
-            id=job.request_id,
+            id=f"cmpl-{gateway_id}",
             model=self.served_model_name,
             choices=[choice],
             usage=usage(self.count_tokens(prompt), run.tokens),
@@ -324,6 +325,7 @@ class FakeFrontend:
         self, request: CompletionRequest, job: GenerateRequest
     ) -> AsyncIterator[str]:
         created = int(time.time())
+        reply_id = job.request_id.removesuffix("-0")
         tokens = 0
         try:
             async with aclosing(self._engine.generate(job)) as chunks:
@@ -334,7 +336,7 @@ class FakeFrontend:
                         index=0, text=chunk.text_delta, logprobs=None, finish_reason=finish
                     )
                     reply = CompletionStreamResponse(
-                        id=job.request_id,
+                        id=reply_id,
                         object="text_completion",
                         created=created,
                         model=self.served_model_name,
@@ -343,7 +345,7 @@ class FakeFrontend:
                     yield sse(reply.model_dump_json(exclude_unset=True))
             if _include_usage(request):
                 last = CompletionStreamResponse(
-                    id=job.request_id,
+                    id=reply_id,
                     created=created,
                     model=self.served_model_name,
                     choices=[],

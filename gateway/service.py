@@ -357,6 +357,7 @@ class InferenceService:
             request,
             tenant=tenant,
             reserve=tokens + self._max_tokens(request.max_tokens),
+            engine_suffix="-0",  # vLLM runs prompt i of a completion as `cmpl-<id>-<i>`
         )
 
     def _max_tokens(self, asked: int | None) -> int:
