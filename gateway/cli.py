@@ -151,17 +151,19 @@ def serve(
     short = {"host": host, "port": port, "config": config, "model": model}
     short |= {"drafter": drafter, "max_depth": max_depth, "default_k": default_k}
     short |= {"log_level": log_level, "backend": backend}
-    args = list(ctx.args)
-    for name, value in short.items():
-        if value is not None:
-            args += [_SHORT_FLAGS[name], str(value)]
-    settings = _settings_or_exit(args)
+    spelt = [part for k, v in short.items() if v is not None for part in (_SHORT_FLAGS[k], str(v))]
+    settings = _settings_or_exit([*ctx.args, *spelt])
     if check_config:
         from gateway.config import resolved_yaml
 
         typer.echo(resolved_yaml(settings), nl=False)
-        return
+    else:
+        _run(settings)
 
+
+def _run(settings: ServeSettings) -> None:
+    """Preflight (vLLM backend), the app, the server until it drains; exit 3 when the
+    engine could not be kept alive."""
     from gateway.observability.logs import configure_logging
     from gateway.server import DrainingServer, server_config
 

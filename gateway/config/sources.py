@@ -62,7 +62,12 @@ def shared_keys(settings_cls: type[BaseSettings]) -> Mapping[str, tuple[str, ...
 
 
 class SectionedEnvSource(PydanticBaseSettingsSource):
-    """`SPECGW_*` for the top level, each section's own prefixes for its keys."""
+    """`SPECGW_*` for the top level, each section's own prefixes for its keys.
+
+    A section's model is a `BaseSettings` too and reads its own prefix again when it is
+    built, but only for keys no source gave it: the names it reads are among those read
+    here, so the two cannot disagree, and a file's value never beats the environment.
+    """
 
     def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
         return None, field_name, False  # __call__ reads whole models, not single fields
