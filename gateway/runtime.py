@@ -41,7 +41,8 @@ from gateway.observability.metrics import GatewayMetrics, render_metrics
 from gateway.observability.replica_metrics import BuildInfo
 from gateway.outcomes import OutcomeBoard
 from gateway.planner import FlagOverrides
-from gateway.service import InferenceService, Telemetry
+from gateway.replies import Telemetry
+from gateway.service import InferenceService
 from gateway.settings import GatewaySettings
 from gateway.state import RedisClassStore
 from gateway.state.connection import RedisConnection
@@ -164,9 +165,10 @@ def real_runtime_factory(
 
     @asynccontextmanager
     async def factory(settings: GatewaySettings) -> AsyncIterator[Runtime]:
-        from vllm import __version__ as vllm_version
-
+        from engine.compat import installed_vllm_version
         from engine.vllm_engine import VLLMEngine
+
+        vllm_version = installed_vllm_version()
 
         board = OutcomeBoard()
         target, _ = engine_settings.resolved_models()

@@ -9,9 +9,8 @@ out the outcome fed back to the controller and the telemetry.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 from opentelemetry.trace import Tracer
 
@@ -22,15 +21,25 @@ from engine.protocol import (
     CompletionRequest,
     ErrorResponse,
     ResponsesRequest,
-    ResponsesResponse,
 )
 from gateway import limits
 from gateway.admission import ANY_KEY, Admission
 from gateway.control.features import sampling_bucket
 from gateway.control.plane import ControlPlane, Plan, PlannedRequest
 from gateway.errors import ErrorKind, GatewayError, invalid
+from gateway.intake import approx_tokens, chat_view, from_vllm, plain_messages
 from gateway.observability.inference_span import UNTRACED, InferenceSpan, InferenceSpans
 from gateway.outcomes import OutcomeBoard
+from gateway.replies import (
+    ABORTED,
+    SAMPLED_NOT_EXACT,
+    Finished,
+    JsonReply,
+    StreamReply,
+    Telemetry,
+    json_body,
+    speculation_object,
+)
 from gateway.request_clock import RequestClock, stamp_arrival
 from gateway.responses_request import chat_reading, refuse_unserved, text_format_schema
 from gateway.responses_stream import relay_events
@@ -38,126 +47,6 @@ from gateway.settings import GatewaySettings
 from gateway.streaming import StreamEnd, relay
 from gateway.tenants import Grant, KeyLimiter, Tenant
 from gateway.tenants.directory import UNLIMITED_ANONYMOUS
-
-
-@dataclass(frozen=True, slots=True)
-class Finished:
-    """One request's end, as telemetry sees it (no prompt or completion text)."""
-
-    endpoint: str
-    plan: Plan
-    status: str
-    error: GatewayError | None
-    outcome: RequestOutcome | None
-    e2e_s: float
-    ttft_s: float | None
-    stream: bool
-    #: Arrival, admission wait and admission (`gateway.request_clock`).
-    clock: RequestClock | None = None
-
-
-#: The reason a sampled request runs at k = 0 on an engine with lossy sampled speculation.
-SAMPLED_NOT_EXACT = "sampled request: speculation is not lossless on this engine build"
-
-
-class Telemetry(Protocol):
-    def request_finished(self, finished: Finished) -> None: ...
-
-    def request_shed(self, endpoint: str, error: GatewayError) -> None: ...
-
-    def engine_step(self, filed: bool) -> None: ...
-
-
-@dataclass(slots=True)
-class JsonReply:
-    body: dict[str, Any]
-    headers: dict[str, str]
-
-
-@dataclass(slots=True)
-class StreamReply:
-    """An SSE stream plus an idempotent `finalize` the response must call when done."""
-
-    chunks: AsyncGenerator[str, None]
-    headers: dict[str, str]
-    finalize: Callable[[], Awaitable[None]] = field(repr=False)
-
-
-def speculation_object(plan: Plan, outcome: RequestOutcome | None) -> dict[str, Any]:
-    spec = outcome.speculation if outcome is not None else None
-    return {
-        "class": plan.label,
-        "k": plan.k,
-        "draft_tokens": spec.draft_tokens if spec else 0,
-        "accepted_tokens": spec.accepted_tokens if spec else 0,
-        "verify_steps": spec.verify_steps if spec else 0,
-        "acceptance_length": round(spec.acceptance_length, 4) if spec else 1.0,
-    }
-
-
-def _from_vllm(error: ErrorResponse) -> GatewayError:
-    code = int(error.error.code)
-    kind = {
-        400: ErrorKind.INVALID_REQUEST,
-        404: ErrorKind.NOT_FOUND,
-        413: ErrorKind.PAYLOAD_TOO_LARGE,
-        503: ErrorKind.NOT_READY,
-    }.get(code, ErrorKind.INVALID_REQUEST if 400 <= code < 500 else ErrorKind.ENGINE_ERROR)
-    return GatewayError(kind, error.error.message, param=error.error.param)
-
-
-def _plain_messages(messages: Iterable[Any], harmony: bool) -> list[dict[str, Any]]:
-    """The messages as JSON objects, for the input limits and classification.
-
-    vLLM's request model parses a message with `author` instead of `role` into an
-    OpenAI-harmony `Message` object, whichever the model; only a harmony model
-    (gpt-oss) can render one, so for any other it is a 400 here, not a crash later.
-    """
-    plain: list[dict[str, Any]] = []
-    for i, message in enumerate(messages):
-        if isinstance(message, dict):
-            plain.append(message)
-        elif not harmony:
-            raise invalid(
-                f"messages[{i}] is an OpenAI-harmony message (author/channel), which only "
-                "gpt-oss models take: send role and content",
-                param="messages",
-            )
-        else:
-            plain.append(message.model_dump(mode="json", exclude_none=True))
-    return plain
-
-
-def _chat_view(request: ChatCompletionRequest, messages: list[dict[str, Any]]) -> dict[str, Any]:
-    """Plain-data view of what classification looks at."""
-    tools = [t.model_dump(exclude_none=True) for t in request.tools] if request.tools else None
-    fmt = request.response_format
-    choice = request.tool_choice
-    return {
-        "messages": messages,
-        "tools": tools,
-        # A named choice is a model object; classification only needs to know it is named.
-        "tool_choice": choice if choice is None or isinstance(choice, str) else {"named": True},
-        "response_format": {"type": fmt.type} if fmt is not None else None,
-    }
-
-
-def _json_body(result: Any) -> dict[str, Any]:
-    """A reply as JSON: a Responses answer as vLLM's route writes it (by alias, nulls kept,
-    as OpenAI's API does); chat and completions without nulls."""
-    if isinstance(result, ResponsesResponse):
-        return result.model_dump(mode="json", by_alias=True)
-    body: dict[str, Any] = result.model_dump(exclude_none=True)
-    return body
-
-
-#: A request the engine aborted (drain deadline) is an error, never a finished answer.
-ABORTED = "The request was aborted before it finished."
-
-
-def _approx_tokens(chars: int) -> int:
-    """~4 characters per token: enough for the log-scale length buckets of classification."""
-    return max(1, chars // 4)
 
 
 class InferenceService:
@@ -245,7 +134,7 @@ class InferenceService:
         self, request: ChatCompletionRequest, tenant: Tenant = UNLIMITED_ANONYMOUS
     ) -> JsonReply | StreamReply:
         limits.reject_reserved_xargs(request.vllm_xargs, RESERVED_XARGS)
-        messages = _plain_messages(request.messages, self._frontend.harmony_messages)
+        messages = plain_messages(request.messages, self._frontend.harmony_messages)
         body = {
             "messages": messages,
             "stop": request.stop,
@@ -253,7 +142,7 @@ class InferenceService:
             "use_beam_search": request.use_beam_search,
         }
         limits.check_chat(body, self._settings)
-        view = _chat_view(request, messages)
+        view = chat_view(request, messages)
         if request.response_format is not None:
             limits.check_schema(
                 request.response_format.model_dump(exclude_none=True),
@@ -314,7 +203,7 @@ class InferenceService:
                 raise invalid(f"at most {self._settings.max_tools} tools", param="tools")
             limits.check_schema(view["tools"], "tools", self._settings)
         chars = sum(len(str(m.get("content") or "")) for m in messages)
-        tokens = _approx_tokens(chars)
+        tokens = approx_tokens(chars)
         sampling = sampling_bucket(self._frontend.temperature_of(request))
         admission = self._admission
         planned = self._plane.plan_chat(
@@ -339,7 +228,7 @@ class InferenceService:
             raise invalid("prompt must be a string", param="prompt")
         limits.check_text(text, "prompt")
         limits.check_stop(request.stop, self._settings)
-        tokens = _approx_tokens(len(text))
+        tokens = approx_tokens(len(text))
         sampling = sampling_bucket(self._frontend.temperature_of(request))
         admission = self._admission
         planned = self._plane.plan_completion(
@@ -421,14 +310,14 @@ class InferenceService:
             except InvalidRequestError as exc:
                 raise invalid(str(exc), param=exc.param) from None
             if isinstance(result, ErrorResponse):
-                raise _from_vllm(result)
+                raise from_vllm(result)
             if not stream:
                 if any(c.finish_reason == "abort" for c in getattr(result, "choices", ())):
                     raise GatewayError(ErrorKind.ENGINE_ERROR, ABORTED)
                 outcome = await self._board.wait(gid, 1.0)
                 if outcome is not None and outcome.finish_reason == "abort":
                     raise GatewayError(ErrorKind.ENGINE_ERROR, ABORTED)  # a Responses answer
-                body = _json_body(result)
+                body = json_body(result)
                 body["speculation"] = speculation_object(plan, outcome)
                 released = True
                 self._release(gid, planned, outcome, span)

@@ -13,7 +13,7 @@ import logging
 
 from gateway.errors import GatewayError
 from gateway.observability.metrics import GatewayMetrics
-from gateway.service import Finished
+from gateway.replies import Finished
 
 log = logging.getLogger("specgw.requests")
 #: The class label of requests refused before they were parsed.

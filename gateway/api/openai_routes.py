@@ -20,7 +20,8 @@ from engine.protocol import (
 from gateway.api.deps import require_user, service, tenant
 from gateway.api.responses import SSEResponse, error_docs, reply_response, unless_disconnected
 from gateway.errors import GatewayError
-from gateway.service import InferenceService, StreamReply
+from gateway.replies import StreamReply
+from gateway.service import InferenceService
 from gateway.tenants import Tenant
 
 ERRORS = error_docs(400, 401, 403, 404, 413, 429, 503)

@@ -12,7 +12,7 @@ from pydantic import BaseModel
 from starlette.types import Receive, Scope, Send
 
 from gateway.errors import ErrorKind, GatewayError
-from gateway.service import JsonReply, StreamReply
+from gateway.replies import JsonReply, StreamReply
 
 T = TypeVar("T")
 

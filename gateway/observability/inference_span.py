@@ -65,7 +65,7 @@ from gateway.observability.tracing import (
 )
 
 if TYPE_CHECKING:
-    from gateway.service import Finished
+    from gateway.replies import Finished
 
 #: `gen_ai.provider.name`: the serving stack behind the gateway.
 PROVIDER = "vllm"

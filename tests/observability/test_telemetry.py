@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry
 from gateway.control.plane import Plan
 from gateway.errors import ErrorKind, GatewayError
 from gateway.observability.metrics import GatewayMetrics
-from gateway.service import Finished
+from gateway.replies import Finished
 from gateway.telemetry import GatewayTelemetry
 from tests.observability.conftest import sample_outcome
 

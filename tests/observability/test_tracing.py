@@ -23,7 +23,7 @@ from gateway.errors import ErrorKind, GatewayError
 from gateway.observability.events import DECISION_EVENT, DRIFT_EVENT, SpanEvents
 from gateway.observability.inference_span import InferenceSpans, request_attributes
 from gateway.observability.tracing import setup_tracing
-from gateway.service import Finished
+from gateway.replies import Finished
 from tests.observability.otlp_receiver import running
 
 PROMPT = "the secret prompt text"

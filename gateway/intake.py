@@ -1,0 +1,62 @@
+"""A request's intake: its messages as plain data, the view classification reads, the
+token estimate for the length buckets, and vLLM's error replies in the gateway's set."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from engine.protocol import ChatCompletionRequest, ErrorResponse
+from gateway.errors import ErrorKind, GatewayError, invalid
+
+
+def from_vllm(error: ErrorResponse) -> GatewayError:
+    code = int(error.error.code)
+    kind = {
+        400: ErrorKind.INVALID_REQUEST,
+        404: ErrorKind.NOT_FOUND,
+        413: ErrorKind.PAYLOAD_TOO_LARGE,
+        503: ErrorKind.NOT_READY,
+    }.get(code, ErrorKind.INVALID_REQUEST if 400 <= code < 500 else ErrorKind.ENGINE_ERROR)
+    return GatewayError(kind, error.error.message, param=error.error.param)
+
+
+def plain_messages(messages: Iterable[Any], harmony: bool) -> list[dict[str, Any]]:
+    """The messages as JSON objects, for the input limits and classification.
+
+    vLLM's request model parses a message with `author` instead of `role` into an
+    OpenAI-harmony `Message` object, whichever the model; only a harmony model
+    (gpt-oss) can render one, so for any other it is a 400 here, not a crash later.
+    """
+    plain: list[dict[str, Any]] = []
+    for i, message in enumerate(messages):
+        if isinstance(message, dict):
+            plain.append(message)
+        elif not harmony:
+            raise invalid(
+                f"messages[{i}] is an OpenAI-harmony message (author/channel), which only "
+                "gpt-oss models take: send role and content",
+                param="messages",
+            )
+        else:
+            plain.append(message.model_dump(mode="json", exclude_none=True))
+    return plain
+
+
+def chat_view(request: ChatCompletionRequest, messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """Plain-data view of what classification looks at."""
+    tools = [t.model_dump(exclude_none=True) for t in request.tools] if request.tools else None
+    fmt = request.response_format
+    choice = request.tool_choice
+    return {
+        "messages": messages,
+        "tools": tools,
+        # A named choice is a model object; classification only needs to know it is named.
+        "tool_choice": choice if choice is None or isinstance(choice, str) else {"named": True},
+        "response_format": {"type": fmt.type} if fmt is not None else None,
+    }
+
+
+def approx_tokens(chars: int) -> int:
+    """~4 characters per token: enough for the log-scale length buckets of classification."""
+    return max(1, chars // 4)

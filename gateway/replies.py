@@ -1,0 +1,82 @@
+"""What the service hands the routes and the telemetry: replies, a request's end, the
+`speculation` object every answer carries."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from engine.interface import RequestOutcome
+from engine.protocol import ResponsesResponse
+from gateway.control.plane import Plan
+from gateway.errors import GatewayError
+from gateway.request_clock import RequestClock
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """One request's end, as telemetry sees it (no prompt or completion text)."""
+
+    endpoint: str
+    plan: Plan
+    status: str
+    error: GatewayError | None
+    outcome: RequestOutcome | None
+    e2e_s: float
+    ttft_s: float | None
+    stream: bool
+    #: Arrival, admission wait and admission (`gateway.request_clock`).
+    clock: RequestClock | None = None
+
+
+#: The reason a sampled request runs at k = 0 on an engine with lossy sampled speculation.
+SAMPLED_NOT_EXACT = "sampled request: speculation is not lossless on this engine build"
+
+
+class Telemetry(Protocol):
+    def request_finished(self, finished: Finished) -> None: ...
+
+    def request_shed(self, endpoint: str, error: GatewayError) -> None: ...
+
+    def engine_step(self, filed: bool) -> None: ...
+
+
+@dataclass(slots=True)
+class JsonReply:
+    body: dict[str, Any]
+    headers: dict[str, str]
+
+
+@dataclass(slots=True)
+class StreamReply:
+    """An SSE stream plus an idempotent `finalize` the response must call when done."""
+
+    chunks: AsyncGenerator[str, None]
+    headers: dict[str, str]
+    finalize: Callable[[], Awaitable[None]] = field(repr=False)
+
+
+def speculation_object(plan: Plan, outcome: RequestOutcome | None) -> dict[str, Any]:
+    spec = outcome.speculation if outcome is not None else None
+    return {
+        "class": plan.label,
+        "k": plan.k,
+        "draft_tokens": spec.draft_tokens if spec else 0,
+        "accepted_tokens": spec.accepted_tokens if spec else 0,
+        "verify_steps": spec.verify_steps if spec else 0,
+        "acceptance_length": round(spec.acceptance_length, 4) if spec else 1.0,
+    }
+
+
+def json_body(result: Any) -> dict[str, Any]:
+    """A reply as JSON: a Responses answer as vLLM's route writes it (by alias, nulls kept,
+    as OpenAI's API does); chat and completions without nulls."""
+    if isinstance(result, ResponsesResponse):
+        return result.model_dump(mode="json", by_alias=True)
+    body: dict[str, Any] = result.model_dump(exclude_none=True)
+    return body
+
+
+#: A request the engine aborted (drain deadline) is an error, never a finished answer.
+ABORTED = "The request was aborted before it finished."
