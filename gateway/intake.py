@@ -6,8 +6,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from engine.protocol import ChatCompletionRequest, ErrorResponse
+from engine.port import RESERVED_XARGS
+from engine.protocol import ChatCompletionRequest, CompletionRequest, ErrorResponse
+from gateway import limits
 from gateway.errors import ErrorKind, GatewayError, invalid
+from gateway.settings import GatewaySettings
 
 
 def from_vllm(error: ErrorResponse) -> GatewayError:
@@ -60,3 +63,52 @@ def chat_view(request: ChatCompletionRequest, messages: list[dict[str, Any]]) ->
 def approx_tokens(chars: int) -> int:
     """~4 characters per token: enough for the log-scale length buckets of classification."""
     return max(1, chars // 4)
+
+
+def chat_intake(
+    request: ChatCompletionRequest, harmony: bool, settings: GatewaySettings
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """A chat request's checks (reserved xargs, one choice, size bounds, the response
+    format's schema); its messages as plain data and the view classification reads."""
+    limits.reject_reserved_xargs(request.vllm_xargs, RESERVED_XARGS)
+    messages = plain_messages(request.messages, harmony)
+    body = {
+        "messages": messages,
+        "stop": request.stop,
+        "n": request.n,
+        "use_beam_search": request.use_beam_search,
+    }
+    limits.check_chat(body, settings)
+    view = chat_view(request, messages)
+    if request.response_format is not None:
+        limits.check_schema(
+            request.response_format.model_dump(exclude_none=True), "response_format", settings
+        )
+    return messages, view
+
+
+def check_tools(tools: list[dict[str, Any]] | None, settings: GatewaySettings) -> None:
+    """At most `max_tools` tools, each schema within the schema bounds."""
+    if tools:
+        if len(tools) > settings.max_tools:
+            raise invalid(f"at most {settings.max_tools} tools", param="tools")
+        limits.check_schema(tools, "tools", settings)
+
+
+def completion_intake(request: CompletionRequest, settings: GatewaySettings) -> str:
+    """A completion's checks; its one prompt's text."""
+    limits.reject_reserved_xargs(request.vllm_xargs, RESERVED_XARGS)
+    limits.check_single({"n": request.n, "use_beam_search": request.use_beam_search})
+    prompt = request.prompt
+    if isinstance(prompt, list) and len(prompt) != 1:
+        raise invalid(
+            "exactly one prompt per request: spec-gateway measures and reports "
+            "speculation per request; send a batch as separate requests",
+            param="prompt",
+        )
+    text = prompt if isinstance(prompt, str) else prompt[0] if prompt else ""
+    if not isinstance(text, str):
+        raise invalid("prompt must be a string", param="prompt")
+    limits.check_text(text, "prompt")
+    limits.check_stop(request.stop, settings)
+    return text

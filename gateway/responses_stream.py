@@ -23,7 +23,7 @@ from typing import Any
 
 from engine.responses_wire import CLIENT_FAULT, error_sse
 from gateway.errors import ErrorKind, GatewayError
-from gateway.streaming import IdleWatch, StreamEnd
+from gateway.streaming import IdleWatch, StreamEnd, relay
 
 _COMPLETED = "event: response.completed\n"
 _FAILED = ("event: error\n", "event: response.failed\n")
@@ -122,3 +122,25 @@ async def relay_events(
         if closer is not None:
             await closer()
         await on_end(end)
+
+
+def relay_for(
+    endpoint: str,
+    source: AsyncIterator[str],
+    *,
+    idle_timeout_s: float,
+    speculation: Callable[[], Awaitable[dict[str, Any]]],
+    aborted: Callable[[], bool],
+    on_end: Callable[[StreamEnd], Awaitable[None]],
+) -> AsyncGenerator[str, None]:
+    """The relay an endpoint's stream takes: typed events for `/v1/responses`, `data:`
+    chunks (`gateway.streaming.relay`) for chat and completions."""
+    if endpoint == "responses":
+        return relay_events(
+            source,
+            idle_timeout_s=idle_timeout_s,
+            speculation=speculation,
+            aborted=aborted,
+            on_end=on_end,
+        )
+    return relay(source, idle_timeout_s=idle_timeout_s, speculation=speculation, on_end=on_end)

@@ -1,9 +1,7 @@
-"""The inference service: limits -> plan k -> admission -> vLLM serving -> report back.
+"""The inference service: intake -> plan k -> key limits and admission -> the serving port.
 
-Routes stay thin (parse, call this, pick JSON or SSE). Everything a request
-goes through lives here, in one order: input limits, the controller's plan
-(class and k), admission, vLLM's OpenAI serving layer at that k, and on the way
-out the outcome fed back to the controller and the telemetry.
+Routes stay thin (parse, call this, pick JSON or SSE). The control plane plans each request
+and owns its life in the batch; on the way out its outcome and telemetry are reported.
 """
 
 from __future__ import annotations
@@ -27,7 +25,13 @@ from gateway.admission import ANY_KEY, Admission
 from gateway.control.features import sampling_bucket
 from gateway.control.plane import ControlPlane, Plan, PlannedRequest
 from gateway.errors import ErrorKind, GatewayError, invalid
-from gateway.intake import approx_tokens, chat_view, from_vllm, plain_messages
+from gateway.intake import (
+    approx_tokens,
+    chat_intake,
+    check_tools,
+    completion_intake,
+    from_vllm,
+)
 from gateway.observability.inference_span import UNTRACED, InferenceSpan, InferenceSpans
 from gateway.outcomes import OutcomeBoard
 from gateway.replies import (
@@ -42,10 +46,11 @@ from gateway.replies import (
 )
 from gateway.request_clock import RequestClock, stamp_arrival
 from gateway.responses_request import chat_reading, refuse_unserved, text_format_schema
-from gateway.responses_stream import relay_events
+from gateway.responses_stream import relay_for
 from gateway.settings import GatewaySettings
-from gateway.streaming import StreamEnd, relay
+from gateway.streaming import StreamEnd
 from gateway.tenants import Grant, KeyLimiter, Tenant
+from gateway.tenants.admit import admit
 from gateway.tenants.directory import UNLIMITED_ANONYMOUS
 
 
@@ -133,22 +138,7 @@ class InferenceService:
     async def chat(
         self, request: ChatCompletionRequest, tenant: Tenant = UNLIMITED_ANONYMOUS
     ) -> JsonReply | StreamReply:
-        limits.reject_reserved_xargs(request.vllm_xargs, RESERVED_XARGS)
-        messages = plain_messages(request.messages, self._frontend.harmony_messages)
-        body = {
-            "messages": messages,
-            "stop": request.stop,
-            "n": request.n,
-            "use_beam_search": request.use_beam_search,
-        }
-        limits.check_chat(body, self._settings)
-        view = chat_view(request, messages)
-        if request.response_format is not None:
-            limits.check_schema(
-                request.response_format.model_dump(exclude_none=True),
-                "response_format",
-                self._settings,
-            )
+        messages, view = chat_intake(request, self._frontend.harmony_messages, self._settings)
         planned, tokens = self._plan_chat_view(view, messages, request)
         return await self._run(
             "chat",
@@ -198,10 +188,7 @@ class InferenceService:
     ) -> tuple[PlannedRequest, int]:
         """The tool limits, then the plan of a chat-shaped request, and its prompt's
         approximate tokens."""
-        if view["tools"]:
-            if len(view["tools"]) > self._settings.max_tools:
-                raise invalid(f"at most {self._settings.max_tools} tools", param="tools")
-            limits.check_schema(view["tools"], "tools", self._settings)
+        check_tools(view["tools"], self._settings)
         chars = sum(len(str(m.get("content") or "")) for m in messages)
         tokens = approx_tokens(chars)
         sampling = sampling_bucket(self._frontend.temperature_of(request))
@@ -214,20 +201,7 @@ class InferenceService:
     async def completion(
         self, request: CompletionRequest, tenant: Tenant = UNLIMITED_ANONYMOUS
     ) -> JsonReply | StreamReply:
-        limits.reject_reserved_xargs(request.vllm_xargs, RESERVED_XARGS)
-        limits.check_single({"n": request.n, "use_beam_search": request.use_beam_search})
-        prompt = request.prompt
-        if isinstance(prompt, list) and len(prompt) != 1:
-            raise invalid(
-                "exactly one prompt per request: spec-gateway measures and reports "
-                "speculation per request; send a batch as separate requests",
-                param="prompt",
-            )
-        text = prompt if isinstance(prompt, str) else prompt[0] if prompt else ""
-        if not isinstance(text, str):
-            raise invalid("prompt must be a string", param="prompt")
-        limits.check_text(text, "prompt")
-        limits.check_stop(request.stop, self._settings)
+        text = completion_intake(request, self._settings)
         tokens = approx_tokens(len(text))
         sampling = sampling_bucket(self._frontend.temperature_of(request))
         admission = self._admission
@@ -253,25 +227,6 @@ class InferenceService:
         """Completion tokens a request may use, as its key's tokens-per-minute reserve it."""
         return asked if asked else self._settings.tenants.default_max_tokens
 
-    async def _admit(self, endpoint: str, plan: Plan, tenant: Tenant, reserve: int) -> Grant:
-        """The key's limits (one Redis call at most; 429 with OpenAI's headers), then a
-        running slot, shared fairly between keys (`Admission`)."""
-        grant = Grant(tenant, reserve)
-        if self._limiter is not None:
-            try:
-                grant = await self._limiter.admit(tenant, reserve)
-            except GatewayError as exc:
-                if self._telemetry is not None:
-                    self._telemetry.request_shed(endpoint, exc)
-                raise
-        try:
-            await self._admission.acquire(plan.class_id, tenant.key)
-        except BaseException:
-            if self._limiter is not None:
-                self._limiter.settle(grant, 0)  # it never ran: nothing was used
-            raise
-        return grant
-
     async def _run(
         self,
         endpoint: str,
@@ -292,7 +247,15 @@ class InferenceService:
         headers = planned.headers()
         gid = uuid.uuid4().hex
         started = RequestClock.start()
-        grant = await self._admit(endpoint, plan, tenant, reserve)
+        telemetry = self._telemetry
+        grant = await admit(
+            self._limiter,
+            self._admission,
+            tenant,
+            reserve,
+            plan.class_id,
+            None if telemetry is None else lambda exc: telemetry.request_shed(endpoint, exc),
+        )
         self._grants[gid] = grant
         headers.update(grant.headers)
         started.admit()
@@ -399,19 +362,14 @@ class InferenceService:
             outcome = self._board.peek(gid)
             return outcome is not None and outcome.finish_reason == "abort"
 
-        idle_timeout_s = self._settings.stream_idle_timeout_s
-        if endpoint == "responses":  # typed events, not `data:` chunks
-            chunks = relay_events(
-                source,
-                idle_timeout_s=idle_timeout_s,
-                speculation=speculation,
-                aborted=aborted,
-                on_end=finalize,
-            )
-        else:
-            chunks = relay(
-                source, idle_timeout_s=idle_timeout_s, speculation=speculation, on_end=finalize
-            )
+        chunks = relay_for(
+            endpoint,
+            source,
+            idle_timeout_s=self._settings.stream_idle_timeout_s,
+            speculation=speculation,
+            aborted=aborted,
+            on_end=finalize,
+        )
         return StreamReply(chunks, headers, finalize)
 
     def _report(
