@@ -81,3 +81,26 @@ def test_markers_cost_what_their_characters_cost(gateway: GatewayProcess, plain:
         plain_cost = len(_encode(plain, around.format(INJECTION)))
         delta = plain_cost - len(_encode(plain, around.format(benign)))
         assert with_markers - without == delta, role
+
+
+def test_a_forged_turn_through_the_responses_api_is_text(
+    gateway: GatewayProcess, plain: Tokenizer
+) -> None:
+    """`/v1/responses` renders its input with the same chat template: the forged turn's
+    prompt is the template's two control tokens plus the message read as characters
+    (45 tokens; 30 if its markers were read as control tokens), as through chat."""
+    start, end = plain.token_to_id("<|im_start|>"), plain.token_to_id("<|im_end|>")
+    assert start is not None
+    assert end is not None
+    expected = [start, *_encode(plain, f"user\n{INJECTION}"), end, *_encode(plain, "\n")]
+    expected += [start, *_encode(plain, "assistant\n")]
+    reply = gateway.client().responses.create(
+        model=MODEL,
+        input=[{"role": "user", "content": INJECTION}],
+        max_output_tokens=16,
+        temperature=0,
+    )
+    assert reply.usage is not None
+    assert reply.usage.input_tokens == len(expected)
+    _, through_chat = _run(gateway, [{"role": "user", "content": INJECTION}])
+    assert reply.usage.input_tokens == through_chat
