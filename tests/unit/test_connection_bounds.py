@@ -31,9 +31,9 @@ from tests.unit.conftest import MESSAGES, MODEL, QUICK_START, USER_KEY, gateway_
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 DEADLINE_S = 2.0
-#: How late past its deadline a connection may end (timer, event loop, 2 shared cores
-#: with the unit tier's other worker beside this one).
-SLACK_S = 2.0
+#: How late past its deadline a connection may end as seen by the client (timer, event loop,
+#: 2 shared cores with the unit tier's other worker and CI's background install beside it).
+SLACK_S = 3.0
 CHAT = json.dumps({"model": MODEL, "messages": MESSAGES, "max_tokens": 4}).encode()
 PARTIAL_HEADERS = b"POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\nx-slow: "
 
@@ -122,17 +122,22 @@ async def test_slow_connections_end_at_their_deadline_while_others_are_served(
             )
             writer.write(head + b"{" * 100)
         await writer.drain()
+    # Watch every connection from now on, so that a close is seen when it happens and not
+    # when a late reader gets round to it.
+    watchers = [asyncio.create_task(_until_closed(reader)) for reader, _ in connections]
     async with served.http() as http:
         started = time.monotonic()
         reply = await http.post("/v1/chat/completions", content=CHAT)
         normal_s = time.monotonic() - started
     assert reply.status_code == 200
     assert normal_s < DEADLINE_S
-    ends = await asyncio.gather(*(_until_closed(reader) for reader, _ in connections))
+    ends = await asyncio.gather(*watchers)
     for i, (response, closed_at) in enumerate(ends):
         assert _status(response) == 408, response[:200]
         assert _error(response)["code"] == "request_timeout"
-        assert closed_at - opened[i] < DEADLINE_S + SLACK_S
+        # The server's clock starts at its accept, after the client's connect returned:
+        # no connection can end before its deadline, and none may end long after it.
+        assert DEADLINE_S - 0.1 <= closed_at - opened[i] < DEADLINE_S + SLACK_S
         if i % 2 == 1:  # the body's 408 comes from the app: it carries the request id
             assert b"x-request-id" in response.lower()
     assert served.stats.header_timeouts >= 1000
