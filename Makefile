@@ -33,12 +33,12 @@ serve: install
 	$(BIN)/spec-gateway serve --host $(HOST) --port $(PORT)
 
 lint: install
-	$(BIN)/ruff check gateway engine tests bench deploy grafana
-	$(BIN)/ruff format --check gateway engine tests bench deploy grafana
+	$(BIN)/ruff check gateway engine tools tests bench deploy grafana
+	$(BIN)/ruff format --check gateway engine tools tests bench deploy grafana
 	$(BIN)/lint-imports
 
 typecheck: install
-	$(BIN)/mypy gateway engine bench deploy/sync_chart_assets.py
+	$(BIN)/mypy gateway engine tools bench deploy/sync_chart_assets.py
 
 # The fast tier: every test that starts no vLLM engine and no gateway process: control,
 # flags, state (a real redis-server), deploy, and the whole gateway in process on the fake
@@ -96,7 +96,7 @@ DRAFTER ?=
 $(CUDA_STAMP): pyproject.toml $(CUDA_CONSTRAINTS)
 	@test -x $(CUDA_VENV)/bin/python || $(PY) -m venv $(CUDA_VENV)
 	$(CUDA_VENV)/bin/pip install -q -c $(CUDA_CONSTRAINTS) -e '.[cuda,dev]'
-	@$(CUDA_VENV)/bin/python -c "import vllm, engine.scheduler" >/dev/null 2>&1
+	@$(CUDA_VENV)/bin/python -c "import vllm, engine.vllm.scheduler" >/dev/null 2>&1
 	@touch $@
 
 cuda-env: $(CUDA_STAMP)

@@ -1,7 +1,7 @@
 """Request families for the replay: the embedded model's own when present, else a local set.
 
 The benchmark must mirror the traffic the drafter was (and was not) trained on,
-so it prefers `engine.model.families` (the prompts the embedded model was built
+so it prefers `tools.model.families` (the prompts the embedded model was built
 around, held-out split). Until that module exists, or when its API is not the one
 expected, a small deterministic local set with the same six family names stands
 in, and the report says which source was used.
@@ -55,7 +55,7 @@ def load_pool(per_family: int, seed: int) -> tuple[PromptPool, str]:
     """(prompts by family, source name). Prefers the embedded model's families."""
     pool = _from_engine_model(per_family, seed)
     if pool is not None:
-        return with_sampled(pool), "engine.model.families"
+        return with_sampled(pool), "tools.model.families"
     return with_sampled(local_pool(per_family, seed)), "bench.families (local stand-in)"
 
 
@@ -71,8 +71,8 @@ def with_sampled(pool: PromptPool) -> PromptPool:
 def _from_engine_model(per_family: int, seed: int) -> PromptPool | None:
     """Held-out prompts of the embedded model's families, None when absent."""
     try:
-        from engine.model import families as model_families
-        from engine.model.corpus import load_corpus
+        from tools.model import families as model_families
+        from tools.model.corpus import load_corpus
     except ImportError:
         return None
     maker: Callable[..., list[Any]] | None = getattr(model_families, "family_prompts", None)

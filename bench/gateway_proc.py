@@ -37,14 +37,14 @@ class ModelPaths:
 def model_paths(tiny_dir: Path) -> ModelPaths:
     """The embedded default model when built, else a tiny random-weight pair (said so)."""
     try:
-        from engine.model import paths as model_paths_module
+        from engine import model_paths as model_paths_module
     except ImportError:
         pass
     else:
         paths = model_paths_module.default_model_paths()
         if paths.exists():
             return ModelPaths(paths.target, paths.eagle31, "embedded default model")
-    from engine.testing_models import build_tiny_models
+    from tools.model.testing_models import build_tiny_models
 
     tiny = build_tiny_models(tiny_dir)
     return ModelPaths(tiny.target, tiny.drafter, "tiny random-weight test model")

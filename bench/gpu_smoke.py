@@ -218,7 +218,7 @@ def _models(args: argparse.Namespace, workdir: Path) -> ModelPaths:
         return model_paths(workdir / "tiny")
     if not args.model or not args.drafter:
         raise SystemExit("gpu-smoke: --model and --drafter are required (or --dry)")
-    from engine.compat import installed_vllm_version
+    from engine.vllm.compat import installed_vllm_version
 
     if installed_vllm_version() != CUDA_VLLM:
         raise SystemExit(f"gpu-smoke: needs vllm {CUDA_VLLM} (make gpu-smoke installs it)")

@@ -52,14 +52,14 @@ class Figure:
 
 def models(args: argparse.Namespace) -> tuple[Path, Path, str]:
     try:
-        from engine.model.paths import default_model
+        from engine.model_paths import default_model
     except ImportError:
         pass
     else:
         paths = default_model()
         if paths.target.is_dir() and paths.eagle31.is_dir():
             return paths.target, paths.eagle31, f"embedded default model ({paths.target})"
-    from engine.testing_models import TinyShape, build_tiny_models
+    from tools.model.testing_models import TinyShape, build_tiny_models
 
     shape = TinyShape(
         layers=args.layers, hidden=args.hidden, intermediate=args.hidden * 2, heads=4, kv_heads=2
@@ -100,7 +100,7 @@ async def measure(engine: object, k: int, concurrency: int, max_tokens: int, rou
 
 async def run(args: argparse.Namespace) -> None:
     from engine.settings import EngineSettings
-    from engine.vllm_engine import VLLMEngine
+    from engine.vllm.engine import VLLMEngine
 
     target, drafter, which = models(args)
     print(f"model: {which}")

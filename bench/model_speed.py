@@ -17,10 +17,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from engine.model.corpus import load_corpus
-from engine.model.families import FamilyPrompt, family_prompts
-from engine.model.measure import open_llm
-from engine.model.paths import ModelPaths, default_model_root
+from engine.model_paths import ModelPaths, default_model_root
+from tools.model.corpus import load_corpus
+from tools.model.families import FamilyPrompt, family_prompts
+from tools.model.measure import open_llm
 
 
 def run_phase(

@@ -98,7 +98,7 @@ async def noop_engine(
     engine_settings: Any, on_outcome: Callable[..., None], on_ready: OnReady | None
 ) -> AsyncIterator[Any]:
     """A started `VLLMEngine` whose `serving_client` is the outcome tap on `NoopLLM`."""
-    from engine.vllm_engine import OutcomeTapClient, VLLMEngine
+    from engine.vllm.engine import OutcomeTapClient, VLLMEngine
 
     async with VLLMEngine.started(engine_settings, on_outcome=on_outcome) as engine:
         tokenizer = engine.llm.get_tokenizer()
@@ -120,7 +120,8 @@ def noop_runtime_factory(
     The control plane (flags, controller, metrics, admission) is the production one,
     built by the same function the real factory calls.
     """
-    from engine.openai_frontend import FrontendConfig
+    from engine.backend import PortConfig
+    from engine.vllm.backend import BACKEND
     from gateway.control.settings import ControllerSettings
     from gateway.outcomes import OutcomeBoard
     from gateway.runtime import _control_plane
@@ -132,7 +133,9 @@ def noop_runtime_factory(
         target, _ = engine_settings.resolved_models()
         slot = EngineSlot(
             lambda: noop_engine(engine_settings, board.deliver, on_ready),
-            FrontendConfig(model=str(target), served_model_name=settings.served_model_name),
+            lambda engine: BACKEND.serving_port(
+                engine, PortConfig(model=str(target), served_model_name=settings.served_model_name)
+            ),
         )
         async with AsyncExitStack() as stack:
             await slot.start()
@@ -174,8 +177,8 @@ async def time_serving(noop: Any, model: str, served_name: str, n: int) -> list[
     The request is parsed from the same JSON body the HTTP client sends; every
     SSE line is produced and read, as the gateway's relay does.
     """
-    from engine.openai_frontend import FrontendConfig, OpenAIFrontend
     from engine.protocol import ChatCompletionRequest
+    from engine.vllm.openai_frontend import FrontendConfig, OpenAIFrontend
 
     frontend = await OpenAIFrontend.create(noop, FrontendConfig(model, served_name))
     body = json.dumps(overhead_body(served_name))

@@ -13,7 +13,7 @@ Three engines in turn (never two at once), on the embedded default model:
 Why it exists: on an EAGLE engine vLLM recomputes the last matched block of a
 hit (so a hit costs up to a block more than without a drafter), and blocks
 filled by a k = 0 request hold no drafter KV (the drafter is skipped). The
-scheduler keeps k = 0 requests in their own cache namespace (`engine.scheduler`),
+scheduler keeps k = 0 requests in their own cache namespace (`engine.vllm.scheduler`),
 so row 3's acceptance should equal row 2's; without the namespace it is lower
 (2.31 against 2.57 on 16 prompts). `--block-size` overrides the engine's (32 on the
 CPU by default, vLLM's own is 128). TTFT is vLLM's per-request figure. A
@@ -58,9 +58,9 @@ def mean_al(outcomes: list[RequestOutcome]) -> float:
 
 
 async def run(args: argparse.Namespace) -> None:
-    from engine.model.paths import default_model
+    from engine.model_paths import default_model
     from engine.settings import EngineSettings
-    from engine.vllm_engine import VLLMEngine
+    from engine.vllm.engine import VLLMEngine
 
     paths = default_model()
     base = EngineSettings(

@@ -156,7 +156,7 @@ async def _run_repeat(
         # the cold prefills of the whole workload and the later ones find it cached (a
         # 1,337-token prompt: 1.9 s to its first token cold against 0.07 s cached on
         # CPU). k = 0 and k > 0 requests use separate cache namespaces
-        # (`engine.scheduler`), so the mode that switches depths (adaptive) would pay
+        # (`engine.vllm.scheduler`), so the mode that switches depths (adaptive) would pay
         # it again where a class first runs at the other. So each mode's first repeat
         # starts cold; later repeats find the workload cached (by the mode itself, or
         # by a mode sharing its process, which replays the same prompts).

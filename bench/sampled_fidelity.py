@@ -5,7 +5,7 @@ distribution unchanged. Greedy outputs are checked token for token elsewhere
 (`tests/model/`); sampling can only be checked statistically. This draws the
 same seeded samples from the default model without speculation, with EAGLE 3.1
 at k = --k as vLLM ships it, and with EAGLE 3.1 at k = --k and the gateway's
-worker extension (`engine.expand_fix`: the CPU rejection sampler's expand kernel
+worker extension (`engine.vllm.expand_fix`: the CPU rejection sampler's expand kernel
 fixed), then scores every sampled continuation under the target itself (no
 speculation, `prompt_logprobs`, raw logits) and prints, per engine and
 temperature:
@@ -31,10 +31,10 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from engine.model.corpus import load_corpus
-from engine.model.families import family_prompts
-from engine.model.measure import accepted_and_steps, open_llm
-from engine.model.paths import ModelPaths, default_model_root
+from engine.model_paths import ModelPaths, default_model_root
+from tools.model.corpus import load_corpus
+from tools.model.families import family_prompts
+from tools.model.measure import accepted_and_steps, open_llm
 
 #: (prompt ids, sampled ids, text, accepted drafts, verify steps) of one sample.
 Drawn = tuple[list[int], list[int], str, int, int]
@@ -98,7 +98,7 @@ def main() -> None:
     plain = "no speculation"
     engines = (
         (shipped, paths.eagle31, args.k, ""),
-        (fixed, paths.eagle31, args.k, "engine.worker.SpecGatewayWorker"),
+        (fixed, paths.eagle31, args.k, "engine.vllm.worker.SpecGatewayWorker"),
         (plain, None, 0, ""),
     )
     # The speculative engines sample first; the plain engine then samples and, being

@@ -29,7 +29,6 @@ from engine.fake_responses import FakeResponse, responses_prompt
 from engine.fake_wire import (
     DONE,
     chat_prompt,
-    error_event,
     forced_tool_call,
     named_choice,
     not_found,
@@ -40,7 +39,6 @@ from engine.interface import (
     GATEWAY_ID_ARG,
     SPEC_CAP_ARG,
     SPEC_DEPTH_ARG,
-    EngineError,
     GenerateRequest,
     InvalidRequestError,
 )
@@ -139,7 +137,7 @@ class FakeFrontend:
         self, request: ChatCompletionRequest, *, k: int, gateway_id: str, cap: int | None = None
     ) -> ChatResult:
         if request.model and request.model != self.served_model_name:
-            return not_found(request.model, self.served_model_name)
+            raise not_found(request.model, self.served_model_name)
         prompt = chat_prompt(request)
         asked = request.max_completion_tokens or request.max_tokens
         job = self._job(f"chatcmpl-{gateway_id}", prompt, request, asked, k, gateway_id, cap)
@@ -165,7 +163,7 @@ class FakeFrontend:
         self, request: CompletionRequest, *, k: int, gateway_id: str, cap: int | None = None
     ) -> CompletionResult:
         if request.model and request.model != self.served_model_name:
-            return not_found(request.model, self.served_model_name)
+            raise not_found(request.model, self.served_model_name)
         prompt = self._completion_prompt(request)
         # vLLM runs prompt i of a completion as engine request `cmpl-<id>-<i>`.
         job = self._job(
@@ -187,7 +185,7 @@ class FakeFrontend:
     ) -> ResponsesResult:
         """vLLM's Responses answer (`engine.fake_responses`), under `resp_<gateway id>`."""
         if request.model and request.model != self.served_model_name:
-            return not_found(request.model, self.served_model_name)
+            raise not_found(request.model, self.served_model_name)
         request.request_id = f"resp_{gateway_id}"
         prompt = responses_prompt(request)
         asked = request.max_output_tokens
@@ -293,32 +291,29 @@ class FakeFrontend:
             return sse(chunk.model_dump_json(exclude_unset=True))
 
         tokens = 0
-        try:
-            async with aclosing(self._engine.generate(job)) as chunks:
-                async for chunk in chunks:
-                    if tokens == 0:  # vLLM's first chunk: the role, before any text
-                        yield line(DeltaMessage(role="assistant", content=""))
-                    tokens += len(chunk.token_ids_delta)
-                    text = "" if call is not None else chunk.text_delta
-                    if not chunk.finished:
-                        yield line(DeltaMessage(content=text))
-                        continue
-                    if call is not None and chunk.finish_reason != "abort":
-                        yield line(DeltaMessage(tool_calls=[_tool_delta(call)]))
-                    finish = self._finish(request, call, chunk.finish_reason)
-                    yield line(DeltaMessage(content=text), finish)
-            if _include_usage(request):
-                last = ChatCompletionStreamResponse(
-                    id=job.request_id,
-                    object="chat.completion.chunk",
-                    created=created,
-                    model=self.served_model_name,
-                    choices=[],
-                    usage=usage(self.count_tokens(job.prompt or ""), tokens),
-                )
-                yield sse(last.model_dump_json(exclude_unset=True, exclude_none=True))
-        except EngineError as exc:
-            yield error_event(str(exc), code=400 if isinstance(exc, InvalidRequestError) else 500)
+        async with aclosing(self._engine.generate(job)) as chunks:
+            async for chunk in chunks:
+                if tokens == 0:  # vLLM's first chunk: the role, before any text
+                    yield line(DeltaMessage(role="assistant", content=""))
+                tokens += len(chunk.token_ids_delta)
+                text = "" if call is not None else chunk.text_delta
+                if not chunk.finished:
+                    yield line(DeltaMessage(content=text))
+                    continue
+                if call is not None and chunk.finish_reason != "abort":
+                    yield line(DeltaMessage(tool_calls=[_tool_delta(call)]))
+                finish = self._finish(request, call, chunk.finish_reason)
+                yield line(DeltaMessage(content=text), finish)
+        if _include_usage(request):
+            last = ChatCompletionStreamResponse(
+                id=job.request_id,
+                object="chat.completion.chunk",
+                created=created,
+                model=self.served_model_name,
+                choices=[],
+                usage=usage(self.count_tokens(job.prompt or ""), tokens),
+            )
+            yield sse(last.model_dump_json(exclude_unset=True, exclude_none=True))
         yield DONE
 
     async def _completion_stream(
@@ -327,33 +322,30 @@ class FakeFrontend:
         created = int(time.time())
         reply_id = job.request_id.removesuffix("-0")
         tokens = 0
-        try:
-            async with aclosing(self._engine.generate(job)) as chunks:
-                async for chunk in chunks:
-                    tokens += len(chunk.token_ids_delta)
-                    finish = chunk.finish_reason if chunk.finished else None
-                    choice = CompletionResponseStreamChoice(
-                        index=0, text=chunk.text_delta, logprobs=None, finish_reason=finish
-                    )
-                    reply = CompletionStreamResponse(
-                        id=reply_id,
-                        object="text_completion",
-                        created=created,
-                        model=self.served_model_name,
-                        choices=[choice],
-                    )
-                    yield sse(reply.model_dump_json(exclude_unset=True))
-            if _include_usage(request):
-                last = CompletionStreamResponse(
+        async with aclosing(self._engine.generate(job)) as chunks:
+            async for chunk in chunks:
+                tokens += len(chunk.token_ids_delta)
+                finish = chunk.finish_reason if chunk.finished else None
+                choice = CompletionResponseStreamChoice(
+                    index=0, text=chunk.text_delta, logprobs=None, finish_reason=finish
+                )
+                reply = CompletionStreamResponse(
                     id=reply_id,
+                    object="text_completion",
                     created=created,
                     model=self.served_model_name,
-                    choices=[],
-                    usage=usage(self.count_tokens(job.prompt or ""), tokens),
+                    choices=[choice],
                 )
-                yield sse(last.model_dump_json(exclude_none=True))
-        except EngineError as exc:
-            yield error_event(str(exc), code=400 if isinstance(exc, InvalidRequestError) else 500)
+                yield sse(reply.model_dump_json(exclude_unset=True))
+        if _include_usage(request):
+            last = CompletionStreamResponse(
+                id=reply_id,
+                created=created,
+                model=self.served_model_name,
+                choices=[],
+                usage=usage(self.count_tokens(job.prompt or ""), tokens),
+            )
+            yield sse(last.model_dump_json(exclude_none=True))
         yield DONE
 
 

@@ -31,10 +31,9 @@ from openai.types.responses import (
     ResponseOutputText,
     ResponseStatus,
 )
-from vllm.entrypoints.openai.responses.streaming_events import SimpleStreamingEventProcessor
 
 from engine.fake_wire import placeholder
-from engine.interface import EngineError, GenerateRequest, GenerationChunk, InvalidRequestError
+from engine.interface import GenerateRequest, GenerationChunk
 from engine.protocol import (
     DeltaFunctionCall,
     DeltaMessage,
@@ -47,8 +46,9 @@ from engine.protocol import (
     ResponsesRequest,
     ResponsesResponse,
     ResponseUsage,
+    SimpleStreamingEventProcessor,
 )
-from engine.responses_wire import CLIENT_FAULT, SERVER_FAULT, as_chat, error_sse, event_sse
+from engine.responses_wire import as_chat, event_sse
 
 
 def responses_prompt(request: ResponsesRequest) -> str:
@@ -168,18 +168,13 @@ class FakeResponse:
             )
         )
         tokens, finish = 0, None
-        try:
-            async with aclosing(chunks) as source:
-                async for chunk in source:
-                    tokens += len(chunk.token_ids_delta)
-                    finish = chunk.finish_reason if chunk.finished else None
-                    for delta in self._deltas(chunk):
-                        for event in _events(processor, delta):
-                            yield numbered(event)
-        except EngineError as exc:
-            code = CLIENT_FAULT if isinstance(exc, InvalidRequestError) else SERVER_FAULT
-            yield error_sse(str(exc), code=code, sequence_number=number)
-            return
+        async with aclosing(chunks) as source:
+            async for chunk in source:
+                tokens += len(chunk.token_ids_delta)
+                finish = chunk.finish_reason if chunk.finished else None
+                for delta in self._deltas(chunk):
+                    for event in _events(processor, delta):
+                        yield numbered(event)
         for event in processor.close_current():
             yield numbered(event)
         final = self._response(processor.output_items, tokens, self._status(finish))

@@ -4,8 +4,8 @@ The shapes follow vLLM's OpenAI serving layer (`vllm/entrypoints/openai/
 chat_completion/serving.py`, `completion/serving.py`): a stream is
 `data: <chunk>\\n\\n` lines dumped with `exclude_unset` (so only the finishing
 chunk has a string `finish_reason`), an optional usage chunk with `choices: []`,
-then `data: [DONE]\\n\\n`; an error inside a stream is one `data: {"error": ...}`
-line. Tool calls are forced the way a model under `tool_choice` "required" or a
+then `data: [DONE]\\n\\n`; a failure is raised (`engine.port`), never written
+on the wire. Tool calls are forced the way a model under `tool_choice` "required" or a
 named function is (structured output): the function's required arguments, each
 a placeholder its JSON schema allows.
 """
@@ -16,11 +16,10 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from engine.interface import EngineError, ErrorClass
 from engine.protocol import (
     ChatCompletionNamedToolChoiceParam,
     ChatCompletionRequest,
-    ErrorInfo,
-    ErrorResponse,
     FunctionCall,
     PromptTokenUsageInfo,
     ToolCall,
@@ -45,19 +44,10 @@ def sse(payload: str) -> str:
     return f"data: {payload}\n\n"
 
 
-def error_event(message: str, *, code: int) -> str:
-    """An in-stream error as vLLM's `create_streaming_error_response` writes it."""
-    kind = "BadRequestError" if 400 <= code < 500 else "InternalServerError"
-    body = ErrorResponse(error=ErrorInfo(message=message, type=kind, param=None, code=code))
-    return sse(json.dumps(body.model_dump()))
-
-
-def not_found(model: str | None, served: str) -> ErrorResponse:
-    """vLLM's answer to a request naming a model it does not serve (`_check_model`)."""
+def not_found(model: str | None, served: str) -> EngineError:
+    """vLLM's refusal of a request naming a model it does not serve (`_check_model`)."""
     message = f"The model `{model}` does not exist. Valid aliases: {served}."
-    return ErrorResponse(
-        error=ErrorInfo(message=message, type="NotFoundError", param="model", code=404)
-    )
+    return EngineError(message, kind=ErrorClass.NOT_FOUND, param="model")
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> UsageInfo:

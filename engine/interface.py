@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
 #: Key of `SamplingParams.extra_args` that carries a request's speculation depth k
@@ -77,7 +78,7 @@ class RequestOutcome:
 
 @dataclass(frozen=True, slots=True)
 class EngineStep:
-    """One engine step as the engine core timed it (`engine.step_clock`).
+    """One engine step as the engine core timed it (`engine.vllm.step_clock`).
 
     Requests in their prompt's prefill (a chunk of it, or all) are `prefill_*`; the
     others decode, each scheduling 1 + its verified drafts, so `decode_tokens` -
@@ -150,16 +151,41 @@ class EngineHealth:
     stalled_for_s: float = 0.0
 
 
+class ErrorClass(StrEnum):
+    """The closed set of classes a backend's errors fall in. A backend translates its
+    engine library's errors into these once (vLLM's: `engine.vllm.errors`); the gateway
+    maps each to one of its own error kinds (`gateway.errors.from_engine`)."""
+
+    INVALID_REQUEST = "invalid_request"
+    NOT_FOUND = "not_found"
+    PAYLOAD_TOO_LARGE = "payload_too_large"
+    NOT_READY = "not_ready"
+    ENGINE_ERROR = "engine_error"
+
+
 class EngineError(Exception):
-    """The engine failed a request (engine core died, aborted, or rejected it)."""
+    """The engine failed a request (engine core died, aborted, or rejected it).
+
+    `kind` is its class; `param`, where set, the request field at fault.
+    """
+
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        kind: ErrorClass = ErrorClass.ENGINE_ERROR,
+        param: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.param = param
 
 
 class InvalidRequestError(EngineError):
     """The engine's request validation refused the request (a client error, 400)."""
 
     def __init__(self, message: str, param: str | None = None) -> None:
-        super().__init__(message)
-        self.param = param
+        super().__init__(message, kind=ErrorClass.INVALID_REQUEST, param=param)
 
 
 class EngineDeadError(EngineError):

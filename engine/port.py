@@ -9,12 +9,13 @@ plane chose, under the gateway's request id. Two implementations: `OpenAIFronten
 
 The contract, beyond the signatures:
 
-* A reply is the wire model, an `ErrorResponse` (unknown model: code 404), or a
-  stream of OpenAI SSE lines (`data: {...}\\n\\n` ... `data: [DONE]\\n\\n`) whose
-  errors arrive as one `data: {"error": ...}` line; a Responses stream is typed
-  events ending in `response.completed`, an error one `error` event
-  (`engine.responses_wire`). A request the backend's own validation refuses
-  (prompt over the context) raises `InvalidRequestError`.
+* A reply is the wire model or a stream of OpenAI SSE lines (`data: {...}\\n\\n`
+  ... `data: [DONE]\\n\\n`); a Responses stream is typed events ending in
+  `response.completed` (`engine.responses_wire`). Every failure is raised as an
+  `EngineError` whose `kind` is one of `engine.interface.ErrorClass` (unknown model:
+  `NOT_FOUND`; a prompt over the context: `InvalidRequestError`), before the reply or
+  from inside its stream: a backend translates its library's error replies itself
+  (vLLM's: `engine.vllm.errors`), so the gateway reads no backend's payloads.
 * The request's outcome (`RequestOutcome`) reaches the `on_outcome(gateway_id, outcome)`
   callback the backend was built with before the reply's last chunk is produced
   (vLLM: `VLLMEngine.started(..., on_outcome=...)`).
@@ -33,7 +34,6 @@ from engine.protocol import (
     ChatCompletionResponse,
     CompletionRequest,
     CompletionResponse,
-    ErrorResponse,
     ModelList,
     ResponsesRequest,
     ResponsesResponse,
@@ -42,10 +42,10 @@ from engine.protocol import (
 #: Keys of `vllm_xargs` reserved for the gateway; a client may never set them.
 RESERVED_XARGS = frozenset({SPEC_DEPTH_ARG, SPEC_CAP_ARG, GATEWAY_ID_ARG})
 
-ChatResult = ChatCompletionResponse | ErrorResponse | AsyncIterator[str]
-CompletionResult = CompletionResponse | ErrorResponse | AsyncIterator[str]
+ChatResult = ChatCompletionResponse | AsyncIterator[str]
+CompletionResult = CompletionResponse | AsyncIterator[str]
 #: A Responses stream is typed events (`engine.responses_wire`), not `data:` chunks.
-ResponsesResult = ResponsesResponse | ErrorResponse | AsyncIterator[str]
+ResponsesResult = ResponsesResponse | AsyncIterator[str]
 #: The requests whose sampling the backend reports (`temperature_of`).
 SampledRequest = ChatCompletionRequest | CompletionRequest | ResponsesRequest
 

@@ -2,8 +2,13 @@
 
 The gateway validates bodies with exactly the models `vllm serve` uses (so
 every field a vLLM client sends is understood the same way), without importing
-vLLM itself: only `engine/` does. `engine.fake_frontend` builds its replies and
-stream chunks from the same models, so the fake's wire format is vLLM's.
+vLLM itself: only this module and `engine.vllm` do (pyproject's import contracts).
+`engine.fake_frontend` builds its replies and stream chunks from the same models, so
+the fake's wire format is vLLM's. Besides the models, the Responses API's wire reading
+is vLLM's too: how a request's input reads as chat messages and tools
+(`construct_input_messages`, `construct_tool_dicts`, used by `engine.responses_wire`)
+and the event sequence of a streamed answer (`SimpleStreamingEventProcessor`, used by
+the fake backend).
 """
 
 from vllm.entrypoints.generate.base.protocol import (
@@ -38,6 +43,11 @@ from vllm.entrypoints.openai.responses.protocol import (
     ResponsesRequest,
     ResponsesResponse,
     ResponseUsage,
+)
+from vllm.entrypoints.openai.responses.streaming_events import SimpleStreamingEventProcessor
+from vllm.entrypoints.openai.responses.utils import (
+    construct_input_messages,
+    construct_tool_dicts,
 )
 from vllm.entrypoints.serve.engine.protocol import (
     ErrorInfo,
@@ -80,6 +90,9 @@ __all__ = [
     "ResponseUsage",
     "ResponsesRequest",
     "ResponsesResponse",
+    "SimpleStreamingEventProcessor",
     "ToolCall",
     "UsageInfo",
+    "construct_input_messages",
+    "construct_tool_dicts",
 ]

@@ -1,4 +1,5 @@
-"""The Responses API on the wire: vLLM's event framing, shared by both serving ports.
+"""The Responses API on the wire: vLLM's event framing, shared by both serving ports
+and the gateway (which frames its own in-stream errors the same way).
 
 A `/v1/responses` stream is a sequence of typed events, each framed as vLLM's
 `create_responses` route frames it (`vllm/entrypoints/openai/responses/api_router.py`):
@@ -8,7 +9,8 @@ A `/v1/responses` stream is a sequence of typed events, each framed as vLLM's
 `incomplete`). There is no `[DONE]` line. A failure inside the stream is one
 `error` event in OpenAI's shape (`ResponseErrorEvent`: type, code, message, param,
 sequence_number); `code` is `invalid_request_error` for a client's fault, else
-`server_error`.
+`server_error`. A backend raises its failures (`engine.port`); the gateway writes
+that event.
 
 `as_chat` reads a request as vLLM's renderer does (`construct_input_messages`,
 `construct_tool_dicts`): instructions as the system message, then the input items
@@ -20,17 +22,15 @@ the gateway checks and classifies it as a chat request.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
-from vllm.entrypoints.openai.responses.utils import (
+from engine.interface import InvalidRequestError
+from engine.protocol import (
+    ClientError,
+    ResponsesRequest,
     construct_input_messages,
     construct_tool_dicts,
 )
-from vllm.exceptions import VLLMClientError
-
-from engine.interface import InvalidRequestError
-from engine.protocol import ResponsesRequest
 
 #: The event that ends a finished answer.
 COMPLETED = "response.completed"
@@ -46,7 +46,7 @@ def as_chat(request: ResponsesRequest) -> tuple[list[dict[str, Any]], list[dict[
         messages = construct_input_messages(
             request_instructions=request.instructions, request_input=request.input
         )
-    except VLLMClientError as exc:
+    except ClientError as exc:
         raise InvalidRequestError(str(exc.args[0]) if exc.args else str(exc), "input") from exc
     tools = construct_tool_dicts(request.tools, request.tool_choice) or []
     return [dict(m) for m in messages], tools
@@ -68,22 +68,3 @@ def error_sse(message: str, *, code: str, sequence_number: int, param: str | Non
         "sequence_number": sequence_number,
     }
     return f"event: error\ndata: {json.dumps(body, separators=(',', ':'))}\n\n"
-
-
-async def framed(events: AsyncIterator[Any]) -> AsyncIterator[str]:
-    """vLLM's event generator as SSE text; what it raises becomes one `error` event.
-
-    vLLM's own route lets an exception inside the generator cut the connection; here
-    the client gets an event that says why (a client fault, such as a prompt over the
-    context, keeps its 4xx class). Cancellation is never caught: closing this
-    generator closes vLLM's, which aborts the engine request.
-    """
-    sent = 0
-    try:
-        async for event in events:
-            yield event_sse(event)
-            sent += 1
-    except InvalidRequestError as exc:
-        yield error_sse(str(exc), code=CLIENT_FAULT, sequence_number=sent, param=exc.param)
-    except Exception as exc:  # whatever failed, the stream ends in an event
-        yield error_sse(str(exc) or type(exc).__name__, code=SERVER_FAULT, sequence_number=sent)

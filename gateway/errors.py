@@ -13,6 +13,8 @@ import enum
 import json
 from dataclasses import dataclass, field
 
+from engine.interface import EngineError
+
 
 class ErrorKind(enum.Enum):
     """(HTTP status, OpenAI error.type, metric label)."""
@@ -91,3 +93,19 @@ class GatewayError(Exception):
 
 def invalid(message: str, param: str | None = None) -> GatewayError:
     return GatewayError(ErrorKind.INVALID_REQUEST, message, param=param)
+
+
+#: A backend's error classes (`engine.interface.ErrorClass`, by value), one kind each.
+_ENGINE_KINDS: dict[str, ErrorKind] = {
+    "invalid_request": ErrorKind.INVALID_REQUEST,
+    "not_found": ErrorKind.NOT_FOUND,
+    "payload_too_large": ErrorKind.PAYLOAD_TOO_LARGE,
+    "not_ready": ErrorKind.NOT_READY,
+    "engine_error": ErrorKind.ENGINE_ERROR,
+}
+
+
+def from_engine(exc: EngineError) -> GatewayError:
+    """A backend's error (already in its closed set: the backend translated its library's
+    replies, `engine.port`) as the gateway's; the mapping is one to one."""
+    return GatewayError(_ENGINE_KINDS[exc.kind.value], str(exc), param=exc.param)

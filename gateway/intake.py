@@ -1,5 +1,5 @@
 """A request's intake: its messages as plain data, the view classification reads, the
-token estimate for the length buckets, and vLLM's error replies in the gateway's set."""
+token estimate for the length buckets."""
 
 from __future__ import annotations
 
@@ -7,21 +7,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from engine.port import RESERVED_XARGS
-from engine.protocol import ChatCompletionRequest, CompletionRequest, ErrorResponse
+from engine.protocol import ChatCompletionRequest, CompletionRequest
 from gateway import limits
-from gateway.errors import ErrorKind, GatewayError, invalid
+from gateway.errors import invalid
 from gateway.settings import GatewaySettings
-
-
-def from_vllm(error: ErrorResponse) -> GatewayError:
-    code = int(error.error.code)
-    kind = {
-        400: ErrorKind.INVALID_REQUEST,
-        404: ErrorKind.NOT_FOUND,
-        413: ErrorKind.PAYLOAD_TOO_LARGE,
-        503: ErrorKind.NOT_READY,
-    }.get(code, ErrorKind.INVALID_REQUEST if 400 <= code < 500 else ErrorKind.ENGINE_ERROR)
-    return GatewayError(kind, error.error.message, param=error.error.param)
 
 
 def plain_messages(messages: Iterable[Any], harmony: bool) -> list[dict[str, Any]]:

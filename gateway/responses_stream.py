@@ -7,7 +7,7 @@ one `error` event in OpenAI's shape (`ResponseErrorEvent`; its `code` is the
 gateway's error label), so no client takes a cut stream for an answer. A Responses
 stream has no `[DONE]`: `response.completed` is its end.
 
-Errors: the engine's `error` or `response.failed` event; no event for
+Errors: the backend's failure, raised from its stream (`engine.port`); no event for
 `idle_timeout_s` (`stream_stalled`); a stream that stops before `response.completed`;
 and an engine abort (drain deadline), which vLLM's non-harmony path also ends with
 `response.completed`, told apart by the request's outcome (`aborted`). Closing this
@@ -21,12 +21,12 @@ import json
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from engine.responses_wire import CLIENT_FAULT, error_sse
-from gateway.errors import ErrorKind, GatewayError
+from engine.interface import EngineError
+from engine.responses_wire import error_sse
+from gateway.errors import ErrorKind, GatewayError, from_engine
 from gateway.streaming import IdleWatch, StreamEnd, relay
 
 _COMPLETED = "event: response.completed\n"
-_FAILED = ("event: error\n", "event: response.failed\n")
 #: Events sent before the engine produced anything: not the first answer chunk.
 _OPENING = ("event: response.created\n", "event: response.in_progress\n")
 _DATA = "\ndata: "
@@ -34,19 +34,6 @@ _DATA = "\ndata: "
 
 def _payload(event: str) -> dict[str, Any]:
     return dict(json.loads(event[event.index(_DATA) + len(_DATA) :]))
-
-
-def engine_error(event: str) -> GatewayError:
-    """The engine's `error` (or `response.failed`) event as a gateway error."""
-    try:
-        payload = _payload(event)
-        failed = payload.get("response", {}).get("error") or {}
-        code = payload.get("code", failed.get("code"))
-        message = str(payload.get("message") or failed.get("message") or "engine error")
-    except (ValueError, AttributeError):
-        code, message = None, "engine error"
-    kind = ErrorKind.INVALID_REQUEST if code == CLIENT_FAULT else ErrorKind.ENGINE_ERROR
-    return GatewayError(kind, message)
 
 
 def error_event(error: GatewayError, sequence_number: int) -> str:
@@ -86,6 +73,10 @@ async def relay_events(
                 event = await anext(iterator)
             except StopAsyncIteration:
                 break
+            except EngineError as exc:  # the backend's, in its closed set (`engine.port`)
+                end.status, end.error = "error", from_engine(exc)
+                yield error_event(end.error, sent)
+                return
             except asyncio.CancelledError:
                 if not watch.absorb():
                     raise
@@ -97,10 +88,6 @@ async def relay_events(
                 watch.waiting = False
             if end.first_chunk_s is None and not event.startswith(_OPENING):
                 end.first_chunk_s = loop.time() - started
-            if event.startswith(_FAILED):
-                end.status, end.error = "error", engine_error(event)
-                yield error_event(end.error, sent)
-                return
             if event.startswith(_COMPLETED):
                 spec = await speculation()
                 if aborted():

@@ -18,8 +18,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from engine.backend import PortConfig
 from engine.interface import Engine
-from engine.openai_frontend import FrontendConfig
 from engine.port import ServingPort
 from gateway.admission import Admission
 from gateway.calibration import CalibrationPoint, calibrate
@@ -41,6 +41,7 @@ from gateway.observability.metrics import GatewayMetrics, render_metrics
 from gateway.observability.replica_metrics import BuildInfo
 from gateway.outcomes import OutcomeBoard
 from gateway.planner import FlagOverrides
+from gateway.plugins import load_backend
 from gateway.replies import Telemetry
 from gateway.service import InferenceService
 from gateway.settings import GatewaySettings
@@ -160,25 +161,27 @@ def build_service(
 def real_runtime_factory(
     engine_settings: Any,
     controller_settings: ControllerSettings | None = None,
+    *,
+    backend: str = "vllm",
 ) -> Callable[[GatewaySettings], AbstractAsyncContextManager[Runtime]]:
-    """A runtime factory for `create_app` on the embedded vLLM engine."""
+    """A runtime factory for `create_app` on a plugged-in backend's engine
+    (`gateway.plugins`; the embedded vLLM engine by default)."""
 
     @asynccontextmanager
     async def factory(settings: GatewaySettings) -> AsyncIterator[Runtime]:
-        from engine.compat import installed_vllm_version
-        from engine.vllm_engine import VLLMEngine
-
-        vllm_version = installed_vllm_version()
+        plugin = load_backend(backend)
+        vllm_version = plugin.library_version() or "none"
 
         board = OutcomeBoard()
         target, _ = engine_settings.resolved_models()
+        config = PortConfig(
+            model=str(target),
+            served_model_name=settings.served_model_name,
+            split_completion_prompts=settings.split_completion_control_tokens,
+        )
         slot = EngineSlot(
-            lambda: VLLMEngine.started(engine_settings, on_outcome=board.deliver),
-            FrontendConfig(
-                model=str(target),
-                served_model_name=settings.served_model_name,
-                split_completion_prompts=settings.split_completion_control_tokens,
-            ),
+            lambda: plugin.start_engine(engine_settings, board.deliver),
+            lambda engine: plugin.serving_port(engine, config),
         )
         async with AsyncExitStack() as stack:
             await slot.start()

@@ -12,25 +12,23 @@ from typing import Any
 
 from opentelemetry.trace import Tracer
 
-from engine.interface import EngineStep, InvalidRequestError, RequestOutcome
+from engine.interface import EngineDeadError, EngineError, EngineStep, RequestOutcome
 from engine.port import RESERVED_XARGS, ServingPort
 from engine.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
-    ErrorResponse,
     ResponsesRequest,
 )
 from gateway import limits
 from gateway.admission import ANY_KEY, Admission
 from gateway.control.features import sampling_bucket
 from gateway.control.plane import ControlPlane, Plan, PlannedRequest
-from gateway.errors import ErrorKind, GatewayError, invalid
+from gateway.errors import ErrorKind, GatewayError, from_engine
 from gateway.intake import (
     approx_tokens,
     chat_intake,
     check_tools,
     completion_intake,
-    from_vllm,
 )
 from gateway.observability.inference_span import UNTRACED, InferenceSpan, InferenceSpans
 from gateway.outcomes import OutcomeBoard
@@ -270,10 +268,10 @@ class InferenceService:
             try:
                 with span.current():  # its trace context goes to the engine
                     result = await call(gid)
-            except InvalidRequestError as exc:
-                raise invalid(str(exc), param=exc.param) from None
-            if isinstance(result, ErrorResponse):
-                raise from_vllm(result)
+            except EngineDeadError:
+                raise
+            except EngineError as exc:
+                raise from_engine(exc) from None
             if not stream:
                 if any(c.finish_reason == "abort" for c in getattr(result, "choices", ())):
                     raise GatewayError(ErrorKind.ENGINE_ERROR, ABORTED)

@@ -2,7 +2,8 @@
 
 Every stream ends in exactly one terminal state: vLLM's real finish chunk then
 `[DONE]`, or one SSE error event (and no `[DONE]`, so no client can take a
-truncated answer for a complete one). A stream with no chunk for
+truncated answer for a complete one); the backend raises its failures from the
+stream (`engine.port`). A stream with no chunk for
 `idle_timeout_s` ends with a `stream_stalled` error. Closing this generator
 (client disconnect, timeout, error) closes vLLM's generator, which aborts the
 engine request. The final usage chunk (`choices: []`) gains the `speculation`
@@ -17,10 +18,10 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.errors import ErrorKind, GatewayError
+from engine.interface import EngineError
+from gateway.errors import ErrorKind, GatewayError, from_engine
 
 _DONE = "data: [DONE]"
-_ERROR_PREFIX = 'data: {"error"'
 _FINISHED = '"finish_reason":"'
 _ABORTED = '"finish_reason":"abort"'
 
@@ -32,18 +33,6 @@ class StreamEnd:
     status: str = "disconnected"
     error: GatewayError | None = None
     first_chunk_s: float | None = None
-
-
-def vllm_error(chunk: str) -> GatewayError:
-    """Map vLLM's in-stream error event to the gateway's closed error set."""
-    try:
-        info = json.loads(chunk[len("data: ") :])["error"]
-        code = int(info.get("code", 500))
-        message = str(info.get("message", "engine error"))
-    except (ValueError, KeyError, TypeError):
-        code, message = 500, "engine error"
-    kind = ErrorKind.INVALID_REQUEST if 400 <= code < 500 else ErrorKind.ENGINE_ERROR
-    return GatewayError(kind, message)
 
 
 def with_speculation(chunk: str, speculation: dict[str, Any] | None) -> str:
@@ -131,6 +120,10 @@ async def relay(
                 chunk = await anext(iterator)
             except StopAsyncIteration:
                 break
+            except EngineError as exc:  # the backend's, in its closed set (`engine.port`)
+                end.status, end.error = "error", from_engine(exc)
+                yield end.error.sse_event()
+                return
             except asyncio.CancelledError:
                 if not watch.absorb():
                     raise
@@ -147,10 +140,6 @@ async def relay(
                 watch.waiting = False
             if end.first_chunk_s is None:
                 end.first_chunk_s = loop.time() - started
-            if chunk.startswith(_ERROR_PREFIX):
-                end.status, end.error = "error", vllm_error(chunk)
-                yield end.error.sse_event()
-                return
             if chunk.startswith(_DONE):
                 if not finished:
                     break

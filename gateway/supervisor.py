@@ -16,41 +16,24 @@ from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from typing import Any
 
-from engine.openai_frontend import FrontendConfig, OpenAIFrontend
 from engine.port import ServingPort
 
 log = logging.getLogger("specgw.supervisor")
 
 EngineStarter = Callable[[], AbstractAsyncContextManager[Any]]
-#: The serving port on a started engine (vLLM's: its serving layer on `serving_client`).
+#: The serving port on a started engine (a backend's `EngineBackend.serving_port`).
 FrontendBuilder = Callable[[Any], Awaitable[ServingPort]]
-
-
-def vllm_frontend(config: FrontendConfig) -> FrontendBuilder:
-    """vLLM's OpenAI serving layer on a started `VLLMEngine`."""
-
-    async def build(engine: Any) -> ServingPort:
-        return await OpenAIFrontend.create(
-            engine.serving_client, config, lossless_sampling=engine.lossless_sampling
-        )
-
-    return build
 
 
 class EngineSlot:
     """The current engine and the serving port on it; replaced whole on restart.
 
-    `frontend` is a `FrontendConfig` for vLLM's serving layer, or a builder of any
-    backend's port (`gateway.backends`).
+    `frontend` builds the backend's port on each started engine (`gateway.backends`).
     """
 
-    def __init__(
-        self, start_engine: EngineStarter, frontend: FrontendConfig | FrontendBuilder
-    ) -> None:
+    def __init__(self, start_engine: EngineStarter, frontend: FrontendBuilder) -> None:
         self._start_engine = start_engine
-        self._build_frontend = (
-            vllm_frontend(frontend) if isinstance(frontend, FrontendConfig) else frontend
-        )
+        self._build_frontend = frontend
         self._stack: AsyncExitStack | None = None
         self.engine: Any = None
         self.frontend: ServingPort | None = None

@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.testing_models import TinyModels, build_tiny_models
+from tools.model.testing_models import TinyModels, build_tiny_models
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +46,7 @@ def tiny_models() -> TinyModels:
 def embedded_model() -> ModelPair | None:
     """The embedded default model (target + EAGLE 3.1), or None where it is not built."""
     try:
-        from engine.model.paths import default_model_paths
+        from engine.model_paths import default_model_paths
     except ImportError:
         return None
     paths = default_model_paths()

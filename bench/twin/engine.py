@@ -153,7 +153,7 @@ class _Live:
 
 
 def outcome_of(live: _Live, last_t: float) -> RequestOutcome:
-    """The request's outcome as vLLM's per-request metrics report it (`engine.outcome`):
+    """The request's outcome as vLLM's per-request metrics report it (`engine.vllm.outcome`):
     per-position counts from the accepted histogram (a suffix sum) and from the
     drafts made per verify step, both trimmed to the request's k."""
     k = live.plan.k

@@ -205,7 +205,7 @@ class BatchDepth:
         D (between this request's k and the batch's deepest) at which its expected
         tokens per step at its own k, over a step's relative cost c(D) at batch depth
         D, stay at or above the floor; the engine lowers every request in flight to D
-        as this one enters (`engine.scheduler`).
+        as this one enters (`engine.vllm.scheduler`).
         """
         costs = self._cost.relative_costs_in(bucket)
         gains = decision.gains

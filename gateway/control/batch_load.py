@@ -159,7 +159,7 @@ class BatchLoad:
 
     def cap(self, depth: int) -> None:
         """Every request in flight deeper than `depth` now runs at `depth` (the engine
-        lowered them for a newcomer's floor: `engine.scheduler`); never raises one."""
+        lowered them for a newcomer's floor: `engine.vllm.scheduler`); never raises one."""
         if self._deepest <= depth:
             return
         self._advance()

@@ -5,7 +5,7 @@ that deep for every request in the step (`gateway.control.batch_load`). So a
 sample is filed at (its batch's size, its batch's largest k):
 
 - an engine step (`file_step`), where the engine times its steps
-  (`engine.step_clock`) and the gateway knows the step's batch;
+  (`engine.vllm.step_clock`) and the gateway knows the step's batch;
 - else a finished request's (e2e - ttft) / (decode_steps - 1) (`observe`), at the
   largest k of the batch it ran in averaged over its life; from the first engine
   step on, requests' means are no longer filed (they would file the steps twice).

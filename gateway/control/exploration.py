@@ -10,7 +10,7 @@ For a request of a class whose k at batch bucket b is k (`ClassState.adaptive_k`
    bound (`may_pay_at_one`); where even that cannot pay, s stays at
    `exploration_share` at batch 1 and is 0 above it (the probe would make every
    batch-mate draft and would prefill its prompt cold, outside the k = 0 cache
-   namespace, `engine.scheduler`).
+   namespace, `engine.vllm.scheduler`).
 2. s is per batch, s / b: a probe deeper than its batch makes the drafter draft
    for every request in it.
 3. Thin depths first (`thin_depths`): depths run fewer than `cost_min_samples`

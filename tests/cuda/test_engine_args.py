@@ -1,7 +1,7 @@
-"""The engine arguments the gateway builds (`engine.vllm_engine.engine_args`), validated by
+"""The engine arguments the gateway builds (`engine.vllm.engine.engine_args`), validated by
 vLLM 0.33's own config classes (`AsyncEngineArgs.create_engine_config`: model, speculative,
 scheduler and compilation configs), without creating a model; and a drafter in the
-speculators layout, read by vLLM's own parser and by `engine.model_source`."""
+speculators layout, read by vLLM's own parser and by `engine.vllm.model_source`."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from engine.model_source import check_fit, model_source, read_config
-from engine.preflight import EngineSettingsError, check_schedule
-from engine.scheduler import AutoSpecDepthScheduler
 from engine.settings import EngineSettings
-from engine.testing_models import TinyModels
-from engine.vllm_engine import engine_args
+from engine.vllm.engine import engine_args
+from engine.vllm.model_source import check_fit, model_source, read_config
+from engine.vllm.preflight import EngineSettingsError, check_schedule
+from engine.vllm.scheduler import AutoSpecDepthScheduler
+from tools.model.testing_models import TinyModels
 
 
 def _config(settings: EngineSettings) -> Any:
@@ -28,7 +28,7 @@ def test_the_default_arguments_validate(tiny: TinyModels) -> None:
     spec = config.speculative_config
     assert (spec.method, spec.num_speculative_tokens) == ("eagle3", 3)
     assert config.scheduler_config.get_scheduler_cls() is AutoSpecDepthScheduler
-    assert config.parallel_config.worker_extension_cls == "engine.worker.SpecGatewayWorker"
+    assert config.parallel_config.worker_extension_cls == "engine.vllm.worker.SpecGatewayWorker"
     assert config.observability_config.per_request_spec_decode_metrics == "detailed"
 
 

@@ -14,9 +14,9 @@ from typing import Any
 from vllm.v1.worker.gpu.model_runner import GPUModelRunner as RunnerV2
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner as RunnerV1
 
-from engine.compat import resolve
-from engine.draft_skip import DraftSkipExtension, runner_supports_skip
-from engine.worker import SpecGatewayWorker
+from engine.vllm.compat import resolve
+from engine.vllm.draft_skip import DraftSkipExtension, runner_supports_skip
+from engine.vllm.worker import SpecGatewayWorker
 
 
 class _Worker(DraftSkipExtension):
@@ -66,7 +66,7 @@ def test_v2_passes_the_steps_depth_to_its_drafter() -> None:
 
 
 def test_full_decode_graphs_need_one_captured_width() -> None:
-    """The basis of the uniform rule (`engine.batch_depth`), read in vLLM 0.33."""
+    """The basis of the uniform rule (`engine.vllm.batch_depth`), read in vLLM 0.33."""
     uniform = inspect.getsource(resolve("vllm.v1.worker.utils:get_uniform_decode_token_count"))
     assert "is_uniform_query_len" in uniform
     manager = "vllm.v1.worker.gpu.cudagraph_utils:CudaGraphManager"

@@ -17,10 +17,10 @@ from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
 from vllm.v1.request import Request
 from vllm.v1.structured_output import StructuredOutputManager
 
-from engine.batch_depth import POLICY_OVERRIDE_KEY, BatchDepthPolicy
 from engine.interface import SPEC_DEPTH_ARG
-from engine.scheduler import AsyncSpecDepthScheduler, AutoSpecDepthScheduler
-from engine.testing_models import TinyModels
+from engine.vllm.batch_depth import POLICY_OVERRIDE_KEY, BatchDepthPolicy
+from engine.vllm.scheduler import AsyncSpecDepthScheduler, AutoSpecDepthScheduler
+from tools.model.testing_models import TinyModels
 
 K = 4
 BLOCK = 16

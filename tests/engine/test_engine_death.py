@@ -11,7 +11,7 @@ import pytest
 import pytest_asyncio
 
 from engine.interface import EngineDeadError, EngineError, GenerateRequest
-from engine.vllm_engine import VLLMEngine
+from engine.vllm.engine import VLLMEngine
 from tests.engine.engines import engine_settings
 
 pytestmark = [pytest.mark.engine, pytest.mark.asyncio(loop_scope="session")]

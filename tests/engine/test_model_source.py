@@ -1,4 +1,4 @@
-"""Model sources and the drafter/target fit (`engine.model_source`), on small config.json
+"""Model sources and the drafter/target fit (`engine.vllm.model_source`), on small config.json
 files in temporary directories: no download, no engine."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from engine.model_source import (
+from engine.vllm.model_source import (
     ModelSource,
     ModelSourceError,
     check_fit,

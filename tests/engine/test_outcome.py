@@ -10,7 +10,7 @@ import pytest
 from vllm.outputs import CompletionOutput, RequestOutput
 from vllm.v1.metrics.stats import RequestSpecDecodeMetrics, RequestStateStats
 
-from engine.outcome import request_outcome, speculation_outcome
+from engine.vllm.outcome import request_outcome, speculation_outcome
 
 
 @pytest.mark.parametrize(

@@ -30,8 +30,8 @@ async def _fake() -> AsyncIterator[PortHarness]:
 
 
 async def _vllm() -> AsyncIterator[PortHarness]:
-    from engine.openai_frontend import FrontendConfig, OpenAIFrontend
-    from engine.vllm_engine import VLLMEngine
+    from engine.vllm.engine import VLLMEngine
+    from engine.vllm.openai_frontend import FrontendConfig, OpenAIFrontend
     from tests.engine.engines import engine_settings
 
     settings = engine_settings()

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from engine.testing_models import TinyModels
 from gateway.cli import app
+from tools.model.testing_models import TinyModels
 
 
 def _serve(*args: str) -> tuple[int, str]:
@@ -45,7 +45,7 @@ def test_a_missing_model(tmp_path: Path) -> None:
 
 
 def test_a_wrong_vllm_version(monkeypatch: pytest.MonkeyPatch, tiny: TinyModels) -> None:
-    monkeypatch.setattr("engine.compat.installed_vllm_version", lambda: "0.31.0")
+    monkeypatch.setattr("engine.vllm.compat.installed_vllm_version", lambda: "0.31.0")
     code, output = _serve("--model", str(tiny.target), "--drafter", str(tiny.drafter))
     assert code == 2
     assert "vLLM 0.31.0 is not a tested version" in _one_error_line(output)

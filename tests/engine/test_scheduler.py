@@ -20,15 +20,15 @@ from vllm.v1.request import Request
 from vllm.v1.structured_output import StructuredOutputManager
 
 from engine.interface import SPEC_CAP_ARG, SPEC_DEPTH_ARG
-from engine.scheduler import (
+from engine.settings import EngineSettings
+from engine.vllm.engine import engine_args
+from engine.vllm.scheduler import (
     AsyncSpecDepthScheduler,
     AutoSpecDepthScheduler,
     SpecDepthScheduler,
     requested_depth,
 )
-from engine.settings import EngineSettings
-from engine.testing_models import TinyModels
-from engine.vllm_engine import engine_args
+from tools.model.testing_models import TinyModels
 
 K = 4
 BLOCK = 16
@@ -141,7 +141,7 @@ def test_drafter_asked_for_the_largest_k_in_the_step(cls: type[Any], tiny: TinyM
 
 @pytest.mark.parametrize("cls", [SpecDepthScheduler, AsyncSpecDepthScheduler])
 def test_capped_requests_record_no_verify_step(cls: type[Any], tiny: TinyModels) -> None:
-    """vLLM records a verify step only where drafts were scheduled (engine/outcome.py)."""
+    """vLLM records a verify step only where drafts were scheduled (engine/vllm/outcome.py)."""
     sched = _scheduler(cls, tiny)
     sched.add_request(_request("zero", 0))
     sched.add_request(_request("two", 2))
@@ -212,7 +212,7 @@ def test_engine_args_pair_the_scheduler_class_with_its_mode(
     settings = EngineSettings(model=tiny.target, drafter=tiny.drafter, scheduler=flavour)
     args = engine_args(settings)
     assert (args.scheduler_cls, args.async_scheduling) == (
-        f"engine.scheduler.{cls}",
+        f"engine.vllm.scheduler.{cls}",
         async_scheduling,
     )
 

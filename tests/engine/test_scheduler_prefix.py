@@ -18,8 +18,8 @@ from vllm.v1.request import Request
 from vllm.v1.structured_output import StructuredOutputManager
 
 from engine.interface import SPEC_DEPTH_ARG
-from engine.scheduler import DEPTH_ZERO_SALT, SpecDepthScheduler
-from engine.testing_models import TinyModels
+from engine.vllm.scheduler import DEPTH_ZERO_SALT, SpecDepthScheduler
+from tools.model.testing_models import TinyModels
 
 BLOCK = 16
 PROMPT = list(range(100, 164))  # 4 full blocks

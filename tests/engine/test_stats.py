@@ -7,7 +7,7 @@ import logging
 from vllm.v1.metrics.stats import SchedulerIterationDetails, SchedulerStats
 
 from engine.interface import EngineStep
-from engine.stats import EngineActivity, SchedulerCountsLogger, quiet_step_lines
+from engine.vllm.stats import EngineActivity, SchedulerCountsLogger, quiet_step_lines
 
 
 def _details(elapsed_ms: float, dummy: bool = False) -> SchedulerIterationDetails:

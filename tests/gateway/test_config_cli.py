@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from engine.compat import installed_vllm_version
+from engine.vllm.compat import installed_vllm_version
 from tests.tier_guard import settings_refusal
 
 SPEC_GATEWAY = str(Path(sys.executable).parent / "spec-gateway")

@@ -65,7 +65,7 @@ def test_chat_non_streaming_reports_speculation(gateway: GatewayProcess) -> None
 
 def test_usage_reports_prompt_tokens_served_from_the_prefix_cache(gateway: GatewayProcess) -> None:
     """OpenAI's `usage.prompt_tokens_details.cached_tokens`, streamed and not. k = 0 and
-    k > 0 requests keep apart in the prefix cache (`engine.scheduler`), so the repeat
+    k > 0 requests keep apart in the prefix cache (`engine.vllm.scheduler`), so the repeat
     that counts is one at the same k as the request before it."""
     notes = " ".join(f"Rule {i}: answer in {i % 5 + 1} words." for i in range(60))
     messages = [
@@ -211,8 +211,8 @@ def test_named_tool_call_round_trip(gateway: GatewayProcess) -> None:
 @pytest.mark.skipif(not trained_model(), reason="a random-weight model emits no tool calls")
 def test_tool_choice_auto_is_parsed_by_the_hermes_parser(gateway: GatewayProcess) -> None:
     """The model's own `<tool_call>` text comes back as `tool_calls` (not as content)."""
-    from engine.model.corpus import load_corpus
-    from engine.model.families import family_prompts
+    from tools.model.corpus import load_corpus
+    from tools.model.families import family_prompts
 
     parsed = []
     for prompt in family_prompts(load_corpus(), "tool_call", n=4):

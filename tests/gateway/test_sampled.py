@@ -49,7 +49,7 @@ def _classes(gateway: GatewayProcess) -> dict[str, dict[str, object]]:
 
 
 def test_sampled_requests_speculate_in_a_class_of_their_own(gateway: GatewayProcess) -> None:
-    """With the CPU sampler's expand kernel fixed (`engine.expand_fix`) sampled
+    """With the CPU sampler's expand kernel fixed (`engine.vllm.expand_fix`) sampled
     speculation is exact on this build (`sampled_speculation: auto`), so a sampled
     request speculates; it accepts drafts less often than a greedy one of the same
     prompt, so it is classed by its temperature's bucket, apart from the greedy class."""

@@ -8,6 +8,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 
 import pytest
 
+from engine.interface import InvalidRequestError
 from gateway.streaming import StreamEnd, relay
 
 CHUNK = 'data: {"choices":[{"index":0,"delta":{"content":"x"},"finish_reason":null}]}\n\n'
@@ -64,11 +65,18 @@ async def test_stalled_stream_ends_with_error() -> None:
     assert json.loads(out[-1][6:])["error"]["code"] == "stream_stalled"
 
 
-async def test_engine_error_event_is_relayed_once_without_done() -> None:
-    error = 'data: {"error":{"message":"boom","type":"x","param":null,"code":500}}\n\n'
-    out, end = await _collect([CHUNK, error, DONE])
-    assert end.status == "error"
+async def test_an_engine_error_raised_mid_stream_is_relayed_once_without_done() -> None:
+    async def failing() -> AsyncIterator[str]:
+        yield CHUNK
+        raise InvalidRequestError("boom", "prompt")
+        yield DONE  # never reached: the relay must not send it
+
+    ends: list[StreamEnd] = []
+    out = [c async for c in _relay(failing(), 0.1, ends)]
+    assert ends[0].status == "error"
     assert out[-1].startswith('data: {"error"')
+    error = json.loads(out[-1][6:])["error"]
+    assert (error["code"], error["message"], error["param"]) == ("invalid_request", "boom", "prompt")
     assert DONE not in out
 
 

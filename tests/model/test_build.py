@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from safetensors import safe_open
 
-from engine.model.build import BuildError, build
-from engine.model.chat_template import TOOL_TOKENS
-from engine.model.corpus import CorpusError
+from tools.model.build import BuildError, build
+from tools.model.chat_template import TOOL_TOKENS
+from tools.model.corpus import CorpusError
 
 
 @pytest.fixture(scope="module")

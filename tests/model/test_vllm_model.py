@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from engine.model.corpus import load_corpus
-from engine.model.families import FamilyPrompt, family_prompts
-from engine.model.measure import Sample, open_llm, run_prompts, summarise
 from tests.models import embedded_model
+from tools.model.corpus import load_corpus
+from tools.model.families import FamilyPrompt, family_prompts
+from tools.model.measure import Sample, open_llm, run_prompts, summarise
 
 pytestmark = pytest.mark.engine
 MAX_TOKENS = 48

@@ -11,7 +11,8 @@ from typing import Any
 import yaml
 from prometheus_client import CollectorRegistry
 
-from gateway.observability.dashboards import (
+from gateway.observability.metrics import GatewayMetrics
+from tools.dashboards.build import (
     DASHBOARD_DIR,
     DASHBOARDS,
     all_promql_expressions,
@@ -20,14 +21,13 @@ from gateway.observability.dashboards import (
     shipped_expressions,
     write_dashboards,
 )
-from gateway.observability.metrics import GatewayMetrics
 
 
 def test_regenerating_gives_the_committed_json(tmp_path: Path) -> None:
     for path in write_dashboards(tmp_path):
         committed = DASHBOARD_DIR / path.name
         assert path.read_bytes() == committed.read_bytes(), (
-            f"{committed} is stale: run `.venv/bin/python -m gateway.observability.dashboards`"
+            f"{committed} is stale: run `.venv/bin/python -m tools.dashboards`"
         )
     assert sorted(p.name for p in DASHBOARD_DIR.glob("*.json")) == sorted(DASHBOARDS)
 

@@ -17,13 +17,13 @@ import httpx
 import pytest
 import yaml
 
-from gateway.observability.dashboards import RULE_FILES, concrete, shipped_expressions
 from tests.gateway.conftest import (
     GatewayProcess,
     free_port,
     start_gateway,
     stop_gateway,
 )
+from tools.dashboards.build import RULE_FILES, concrete, shipped_expressions
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow, pytest.mark.timeout(900)]
 

@@ -17,7 +17,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 
 from engine.interface import GenerateRequest
 from engine.settings import EngineSettings
-from engine.vllm_engine import VLLMEngine
+from engine.vllm.engine import VLLMEngine
 from gateway.observability.metrics import GatewayMetrics
 from tests.models import model_pair
 

@@ -17,8 +17,8 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from starlette.datastructures import State
 
-from engine.openai_frontend import OpenAIFrontend
 from engine.protocol import ChatCompletionRequest, CompletionRequest
+from engine.vllm.openai_frontend import OpenAIFrontend
 from tests.observability.otlp_receiver import ReceivedSpan, running
 
 

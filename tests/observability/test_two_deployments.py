@@ -29,11 +29,11 @@ from prometheus_client import REGISTRY
 from engine.settings import EngineSettings
 from gateway.app import create_app
 from gateway.backends import fake_runtime_factory
-from gateway.observability.dashboards import concrete, dashboard_expressions
-from gateway.observability.drift_dashboard import ACCEPTANCE_LENGTH
 from tests.gateway.conftest import free_port
 from tests.observability.recorded import RecordedVllmSeries
 from tests.unit.conftest import MODEL, QUICK_START, USER_KEY, gateway_settings
+from tools.dashboards.build import concrete, dashboard_expressions
+from tools.dashboards.drift_dashboard import ACCEPTANCE_LENGTH
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from engine.fake_wire import chat_prompt, error_event, forced_tool_call, not_found, placeholder
+from engine.fake_wire import chat_prompt, forced_tool_call, not_found, placeholder
+from engine.interface import ErrorClass
 from engine.protocol import ChatCompletionRequest
 
 
@@ -85,16 +86,7 @@ def test_the_chat_prompt_is_deterministic_and_names_the_tools() -> None:
     assert chat_prompt(request) == chat_prompt(_request(tools=[TOOL]))
 
 
-def test_error_event_and_not_found_are_vllms_shapes() -> None:
-    line = error_event("engine core died", code=500)
-    assert line.startswith('data: {"error"')
-    assert line.endswith("\n\n")
-    error = json.loads(line[len("data: ") :])["error"]
-    assert error == {
-        "message": "engine core died",
-        "type": "InternalServerError",
-        "param": None,
-        "code": 500,
-    }
+def test_not_found_is_a_not_found_engine_error() -> None:
     missing = not_found("x", "specgw-default")
-    assert (missing.error.code, missing.error.param) == (404, "model")
+    assert (missing.kind, missing.param) == (ErrorClass.NOT_FOUND, "model")
+    assert "`x` does not exist" in str(missing)

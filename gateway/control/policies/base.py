@@ -56,7 +56,7 @@ class PolicyInput:
     output_tokens: float = 0.0
     #: At current_k = 0: steps at k = 0 a request at any k > 0 pays on top of `first_token`,
     #: prefilling again the prompt tokens the class's k = 0 runs find cached (k = 0
-    #: requests cache apart, `engine.scheduler`). 0 elsewhere: leaving k > 0 is not priced.
+    #: requests cache apart, `engine.vllm.scheduler`). 0 elsewhere: leaving k > 0 is not priced.
     switch_steps: float = 0.0
 
 

@@ -95,7 +95,7 @@ class PromptCache:
     def cold_tokens(self) -> float:
         """Prompt tokens a request at k > 0 is expected to prefill beyond a k = 0 run's.
 
-        k = 0 requests cache under their own salt (`engine.scheduler`), so what the
+        k = 0 requests cache under their own salt (`engine.vllm.scheduler`), so what the
         class's k = 0 runs find cached, a request at k > 0 prefills again, less what
         its k > 0 runs found cached there (a class that ran deep before, at this
         load or another, still has its prompts in that namespace).

@@ -4,7 +4,7 @@ How vLLM counts (vllm 0.32, `Scheduler.update_from_output`): a verify step is
 recorded for a request only in a step where drafts were *scheduled* for it and
 it sampled tokens; it adds `num_draft_tokens` (less grammar-invalidated ones)
 and one histogram entry at j = accepted drafts. A request whose drafts were
-capped to 0 by `engine.scheduler` has no drafts scheduled, so it records no
+capped to 0 by `engine.vllm.scheduler` has no drafts scheduled, so it records no
 step at all: draft tokens 0, histogram empty, acceptance length 1.0 (vLLM's
 definition, 1 + accepted / steps, with 1.0 for no steps). The engine's
 Prometheus counters (`vllm:spec_decode_num_draft_tokens_total`, ...) are fed

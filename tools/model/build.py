@@ -21,13 +21,13 @@ from typing import Any, Literal
 import torch
 from tqdm import tqdm
 
-from engine.model.corpus import corpus_hash, load_corpus
-from engine.model.drafter import DrafterShape, Eagle3Drafter, save_drafter
-from engine.model.families import DRAFTER_FAMILIES, TARGET_FAMILIES, training_texts
-from engine.model.paths import ModelPaths
-from engine.model.target import TargetShape, TrainBudget, make_target, pack, train_target
-from engine.model.tokenizer import padded_vocab, save_tokenizer, train_tokenizer
-from engine.model.train_drafter import DrafterBudget, DrafterStats, init_drafter, train_drafters
+from engine.model_paths import ModelPaths
+from tools.model.corpus import corpus_hash, load_corpus
+from tools.model.drafter import DrafterShape, Eagle3Drafter, save_drafter
+from tools.model.families import DRAFTER_FAMILIES, TARGET_FAMILIES, training_texts
+from tools.model.target import TargetShape, TrainBudget, make_target, pack, train_target
+from tools.model.tokenizer import padded_vocab, save_tokenizer, train_tokenizer
+from tools.model.train_drafter import DrafterBudget, DrafterStats, init_drafter, train_drafters
 
 BudgetName = Literal["full", "tiny"]
 

@@ -7,8 +7,8 @@ its `specgw_build_info`, so replicas running different drafters compare class by
 
 from __future__ import annotations
 
-from gateway.observability.grafana import Annotation, Dashboard, Panel, Target
 from gateway.observability.promql import RI, C, S, by_drafter, quantile, rate, ratio
+from tools.dashboards.grafana import Annotation, Dashboard, Panel, Target
 
 ACCEPTANCE_LENGTH = "1 + " + ratio(
     rate("specgw_accepted_tokens_total"), rate("specgw_verify_steps_total")

@@ -32,7 +32,7 @@ Why uniform on CUDA (vLLM 0.33, read in its code):
 * vLLM's own padding of new decode requests to 1 + K (`Scheduler.schedule`,
   "preserve full cudagraph") is off here: the depth cap keeps a constant
   batch-size schedule so that a resumed request is not padded to K
-  (`engine.scheduler`), and this rule makes the step uniform instead.
+  (`engine.vllm.scheduler`), and this rule makes the step uniform instead.
 
 A step mixing k = 0 and k > 0 requests is not uniform and runs without the FULL
 decode graph; the scheduler counts such steps (`specgw_mixed_steps`) and the step

@@ -5,7 +5,7 @@ is admitted but nothing comes out (a stall), and how many requests the engine
 core itself holds. The first is tracked here around every stream; the second
 arrives with every engine-core output batch as `SchedulerStats`, which a stat
 logger (vLLM's `StatLoggerBase` plug-in point) copies here. The same stats carry
-each step's timing (`engine.step_clock`), which goes to the step listener.
+each step's timing (`engine.vllm.step_clock`), which goes to the step listener.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ class EngineActivity:
         self._on_step = listener
 
     def record_step(self, details: Any) -> None:
-        """One step's `SchedulerIterationDetails` (`engine.step_clock`) to the listener."""
+        """One step's `SchedulerIterationDetails` (`engine.vllm.step_clock`) to the listener."""
         if self._on_step is None or details.is_dummy or details.elapsed_ms <= 0:
             return
         self._on_step(
@@ -135,7 +135,7 @@ class _NoStepLines(logging.Filter):
 def quiet_step_lines() -> None:
     """Keep vLLM's default stat logger from logging every timed step (idempotent).
 
-    The scheduler fills each step's `iteration_details` (`engine.step_clock`); vLLM's
+    The scheduler fills each step's `iteration_details` (`engine.vllm.step_clock`); vLLM's
     logger prints any it finds, a line per step, which it was never meant to do
     unless `--enable-logging-iteration-details` asked for it.
     """

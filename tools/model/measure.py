@@ -18,9 +18,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from engine.model.corpus import load_corpus
-from engine.model.families import FAMILIES, FamilyPrompt, family_prompts
-from engine.model.paths import ModelPaths
+from engine.model_paths import ModelPaths
+from tools.model.corpus import load_corpus
+from tools.model.families import FAMILIES, FamilyPrompt, family_prompts
 
 Dtype = Literal["auto", "half", "float16", "bfloat16", "float", "float32"]
 

@@ -1,6 +1,6 @@
 """The Grafana dashboards, as code, and the list of every PromQL expression we ship.
 
-`python -m gateway.observability.dashboards` writes `grafana/dashboards/*.json`
+`python -m tools.dashboards` writes `grafana/dashboards/*.json`
 (`python deploy/sync_chart_assets.py` copies them into the Helm chart, which packs
 them into ConfigMaps labelled `grafana_dashboard: "1"`). Every dashboard has
 `namespace`, `job` and `instance` variables and every query carries them
@@ -16,10 +16,10 @@ from pathlib import Path
 
 import yaml
 
-from gateway.observability.drift_dashboard import drift_dashboard
-from gateway.observability.grafana import Dashboard, Panel, Target
 from gateway.observability.promql import RI, S, quantile
-from gateway.observability.vllm_dashboard import vllm_dashboard
+from tools.dashboards.drift_dashboard import drift_dashboard
+from tools.dashboards.grafana import Dashboard, Panel, Target
+from tools.dashboards.vllm_dashboard import vllm_dashboard
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD_DIR = REPO / "grafana" / "dashboards"

@@ -21,8 +21,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from engine.model.drafter import Eagle3Drafter, ttt_forward
-from engine.model.target import batches, lr_at
+from tools.model.drafter import Eagle3Drafter, ttt_forward
+from tools.model.target import batches, lr_at
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from engine.model.chat_template import CHAT_TEMPLATE, ENDOFTEXT, IM_END, SPECIAL_TOKENS, TOOL_TOKENS
+from tools.model.chat_template import CHAT_TEMPLATE, ENDOFTEXT, IM_END, SPECIAL_TOKENS, TOOL_TOKENS
 
 
 def train_tokenizer(texts: Iterable[str], vocab_size: int) -> Any:

@@ -5,7 +5,7 @@ drafter's first forward pass (to keep the drafter's KV cache in step with the
 target), and on a small target that pass plus its bookkeeping is most of the
 k = 0 overhead. Here it is not needed: a request's k is fixed for its life, so
 a k = 0 request never reads its drafter KV, and a request with k > 0 lifts the
-step depth above 0 in every step it is in (`engine.scheduler`), so the drafter
+step depth above 0 in every step it is in (`engine.vllm.scheduler`), so the drafter
 runs in all of its steps and its drafter KV stays complete.
 
 Skipping the drafter is not all: vLLM 0.32 sends every step of a speculative
@@ -14,12 +14,12 @@ metadata, the rejection sampler, draft bookkeeping, a slot mapping per KV
 group). Under the synchronous scheduler (CPU), a depth-0 step therefore runs
 with the runner's speculative config hidden, i.e. exactly as a runner without
 speculation runs it; and the engine core does not fetch the step's (absent)
-drafts from the worker afterwards (`engine.scheduler`). Together these took the
+drafts from the worker afterwards (`engine.vllm.scheduler`). Together these took the
 TPOT of k = 0 requests from 1.11x to 0.97x that of a no-drafter engine at
 concurrency 1 (`python -m bench.k0_overhead --depths 0 --repeat 2`, see the README).
 
 Mechanism: vLLM's `worker_extension_cls` mixes this class into the worker (as part of
-`engine.worker.SpecGatewayWorker`);
+`engine.vllm.worker.SpecGatewayWorker`);
 `VLLMEngine` calls `specgw_install_draft_skip` once through `collective_rpc`.
 It wraps the model runner's `execute_model` and `sample_tokens` to note the step
 depth and run depth-0 steps plainly (synchronous scheduling only: with async

@@ -20,8 +20,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from engine.model.chat_template import ENDOFTEXT, IM_END, render_chat, tool_call_text
-from engine.model.corpus import FunctionDoc
+from tools.model.chat_template import ENDOFTEXT, IM_END, render_chat, tool_call_text
+from tools.model.corpus import FunctionDoc
 
 Split = Literal["train", "heldout"]
 FAMILIES: tuple[str, ...] = (

@@ -2,8 +2,8 @@
 
 Each failure is one line (`PREFLIGHT_ERRORS`), so `spec-gateway serve` can print
 it and exit instead of a traceback from deep inside vLLM minutes later: a wrong
-vLLM version or a changed hook (`engine.compat`), a missing model, an unreadable
-token file, a drafter that does not fit its target (`engine.model_source`), and a
+vLLM version or a changed hook (`engine.vllm.compat`), a missing model, an unreadable
+token file, a drafter that does not fit its target (`engine.vllm.model_source`), and a
 batch-size schedule vLLM would refuse only when its engine core builds the
 scheduler (`validate_and_normalize_dynamic_sd_schedule`; its config accepts it).
 """
@@ -13,15 +13,15 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from engine.compat import VLLMCompatError, check_vllm
-from engine.model_source import (
+from engine.settings import EngineSettings
+from engine.vllm.compat import VLLMCompatError, check_vllm
+from engine.vllm.model_source import (
     ModelSourceError,
     check_fit,
     hub_token,
     model_source,
     read_config,
 )
-from engine.settings import EngineSettings
 
 
 class EngineSettingsError(ValueError):

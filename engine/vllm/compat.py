@@ -1,7 +1,7 @@
 """Which vLLM this engine runs on, and whether the internals it hooks are there.
 
-The depth cap (`engine.scheduler`), the step clock (`engine.step_clock`) and the
-expand-kernel check (`engine.expand_fix`) override or call vLLM methods that are
+The depth cap (`engine.vllm.scheduler`), the step clock (`engine.vllm.step_clock`) and the
+expand-kernel check (`engine.vllm.expand_fix`) override or call vLLM methods that are
 not a public API. A vLLM whose methods moved or changed their parameters would
 not fail loudly: a scheduler override that is never called leaves every request
 at K, a silent wrong k. So the engine checks, before it builds anything, that the
@@ -61,7 +61,7 @@ REQUIRED_HOOKS: tuple[Hook, ...] = (
         ("self.num_spec_tokens", "self.dynamic_sd_lookup"),
     ),
     # A constant batch-size schedule turns off vLLM's padding of resumed requests to K
-    # drafts (`engine.scheduler._DepthCap.__init__`): only while the padding tests it.
+    # drafts (`engine.vllm.scheduler._DepthCap.__init__`): only while the padding tests it.
     Hook(
         "per-request draft caps",
         f"{_SCHED}.schedule",

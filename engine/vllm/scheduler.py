@@ -29,7 +29,7 @@ a 14-token long-context request lives about 0.2 s, a chat request beside it at
 k = 3 about 0.5 s, so it would never see the batch come down.
 
 Prefix caching keeps k = 0 requests apart (`_DepthCap.add_request`): with the
-drafter skipped at depth 0 (`engine.draft_skip`), blocks a k = 0 request fills
+drafter skipped at depth 0 (`engine.vllm.draft_skip`), blocks a k = 0 request fills
 hold target KV but no drafter KV, and a later k > 0 request reusing them drafts
 from stale state (embedded model, the same 16 long prompts: mean acceptance
 length 2.31 after a k = 0 run of the prompt, 2.57 without). So k = 0 requests
@@ -38,13 +38,13 @@ namespace, their hits skip vLLM's EAGLE rule of recomputing the last matched
 block, which with the CPU's 128-token blocks gives a repeated 920-token prompt
 4.5x the TTFT of an engine without a drafter (257 vs 57 ms; 60 ms with the salt,
 `python -m bench.prefix_cache`). k > 0 hits keep the drop, which is why the CPU
-default block is 32 tokens (`engine.vllm_engine`).
+default block is 32 tokens (`engine.vllm.engine`).
 
-Both also time each step for the gateway's cost model (`engine.step_clock`): the
+Both also time each step for the gateway's cost model (`engine.vllm.step_clock`): the
 period and what the step scheduled ride in the step's own scheduler stats.
 
 How the drafts of one step are spread over its requests is the engine's batch-depth
-rule (`engine.batch_depth`): each request its own k on the CPU, one depth for every
+rule (`engine.vllm.batch_depth`): each request its own k on the CPU, one depth for every
 drafting request where CUDA replays FULL decode graphs of one query width.
 """
 
@@ -59,9 +59,9 @@ from vllm.v1.engine import EngineCoreOutputs
 from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
 from vllm.v1.request import Request
 
-from engine.batch_depth import DepthRule, rule_for
 from engine.interface import SPEC_CAP_ARG, SPEC_DEPTH_ARG
-from engine.step_clock import StepClock
+from engine.vllm.batch_depth import DepthRule, rule_for
+from engine.vllm.step_clock import StepClock
 
 #: Appended to a k = 0 request's cache salt: its blocks lack drafter KV (see above).
 DEPTH_ZERO_SALT = "specgw:k0"
@@ -127,7 +127,7 @@ class _DepthCap:
     def update_from_output(
         self, scheduler_output: SchedulerOutput, model_runner_output: ModelRunnerOutput
     ) -> dict[int, EngineCoreOutputs]:
-        """vLLM's update, then the step's period for the cost model (`engine.step_clock`)."""
+        """vLLM's update, then the step's period for the cost model (`engine.vllm.step_clock`)."""
         outputs: dict[int, EngineCoreOutputs] = super().update_from_output(  # type: ignore[misc]
             scheduler_output, model_runner_output
         )
@@ -215,7 +215,7 @@ class _DepthCap:
         return cached
 
     def _plan_step(self, scheduler_output: SchedulerOutput) -> None:
-        """Set the step's draft depth from its requests' k (`engine.batch_depth`)."""
+        """Set the step's draft depth from its requests' k (`engine.vllm.batch_depth`)."""
         if self.num_spec_tokens <= 0 or not scheduler_output.num_scheduled_tokens:
             return
         wanted = [
@@ -320,7 +320,7 @@ def _skip_draft_pickup_in_depth_zero_steps() -> None:
         post_step(self, model_executed)
 
     post_step_unless_depth_zero._specgw = True  # type: ignore[attr-defined]
-    # `engine.compat` checks vLLM's own method behind the patch.
+    # `engine.vllm.compat` checks vLLM's own method behind the patch.
     post_step_unless_depth_zero.__wrapped__ = post_step  # type: ignore[attr-defined]
     EngineCore.post_step = post_step_unless_depth_zero  # type: ignore[method-assign]
 

@@ -13,8 +13,8 @@ them. Every query carries the dashboard's `namespace`, `job` and `instance`.
 
 from __future__ import annotations
 
-from gateway.observability.grafana import Dashboard, Panel, Target
 from gateway.observability.promql import RI, S, ratio, total_rate
+from tools.dashboards.grafana import Dashboard, Panel, Target
 
 DRAFTS = "vllm:spec_decode_num_drafts_total"
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"

@@ -92,7 +92,7 @@ def fix_expand_kernel() -> ExpandState:
 
 
 class ExpandFixExtension:
-    """Worker extension part (`engine.worker.SpecGatewayWorker`): runs in the worker,
+    """Worker extension part (`engine.vllm.worker.SpecGatewayWorker`): runs in the worker,
     where the rejection sampler runs."""
 
     def specgw_fix_expand(self) -> ExpandState:

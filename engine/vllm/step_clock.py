@@ -33,7 +33,7 @@ from vllm.v1.utils import compute_iteration_details
 
 
 class StepClock:
-    """Times the engine core's steps from inside its scheduler (`engine.scheduler`)."""
+    """Times the engine core's steps from inside its scheduler (`engine.vllm.scheduler`)."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock

@@ -32,10 +32,10 @@ def build(
     reuse_target: ReuseOpt = None,
 ) -> None:
     """Build tokenizer, target and both drafters from the standard library, with a manifest."""
-    from engine.model.build import BuildError
-    from engine.model.build import build as run_build
-    from engine.model.corpus import CorpusError
-    from engine.model.paths import default_model_root
+    from engine.model_paths import default_model_root
+    from tools.model.build import BuildError
+    from tools.model.build import build as run_build
+    from tools.model.corpus import CorpusError
 
     if budget not in ("full", "tiny"):
         raise typer.BadParameter("budget must be 'full' or 'tiny'")
@@ -59,8 +59,8 @@ def measure(
     out: Annotated[Path | None, typer.Option(help="Where acceptance.md/json go.")] = None,
 ) -> None:
     """Acceptance length per family and k, both drafters, through vLLM's per-request metrics."""
-    from engine.model.measure import run_measure
-    from engine.model.paths import default_model_root
+    from engine.model_paths import default_model_root
+    from tools.model.measure import run_measure
 
     model = root or default_model_root()
     ks = [int(k) for k in depths.split(",") if k.strip()]

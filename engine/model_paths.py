@@ -33,8 +33,8 @@ class ModelPaths:
 
 
 def default_model_root() -> Path:
-    """`engine/default_model/`, next to this package (shipped with the code)."""
-    return Path(__file__).resolve().parent.parent / "default_model"
+    """`engine/default_model/`, next to this module (shipped with the code)."""
+    return Path(__file__).resolve().parent / "default_model"
 
 
 def default_model_paths() -> ModelPaths:

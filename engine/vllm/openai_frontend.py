@@ -7,7 +7,7 @@ output, logprobs and the SSE chunk format all come from
 exactly as `vllm serve` builds them). What this module adds is the control plane's
 one input: each request's speculation depth k and the gateway's request id, carried
 to the scheduler and the outcome tap in `SamplingParams.extra_args` (via `vllm_xargs`);
-and one guard: chat input is tokenized as text (`engine.control_tokens`). Where vLLM
+and one guard: chat input is tokenized as text (`engine.vllm.control_tokens`). Where vLLM
 traces (its `otlp_traces_endpoint` engine argument is set), the current span's W3C trace
 context goes with each request, so vLLM's `llm_request` span joins the gateway's trace.
 """
@@ -22,7 +22,6 @@ from typing import Any
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from starlette.datastructures import State
 
-from engine.control_tokens import ControlTokenGuard, guard_chat_template
 from engine.interface import GATEWAY_ID_ARG, SPEC_CAP_ARG, SPEC_DEPTH_ARG, InvalidRequestError
 from engine.port import (
     RESERVED_XARGS,
@@ -39,7 +38,8 @@ from engine.protocol import (
     ResponsesRequest,
     ResponsesResponse,
 )
-from engine.responses_wire import framed
+from engine.vllm.control_tokens import ControlTokenGuard, guard_chat_template
+from engine.vllm.errors import framed_events, raising, refused
 
 __all__ = [
     "RESERVED_XARGS",
@@ -101,6 +101,16 @@ async def _client_faults(events: AsyncIterator[Any]) -> AsyncIterator[Any]:
     with _client_errors():
         async for event in events:
             yield event
+
+
+def _answer(result: Any) -> Any:
+    """vLLM's reply as the port's: an answer, or a stream whose error line is raised; an
+    `ErrorResponse` raised as an engine error (`engine.vllm.errors`)."""
+    if isinstance(result, ErrorResponse):
+        raise refused(result)
+    if hasattr(result, "__aiter__"):
+        return raising(result)
+    return result
 
 
 def _trace_carrier() -> Any:
@@ -215,10 +225,11 @@ class OpenAIFrontend:
         """Run a chat request at depth k; `cap`: lower the requests in flight to it first."""
         self._stamp(request, k, gateway_id, cap)
         with _client_errors():
-            result: ChatResult = await self._state.openai_serving_chat.create_chat_completion(
+            result = await self._state.openai_serving_chat.create_chat_completion(
                 request, _trace_carrier() if self.engine_traces else None
             )
-        return result
+        answer: ChatResult = _answer(result)
+        return answer
 
     async def completion(
         self, request: CompletionRequest, *, k: int, gateway_id: str, cap: int | None = None
@@ -228,8 +239,9 @@ class OpenAIFrontend:
             self._split_prompt(request)
             serving = self._state.openai_serving_completion
             carrier = _trace_carrier() if self.engine_traces else None
-            result: CompletionResult = await serving.create_completion(request, carrier)
-        return result
+            result = await serving.create_completion(request, carrier)
+        answer: CompletionResult = _answer(result)
+        return answer
 
     async def responses(
         self, request: ResponsesRequest, *, k: int, gateway_id: str, cap: int | None = None
@@ -246,9 +258,11 @@ class OpenAIFrontend:
         with _client_errors():
             carrier = _trace_carrier() if self.engine_traces else None
             result = await serving.create_responses(request, carrier)
-        if isinstance(result, ResponsesResponse | ErrorResponse):
+        if isinstance(result, ErrorResponse):
+            raise refused(result)
+        if isinstance(result, ResponsesResponse):
             return result
-        return framed(_client_faults(result))
+        return framed_events(_client_faults(result))
 
     def _split_prompt(self, request: CompletionRequest) -> None:
         """With `split_completion_prompts`: control-token strings in the prompt as text."""

