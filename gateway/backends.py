@@ -1,7 +1,9 @@
 """The backend registry: the engine and serving port a gateway runs on, chosen by name.
 
 * `vllm`: the embedded vLLM engine behind vLLM's own OpenAI serving layer
-  (`gateway.runtime.real_runtime_factory`).
+  (`gateway.runtime.real_runtime_factory` on the backend `gateway.plugins` loads by
+  its `module:attribute` string, `engine.vllm.backend:BACKEND`; no module here
+  imports vLLM).
 * `fake`: the scripted `FakeEngine` behind `FakeFrontend`: the whole gateway
   (routes, auth, admission, controller, metrics, flags) with no vLLM engine, for the
   in-process test tier and for trying the gateway without a model.
@@ -9,9 +11,10 @@
 Both build the same control plane (`gateway.runtime._control_plane`) and the same
 engine supervision; only the engine and the port differ. The setting is
 `engine.backend` (`SPECGW_ENGINE_BACKEND`, `spec-gateway serve --backend`). A new
-backend is a factory with `real_runtime_factory`'s signature, one line in
-`BACKENDS` and its name in `EngineSettings.backend` (checked as settings are read;
-tests/unit/test_backends.py keeps the two in step).
+engine backend is an `engine.backend.EngineBackend` named in `gateway.plugins.PLUGINS`,
+one line in `BACKENDS` (`real_runtime_factory` with its name) and its name in
+`EngineSettings.backend` (checked as settings are read; tests/unit/test_backends.py
+keeps the two in step).
 """
 
 from __future__ import annotations

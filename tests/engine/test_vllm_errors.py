@@ -63,12 +63,16 @@ async def _lines(*items: str) -> AsyncIterator[str]:
         yield item
 
 
+async def _drain(source: AsyncIterator[str], into: list[str]) -> None:
+    async for item in source:
+        into.append(item)
+
+
 async def test_a_stream_passes_its_chunks_and_raises_its_error_line() -> None:
     chunk = 'data: {"choices":[]}\n\n'
     seen: list[str] = []
     with pytest.raises(EngineError) as caught:
-        async for line in raising(_lines(chunk, _line(400, "bad"), "data: [DONE]\n\n")):
-            seen.append(line)
+        await _drain(raising(_lines(chunk, _line(400, "bad"), "data: [DONE]\n\n")), seen)
     assert seen == [chunk]
     assert caught.value.kind is ErrorClass.INVALID_REQUEST
 
@@ -90,8 +94,7 @@ async def test_a_failure_event_or_exception_in_a_responses_stream_is_raised() ->
     failed = _Event(type="error", code="invalid_request_error", message="bad input")
     out: list[str] = []
     with pytest.raises(EngineError) as caught:
-        async for text in framed_events(_events(opened, failed)):
-            out.append(text)
+        await _drain(framed_events(_events(opened, failed)), out)
     assert out == ['event: response.created\ndata: {"type": "response.created"}\n\n']
     assert (caught.value.kind, str(caught.value)) == (ErrorClass.INVALID_REQUEST, "bad input")
 

@@ -76,7 +76,8 @@ async def test_an_engine_error_raised_mid_stream_is_relayed_once_without_done() 
     assert ends[0].status == "error"
     assert out[-1].startswith('data: {"error"')
     error = json.loads(out[-1][6:])["error"]
-    assert (error["code"], error["message"], error["param"]) == ("invalid_request", "boom", "prompt")
+    expected = ("invalid_request", "boom", "prompt")
+    assert (error["code"], error["message"], error["param"]) == expected
     assert DONE not in out
 
 

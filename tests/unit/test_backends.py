@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import tomllib
 from pathlib import Path
 from typing import Any, get_args
 
@@ -69,3 +73,41 @@ async def test_the_fake_backend_builds_the_production_runtime() -> None:
         assert (await runtime.frontend.models()).data[0].max_model_len == 256
         assert runtime.ready
         assert runtime.flag_view is not None
+
+
+def test_the_vllm_backend_plugs_in_by_its_module_and_attribute() -> None:
+    from engine.vllm.backend import BACKEND, VLLMBackend
+    from engine.vllm.compat import installed_vllm_version
+    from gateway.plugins import PLUGINS, load_backend
+
+    assert PLUGINS["vllm"] == "engine.vllm.backend:BACKEND"
+    backend = load_backend("vllm")
+    assert backend is BACKEND
+    assert isinstance(backend, VLLMBackend)
+    assert backend.library_version() == installed_vllm_version()
+
+
+def test_the_gateway_imports_the_vllm_backend_only_when_it_is_chosen() -> None:
+    """The composition root names the backend as text: importing the gateway's modules
+    (the app, the registry, the CLI) imports nothing of `engine.vllm`."""
+    code = (
+        "import sys, gateway.app, gateway.backends, gateway.cli, gateway.runtime\n"
+        "print(sorted(m for m in sys.modules if m.startswith('engine.vllm')))"
+    )
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+    )
+    assert done.stdout.strip() == "[]", done.stdout
+
+
+def test_the_agnostic_engine_contract_names_every_module_outside_engine_vllm() -> None:
+    """pyproject's contract lists engine's vLLM-free modules one by one: a new module
+    in engine/ (outside engine/vllm/ and the wire-model re-export) must be added there."""
+    root = Path(__file__).resolve().parents[2]
+    config = tomllib.loads((root / "pyproject.toml").read_text())
+    contracts = config["tool"]["importlinter"]["contracts"]
+    agnostic = next(c for c in contracts if c["name"].startswith("Among engine's modules"))
+    modules = {f"engine.{p.stem}" for p in (root / "engine").glob("*.py") if p.stem != "__init__"}
+    assert set(agnostic["source_modules"]) == modules - {"engine.protocol"}
