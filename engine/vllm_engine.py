@@ -31,6 +31,7 @@ from vllm.sampling_params import RequestOutputKind
 from vllm.v1.engine.async_llm import AsyncLLM
 from vllm.v1.engine.exceptions import EngineDeadError as VLLMEngineDeadError
 
+from engine.depth_zero_params import serve_depth_zero_params
 from engine.expand_fix import ExpandState
 from engine.interface import (
     GATEWAY_ID_ARG,
@@ -121,6 +122,8 @@ class VLLMEngine:
         self._closed = False
         #: Whether steps with only k = 0 requests skip the drafter (engine/draft_skip.py).
         self.draft_skip = False
+        #: Whether k = 0 requests may carry min_p and logit_bias (engine/depth_zero_params.py).
+        self.depth_zero_params = max_depth == 0
         #: The rejection sampler's expand kernel in the workers (engine/expand_fix.py):
         #: sampled speculation is exact only where it is "ok" or "fixed" in every one
         #: (checked at start when there is a drafter; nothing to check without one).
@@ -154,6 +157,9 @@ class VLLMEngine:
                 engine.expand_kernel = (
                     "broken" if "broken" in states else "fixed" if "fixed" in states else "ok"
                 )
+                engine.depth_zero_params = await serve_depth_zero_params(llm)
+                if not engine.depth_zero_params:  # Model Runner V2: vLLM's 400 stays
+                    log.info("min_p and logit_bias at depth 0 unavailable on this model runner")
             if k_max > 0 and settings.skip_drafter_at_k0:
                 installed = await llm.collective_rpc("specgw_install_draft_skip")
                 engine.draft_skip = bool(installed) and all(installed)

@@ -22,7 +22,7 @@ from engine.protocol import (
 )
 from gateway import limits
 from gateway.admission import ANY_KEY, Admission
-from gateway.control.features import sampling_bucket
+from gateway.control.features import sampling_bucket, unserved_by_drafts
 from gateway.control.plane import ControlPlane, Plan, PlannedRequest
 from gateway.errors import ErrorKind, GatewayError, invalid
 from gateway.intake import (
@@ -194,7 +194,12 @@ class InferenceService:
         sampling = sampling_bucket(self._frontend.temperature_of(request))
         admission = self._admission
         planned = self._plane.plan_chat(
-            view, tokens, running=admission.running, queued=admission.queued, sampling=sampling
+            view,
+            tokens,
+            running=admission.running,
+            queued=admission.queued,
+            sampling=sampling,
+            unserved=unserved_by_drafts(request.logit_bias, request.min_p),
         )
         return self._exact(planned, sampling), tokens
 
@@ -206,7 +211,12 @@ class InferenceService:
         sampling = sampling_bucket(self._frontend.temperature_of(request))
         admission = self._admission
         planned = self._plane.plan_completion(
-            text, tokens, running=admission.running, queued=admission.queued, sampling=sampling
+            text,
+            tokens,
+            running=admission.running,
+            queued=admission.queued,
+            sampling=sampling,
+            unserved=unserved_by_drafts(request.logit_bias, request.min_p),
         )
         planned = self._exact(planned, sampling)
         return await self._run(
