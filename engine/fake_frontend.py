@@ -13,8 +13,10 @@ What differs from vLLM, on purpose: the chat template is `role: text` lines
 (`fake_wire.chat_prompt`), a token is a whitespace-separated word, and a request
 without `max_tokens` gets `default_max_tokens` (vLLM: the rest of the context; the
 fake model has no end-of-sequence token to stop on). Refused like vLLM: a model it
-does not serve (an `ErrorResponse`, 404), and a prompt or `max_tokens` over the
-context (`InvalidRequestError`, vLLM's `VLLMValidationError`).
+does not serve (an `ErrorResponse`, 404), a prompt or `max_tokens` over the
+context, and `min_p` or `logit_bias` on a request that drafts (k > 0 on an engine with
+a drafter; `InvalidRequestError`, vLLM's `VLLMValidationError`). The fake accepts both
+parameters and ignores them: its tokens are a function of the prompt.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 from dataclasses import dataclass
 
+from engine.depth_zero import VLLM_REFUSAL, refused_with_drafts
 from engine.fake import FakeEngine
 from engine.fake_responses import FakeResponse, responses_prompt
 from engine.fake_wire import (
@@ -234,6 +237,10 @@ class FakeFrontend:
                 f"{context} tokens and your request has {prompt_tokens} input tokens.",
                 "max_tokens",
             )
+        # vLLM's own check with a drafter (`engine.vllm.depth_zero_params`): k = 0 alone may.
+        drafts = k > 0 and self._engine.max_depth > 0
+        if drafts and refused_with_drafts(request.logit_bias, request.min_p):
+            raise InvalidRequestError(VLLM_REFUSAL)
         max_tokens = asked if asked is not None else self._config.default_max_tokens
         max_tokens = min(max_tokens, context - prompt_tokens)
         if max_tokens < 1:

@@ -33,6 +33,7 @@ from gateway.connections import EdgeStats
 from gateway.errors import ErrorKind, GatewayError
 from gateway.flags import FlagAdmin, FlagView
 from gateway.flags.admin_routes import build_flags_router
+from gateway.observability.edge_metrics import edge_registry, with_edge
 from gateway.observability.logs import request_context
 from gateway.observability.tracing import TRACER_NAME, setup_tracing
 from gateway.settings import GatewaySettings
@@ -239,7 +240,9 @@ def create_app(settings: GatewaySettings, runtime_factory: RuntimeFactory) -> Fa
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with runtime_factory(settings) as runtime:
             app.state.runtime = runtime
-            app.state.render_metrics = runtime.render_metrics
+            app.state.render_metrics = with_edge(
+                runtime.render_metrics, edge_registry(app.state.edge_stats)
+            )
             if tracer is not None and hasattr(runtime, "service"):
                 runtime.service.trace_with(tracer.get_tracer(TRACER_NAME))
             try:

@@ -7,10 +7,10 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from engine.interface import RequestOutcome
+from engine.interface import EngineDeadError, EngineError, RequestOutcome
 from engine.protocol import ResponsesResponse
 from gateway.control.plane import Plan
-from gateway.errors import GatewayError
+from gateway.errors import ErrorKind, GatewayError, from_engine
 from gateway.request_clock import RequestClock
 
 
@@ -80,3 +80,34 @@ def json_body(result: Any) -> dict[str, Any]:
 
 #: A request the engine aborted (drain deadline) is an error, never a finished answer.
 ABORTED = "The request was aborted before it finished."
+
+
+async def engine_reply(call: Callable[[str], Awaitable[Any]], gid: str, span: Any) -> Any:
+    """The backend's reply to `call(gid)`, under the request's trace context; its errors
+    (in the backend's closed set, `engine.port`) as the gateway's. A dead engine's error
+    propagates: the engine watch and the supervisor handle that."""
+    try:
+        with span.current():  # its trace context goes to the engine
+            return await call(gid)
+    except EngineDeadError:
+        raise
+    except EngineError as exc:
+        raise from_engine(exc) from None
+
+
+async def whole_answer(
+    wait: Callable[[str, float], Awaitable[RequestOutcome | None]],
+    gid: str,
+    plan: Plan,
+    result: Any,
+) -> tuple[dict[str, Any], RequestOutcome | None]:
+    """A whole (not streamed) answer's body with its speculation object, and the request's
+    outcome (`wait`: the outcome board's); an aborted answer is an error."""
+    if any(c.finish_reason == "abort" for c in getattr(result, "choices", ())):
+        raise GatewayError(ErrorKind.ENGINE_ERROR, ABORTED)
+    outcome = await wait(gid, 1.0)
+    if outcome is not None and outcome.finish_reason == "abort":
+        raise GatewayError(ErrorKind.ENGINE_ERROR, ABORTED)  # a Responses answer
+    body = json_body(result)
+    body["speculation"] = speculation_object(plan, outcome)
+    return body, outcome

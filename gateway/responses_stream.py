@@ -21,10 +21,9 @@ import json
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from engine.interface import EngineError
 from engine.responses_wire import error_sse
-from gateway.errors import ErrorKind, GatewayError, from_engine
-from gateway.streaming import IdleWatch, StreamEnd, relay
+from gateway.errors import ErrorKind, GatewayError
+from gateway.streaming import IdleWatch, StreamEnd, next_or_end, relay
 
 _COMPLETED = "event: response.completed\n"
 #: Events sent before the engine produced anything: not the first answer chunk.
@@ -67,25 +66,11 @@ async def relay_events(
     iterator = aiter(source)
     watch = IdleWatch(idle_timeout_s)
     try:
-        while True:
-            watch.wait_starts()
-            try:
-                event = await anext(iterator)
-            except StopAsyncIteration:
-                break
-            except EngineError as exc:  # the backend's, in its closed set (`engine.port`)
-                end.status, end.error = "error", from_engine(exc)
-                yield error_event(end.error, sent)
+        while (event := await next_or_end(iterator, watch, idle_timeout_s)) is not None:
+            if isinstance(event, GatewayError):
+                end.status, end.error = "error", event
+                yield error_event(event, sent)
                 return
-            except asyncio.CancelledError:
-                if not watch.absorb():
-                    raise
-                message = f"No progress for {idle_timeout_s:g} s; the request was aborted."
-                end.status, end.error = "error", GatewayError(ErrorKind.STREAM_STALLED, message)
-                yield error_event(end.error, sent)
-                return
-            finally:
-                watch.waiting = False
             if end.first_chunk_s is None and not event.startswith(_OPENING):
                 end.first_chunk_s = loop.time() - started
             if event.startswith(_COMPLETED):

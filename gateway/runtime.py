@@ -7,9 +7,7 @@
 from __future__ import annotations
 
 import asyncio
-import importlib.metadata
 import logging
-import math
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
@@ -21,31 +19,24 @@ from prometheus_client import CollectorRegistry
 from engine.backend import PortConfig
 from engine.interface import Engine
 from engine.port import ServingPort
+from gateway import assembly
 from gateway.admission import Admission
-from gateway.calibration import CalibrationPoint, calibrate
-from gateway.cluster import ClusterSync
 from gateway.control.controller import Controller
 from gateway.control.events import FanOutEvents, LoggingEvents
 from gateway.control.plane import ControlPlane
 from gateway.control.settings import ControllerSettings
 from gateway.engine_watch import Conditions, EngineState, EngineWatch, engine_state
 from gateway.flags import (
-    SPECS,
     FlagAdmin,
-    FlagValues,
     FlagView,
-    RedisOverrideProvider,
 )
-from gateway.observability.events import MetricsEvents, SpanEvents, export_class_reports
-from gateway.observability.metrics import GatewayMetrics, render_metrics
-from gateway.observability.replica_metrics import BuildInfo
+from gateway.observability.events import MetricsEvents, SpanEvents
 from gateway.outcomes import OutcomeBoard
 from gateway.planner import FlagOverrides
 from gateway.plugins import load_backend
 from gateway.replies import Telemetry
 from gateway.service import InferenceService
 from gateway.settings import GatewaySettings
-from gateway.state import RedisClassStore
 from gateway.state.connection import RedisConnection
 from gateway.supervisor import EngineSlot, EngineSupervisor
 from gateway.telemetry import GatewayTelemetry
@@ -229,83 +220,24 @@ async def _control_plane(
     engine, frontend = slot.engine, slot.frontend
     assert frontend is not None
     registry = CollectorRegistry()
-    metrics = GatewayMetrics(registry, max_depth=engine.max_depth, flags=tuple(SPECS))
-    metrics.set_build_info(
-        BuildInfo(
-            version=package_version("spec-gateway"),
-            model=settings.served_model_name,
-            drafter=drafter,
-            vllm_version=vllm_version,
-            max_depth=engine.max_depth,
-        )
-    )
+    metrics = assembly.replica_metrics(registry, settings, engine.max_depth, drafter, vllm_version)
     # Every Redis client (flags, class store, rate limits) gets the same credentials and TLS.
     connection = RedisConnection.from_settings(settings)
-    flag_settings = settings.flags  # flags_dir, redis_url, namespace: the top level's
-    overrides = None
-    if connection is not None:
-        timeout = flag_settings.op_timeout_s
-        redis = connection.client(op_timeout_s=timeout, connect_timeout_s=timeout)
-        overrides = RedisOverrideProvider(flag_settings, redis)
-    view = FlagView(flag_settings, overrides=overrides)
-    await view.start()
-    stack.push_async_callback(view.close)
+    view = await assembly.flag_view(stack, settings, connection)
     events = FanOutEvents(LoggingEvents(), MetricsEvents(metrics), SpanEvents())
     controller = Controller(controller_settings, max_depth=engine.max_depth, events=events)
-    calibration: list[CalibrationPoint] = []
-    if controller_settings.calibrate_batches and engine.max_depth > 0:
-        calibration = await calibrate(
-            engine,
-            controller.cost_model,
-            controller_settings.calibrate_batches,
-            controller_settings.calibrate_tokens,
-            math.ceil(controller_settings.cost_min_samples),
-        )
+    calibration = await assembly.calibration(engine, controller, controller_settings)
     plane = ControlPlane(controller, overrides=FlagOverrides(view.overrides_for))
-    store: RedisClassStore | None = None
-    admin: FlagAdmin | None = None
-    if connection is not None:
-        timeout = flag_settings.op_timeout_s * 4  # as FlagAdmin.connect: one retry
-        redis = connection.client(op_timeout_s=timeout, connect_timeout_s=timeout, retries=1)
-        admin = FlagAdmin(redis, flag_settings)
-        stack.push_async_callback(admin.close)
-        state = settings.state
-        redis = connection.client(
-            op_timeout_s=state.op_timeout_s, connect_timeout_s=state.connect_timeout_s
-        )
-        store = RedisClassStore(state, redis)
-        await store.start()
-        stack.push_async_callback(store.close)
-        sync = ClusterSync(controller, store)
-        sync.start()
-        stack.push_async_callback(sync.close)
+    admin, store = await assembly.shared_state(stack, settings, connection, controller)
     telemetry = GatewayTelemetry(metrics, settings.served_model_name)
     keys = await KeyLimits.start(stack, settings, registry, connection)
     service, admission = build_service(settings, frontend, plane, board, telemetry, keys)
     service.set_aborter(engine.abort)
     engine.on_step(service.observe_step)  # after calibration: its requests are not in flight
 
-    def render() -> tuple[bytes, str]:
-        metrics.set_load(admission.queued, admission.running)
-        keys.export(admission)
-        export_class_reports(metrics, controller.snapshot())
-        flags = view.overrides_for("", "")
-        metrics.set_flags(flag_gauges(flags))
-        if store is None:
-            metrics.set_redis_state("disabled")
-        else:
-            metrics.set_redis_state("up" if store.status == "ok" else "degraded")
-        return render_metrics(registry)
-
-    def readiness_extra() -> dict[str, str]:
-        extra: dict[str, str] = {}
-        if store is not None:
-            extra["redis"] = store.status
-        if view.redis_status is not None:
-            extra["flags_redis"] = view.redis_status
-        extra.update(keys.readiness())
-        return extra
-
+    render, readiness_extra = assembly.reports(
+        registry, metrics, admission, keys, controller, view, store
+    )
     runtime = Runtime(
         settings=settings,
         engine=engine,
@@ -316,11 +248,7 @@ async def _control_plane(
         service=service,
         render_metrics=render,
         class_report=lambda: [r.to_dict() for r in controller.snapshot()],
-        cost_report=lambda: {
-            "calibration": [p.to_dict() for p in calibration],
-            "buckets": controller.cost_model.report(),
-            "prefill_ms_per_token": round(controller.cost_model.prefill_s * 1000, 4),
-        },
+        cost_report=assembly.cost_report(controller, calibration),
         extra_readiness=readiness_extra,
         flag_view=view,
         flag_admin=admin,
@@ -344,25 +272,3 @@ def drafter_name(drafter: Path | str | None) -> str:
         return "none"
     path = Path(drafter)
     return path.name if path.is_dir() else str(drafter)
-
-
-def package_version(distribution: str) -> str:
-    """An installed distribution's version, `none` where it is not installed."""
-    try:
-        return importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return "none"
-
-
-def flag_gauges(values: FlagValues) -> list[tuple[str, float]]:
-    """Global flag values as numbers for `specgw_flag_state{flag}`."""
-    modes = {"adaptive": 0.0, "static": 1.0, "shadow": 2.0}
-    return [
-        ("speculation-enabled", 1.0 if values.enabled else 0.0),
-        ("controller-mode", modes.get(values.mode, -1.0)),
-        ("pin-k", -1.0 if values.pin_k is None else float(values.pin_k)),
-        ("k-min", float(values.k_min)),
-        ("k-max", float(values.k_max)),
-        ("exploration-share", float(values.exploration_share)),
-        ("batch-floor", float(values.batch_floor)),
-    ]

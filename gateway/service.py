@@ -12,35 +12,26 @@ from typing import Any
 
 from opentelemetry.trace import Tracer
 
-from engine.interface import EngineDeadError, EngineError, EngineStep, RequestOutcome
+from engine.interface import EngineStep, RequestOutcome
 from engine.port import RESERVED_XARGS, ServingPort
-from engine.protocol import (
-    ChatCompletionRequest,
-    CompletionRequest,
-    ResponsesRequest,
-)
+from engine.protocol import ChatCompletionRequest, CompletionRequest, ResponsesRequest
 from gateway import limits
 from gateway.admission import ANY_KEY, Admission
-from gateway.control.features import sampling_bucket
+from gateway.control.features import sampling_bucket, unserved_by_drafts
 from gateway.control.plane import ControlPlane, Plan, PlannedRequest
-from gateway.errors import ErrorKind, GatewayError, from_engine
-from gateway.intake import (
-    approx_tokens,
-    chat_intake,
-    check_tools,
-    completion_intake,
-)
+from gateway.errors import GatewayError
+from gateway.intake import approx_tokens, chat_intake, check_tools, completion_intake
 from gateway.observability.inference_span import UNTRACED, InferenceSpan, InferenceSpans
 from gateway.outcomes import OutcomeBoard
 from gateway.replies import (
-    ABORTED,
     SAMPLED_NOT_EXACT,
     Finished,
     JsonReply,
     StreamReply,
     Telemetry,
-    json_body,
+    engine_reply,
     speculation_object,
+    whole_answer,
 )
 from gateway.request_clock import RequestClock, stamp_arrival
 from gateway.responses_request import chat_reading, refuse_unserved, text_format_schema
@@ -192,7 +183,12 @@ class InferenceService:
         sampling = sampling_bucket(self._frontend.temperature_of(request))
         admission = self._admission
         planned = self._plane.plan_chat(
-            view, tokens, running=admission.running, queued=admission.queued, sampling=sampling
+            view,
+            tokens,
+            running=admission.running,
+            queued=admission.queued,
+            sampling=sampling,
+            unserved=unserved_by_drafts(request.logit_bias, request.min_p),
         )
         return self._exact(planned, sampling), tokens
 
@@ -204,7 +200,12 @@ class InferenceService:
         sampling = sampling_bucket(self._frontend.temperature_of(request))
         admission = self._admission
         planned = self._plane.plan_completion(
-            text, tokens, running=admission.running, queued=admission.queued, sampling=sampling
+            text,
+            tokens,
+            running=admission.running,
+            queued=admission.queued,
+            sampling=sampling,
+            unserved=unserved_by_drafts(request.logit_bias, request.min_p),
         )
         planned = self._exact(planned, sampling)
         return await self._run(
@@ -246,14 +247,8 @@ class InferenceService:
         gid = uuid.uuid4().hex
         started = RequestClock.start()
         telemetry = self._telemetry
-        grant = await admit(
-            self._limiter,
-            self._admission,
-            tenant,
-            reserve,
-            plan.class_id,
-            None if telemetry is None else lambda exc: telemetry.request_shed(endpoint, exc),
-        )
+        shed = None if telemetry is None else lambda exc: telemetry.request_shed(endpoint, exc)
+        grant = await admit(self._limiter, self._admission, tenant, reserve, plan.class_id, shed)
         self._grants[gid] = grant
         headers.update(grant.headers)
         started.admit()
@@ -265,21 +260,9 @@ class InferenceService:
         try:
             self._board.expect(gid)
             self._inflight[gid] = id_prefix + gid + engine_suffix
-            try:
-                with span.current():  # its trace context goes to the engine
-                    result = await call(gid)
-            except EngineDeadError:
-                raise
-            except EngineError as exc:
-                raise from_engine(exc) from None
+            result = await engine_reply(call, gid, span)
             if not stream:
-                if any(c.finish_reason == "abort" for c in getattr(result, "choices", ())):
-                    raise GatewayError(ErrorKind.ENGINE_ERROR, ABORTED)
-                outcome = await self._board.wait(gid, 1.0)
-                if outcome is not None and outcome.finish_reason == "abort":
-                    raise GatewayError(ErrorKind.ENGINE_ERROR, ABORTED)  # a Responses answer
-                body = json_body(result)
-                body["speculation"] = speculation_object(plan, outcome)
+                body, outcome = await whole_answer(self._board.wait, gid, plan, result)
                 released = True
                 self._release(gid, planned, outcome, span)
                 self._report(endpoint, plan, "complete", None, outcome, started, None, False, span)

@@ -24,6 +24,8 @@ from gateway.errors import ErrorKind, GatewayError, from_engine
 _DONE = "data: [DONE]"
 _FINISHED = '"finish_reason":"'
 _ABORTED = '"finish_reason":"abort"'
+_CUT = "The request was aborted before it finished."
+_UNFINISHED = "The engine ended the stream without finishing the answer."
 
 
 @dataclass(slots=True)
@@ -100,6 +102,27 @@ class IdleWatch:
             self._handle = None
 
 
+async def next_or_end(
+    iterator: AsyncIterator[str], watch: IdleWatch, idle_timeout_s: float
+) -> str | GatewayError | None:
+    """The source's next chunk, the error that ends the stream (the backend's, raised in
+    its closed set, `engine.port`; or a stall past `idle_timeout_s`), or None at its end."""
+    watch.wait_starts()
+    try:
+        return await anext(iterator)
+    except StopAsyncIteration:
+        return None
+    except EngineError as exc:
+        return from_engine(exc)
+    except asyncio.CancelledError:
+        if not watch.absorb():
+            raise
+        message = f"No progress for {idle_timeout_s:g} s; the request was aborted."
+        return GatewayError(ErrorKind.STREAM_STALLED, message)
+    finally:
+        watch.waiting = False
+
+
 async def relay(
     source: AsyncIterator[str],
     *,
@@ -114,30 +137,11 @@ async def relay(
     iterator = aiter(source)
     watch = IdleWatch(idle_timeout_s)
     try:
-        while True:
-            watch.wait_starts()
-            try:
-                chunk = await anext(iterator)
-            except StopAsyncIteration:
-                break
-            except EngineError as exc:  # the backend's, in its closed set (`engine.port`)
-                end.status, end.error = "error", from_engine(exc)
-                yield end.error.sse_event()
+        while (chunk := await next_or_end(iterator, watch, idle_timeout_s)) is not None:
+            if isinstance(chunk, GatewayError):
+                end.status, end.error = "error", chunk
+                yield chunk.sse_event()
                 return
-            except asyncio.CancelledError:
-                if not watch.absorb():
-                    raise
-                end.status, end.error = (
-                    "error",
-                    GatewayError(
-                        ErrorKind.STREAM_STALLED,
-                        f"No progress for {idle_timeout_s:g} s; the request was aborted.",
-                    ),
-                )
-                yield end.error.sse_event()
-                return
-            finally:
-                watch.waiting = False
             if end.first_chunk_s is None:
                 end.first_chunk_s = loop.time() - started
             if chunk.startswith(_DONE):
@@ -149,12 +153,7 @@ async def relay(
             if _ABORTED in chunk:
                 # vLLM ends an aborted request (drain deadline, engine abort) with
                 # finish_reason "abort": that is an error, never a finished answer.
-                end.status, end.error = (
-                    "error",
-                    GatewayError(
-                        ErrorKind.ENGINE_ERROR, "The request was aborted before it finished."
-                    ),
-                )
+                end.status, end.error = "error", GatewayError(ErrorKind.ENGINE_ERROR, _CUT)
                 yield end.error.sse_event()
                 return
             if _FINISHED in chunk:
@@ -162,12 +161,7 @@ async def relay(
             elif '"choices":[]' in chunk and '"usage"' in chunk:
                 chunk = with_speculation(chunk, await speculation())
             yield chunk
-        end.status, end.error = (
-            "error",
-            GatewayError(
-                ErrorKind.ENGINE_ERROR, "The engine ended the stream without finishing the answer."
-            ),
-        )
+        end.status, end.error = "error", GatewayError(ErrorKind.ENGINE_ERROR, _UNFINISHED)
         yield end.error.sse_event()
     finally:
         watch.stop()

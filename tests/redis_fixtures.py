@@ -89,6 +89,15 @@ class RedisServer:
             self.proc.wait()
         self.proc = None
 
+    def kill(self) -> None:
+        """SIGKILL: Redis dies as on a crash or an OOM kill, without a goodbye to its
+        clients (the append-only file, fsynced on every write, keeps the data)."""
+        if self.proc is None:
+            return
+        self.proc.kill()
+        self.proc.wait()
+        self.proc = None
+
     def client(self) -> redis.Redis:
         return redis.Redis(port=self.port, socket_timeout=5, decode_responses=True)
 
@@ -159,6 +168,17 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
     """A fresh redis-server per test (about 20 ms to start)."""
     server = RedisServer(tmp_path / "redis")
     server.workdir.mkdir()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def module_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """One redis-server for a whole module (replicas that are real processes share it)."""
+    server = RedisServer(tmp_path_factory.mktemp("redis"))
     server.start()
     try:
         yield server

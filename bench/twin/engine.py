@@ -67,11 +67,13 @@ class Plan(NamedTuple):
 
 
 class LiveRequest(Protocol):
-    """What a mode may read of a request in the engine (the clairvoyant bound reads draws)."""
+    """What a mode may read of a request in the engine (the clairvoyant bound reads draws;
+    a per-step rule reads the plan, whose handle names the request's class)."""
 
     runs: bytes
     pos: int
     out: int
+    plan: Plan
 
 
 class DepthSource(Protocol):
@@ -155,12 +157,15 @@ class _Live:
 def outcome_of(live: _Live, last_t: float) -> RequestOutcome:
     """The request's outcome as vLLM's per-request metrics report it (`engine.vllm.outcome`):
     per-position counts from the accepted histogram (a suffix sum) and from the
-    drafts made per verify step, both trimmed to the request's k."""
+    drafts made per verify step, both trimmed to the request's k, or to the deepest
+    step it verified where a per-step depth ran it deeper."""
     k = live.plan.k
     depth = len(live.hist) - 1
     hist, dhist = live.hist, live.dhist
-    accepted_pos = tuple(sum(hist[d + 1 :]) for d in range(depth))[:k] if live.verify else ()
-    drafted_pos = tuple(sum(dhist[d + 1 :]) for d in range(depth))[:k] if live.verify else ()
+    deepest = max((d for d in range(depth + 1) if dhist[d]), default=0)
+    trim = max(k, deepest)
+    accepted_pos = tuple(sum(hist[d + 1 :]) for d in range(depth))[:trim] if live.verify else ()
+    drafted_pos = tuple(sum(dhist[d + 1 :]) for d in range(depth))[:trim] if live.verify else ()
     out = live.out
     ttft = live.first_t - live.enter_t
     e2e = last_t - live.enter_t

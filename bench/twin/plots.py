@@ -15,7 +15,16 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from bench.twin.modes import ADAPTIVE, ADAPTIVE_FLOOR, BASELINES, NOSPEC, ORACLE, UPPER_BOUND
+from bench.twin.modes import (
+    ADAPTIVE,
+    ADAPTIVE_FLOOR,
+    ADAPTIVE_STEP,
+    ADAPTIVE_STEP_FREE,
+    BASELINES,
+    NOSPEC,
+    ORACLE,
+    UPPER_BOUND,
+)
 from bench.twin.records import RequestRecord
 from bench.twin.requests import (
     Segment,
@@ -28,6 +37,8 @@ WINDOW = 15
 _STYLE: dict[str, dict[str, Any]] = {
     ADAPTIVE: {"color": "tab:red", "linewidth": 2.5},
     ADAPTIVE_FLOOR: {"color": "tab:orange", "linewidth": 2.0},
+    ADAPTIVE_STEP: {"color": "tab:pink", "linewidth": 2.5},
+    ADAPTIVE_STEP_FREE: {"color": "tab:olive", "linewidth": 2.0},
     ORACLE: {"color": "black", "linestyle": "--"},
     UPPER_BOUND: {"color": "grey", "linestyle": ":"},
     NOSPEC: {"color": "tab:blue", "linewidth": 2.0},

@@ -12,7 +12,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from bench.twin.modes import ADAPTIVE, ADAPTIVE_FLOOR, BASELINES, NOSPEC, ORACLE, UPPER_BOUND
+from bench.twin.modes import (
+    ADAPTIVE,
+    ADAPTIVE_FLOOR,
+    ADAPTIVE_STEP,
+    ADAPTIVE_STEP_FREE,
+    BASELINES,
+    NOSPEC,
+    ORACLE,
+    UPPER_BOUND,
+)
 
 INTRO = (
     "Simulation, not a measurement: the engine twin replays each workload in virtual "
@@ -29,6 +38,15 @@ UPPER_BOUND_NOTE = (
     "acceptance draws and runs the batch at the depth maximising that step's tokens per "
     "second (greedy per step, on the speculative engine's costs): a yardstick no online "
     "controller can reach, not a strict bound."
+)
+STEP_NOTE = (
+    "`adaptive-step`: the real control plane learns each class's acceptance online as in "
+    "`adaptive`, but the engine verifies one depth per step (as vLLM's CUDA engine does), "
+    "chosen by `gateway.control.step_depth` from the live estimates of the classes in the "
+    "step and the controller's step costs, with the guard that no request's tokens per "
+    "unit time fall below the same step at depth 0; `adaptive-step-free`: the same rule "
+    "without the guard. No hindsight. Their settling figure is each class's own vote (the "
+    "depth the rule gives the class alone at its load)."
 )
 
 
@@ -75,6 +93,17 @@ RATIO_ROWS = (
     *((f"{ADAPTIVE}/{b}", f"adaptive / {b}") for b in BASELINES),
     (f"worst-class:{ADAPTIVE}", "adaptive: worst class / no spec"),
     (f"worst-class:{ADAPTIVE_FLOOR}", "adaptive-floor: worst class / no spec"),
+    *(
+        row
+        for step in (ADAPTIVE_STEP, ADAPTIVE_STEP_FREE)
+        for row in (
+            (f"{step}/best-static", f"{step} / best static"),
+            (f"{step}/{ADAPTIVE}", f"{step} / adaptive"),
+            (f"{step}/{ORACLE}", f"{step} / oracle"),
+            *((f"{step}/{b}", f"{step} / {b}") for b in BASELINES),
+            (f"worst-class:{step}", f"{step}: worst class / no spec"),
+        )
+    ),
 )
 
 
@@ -96,20 +125,21 @@ def _first_seed(by_seed: Mapping[str, Any]) -> Mapping[str, Any]:
     return next(iter(by_seed.values()), {})
 
 
-def _settle(arrivals: Mapping[str, Any]) -> list[str]:
-    """Requests each class took to settle after each phase start or shift (adaptive,
-    first seed; its slowest batch bucket), per arrival."""
+def _settle(arrivals: Mapping[str, Any], mode: str = ADAPTIVE) -> list[str]:
+    """Requests each class took to settle after each phase start or shift (`mode`,
+    first seed; its slowest batch bucket), per arrival. A per-step mode's figure is
+    its class's own vote (the depth the rule gives the class alone)."""
     labels = list(arrivals)
     table: dict[str, dict[str, int]] = {}
     for label in labels:
-        stretches = _first_seed(arrivals[label]["settle"]).get(ADAPTIVE, [])
+        stretches = _first_seed(arrivals[label]["settle"]).get(mode, [])
         for stretch in stretches:
             if stretch["start"] == 0:
                 continue
             for cls, n in stretch["classes"].items():
                 table.setdefault(f"{stretch['stretch']} / {cls}", {})[label] = n
     rows = [[key, *(str(v.get(a, "-")) for a in labels)] for key, v in table.items()]
-    return _table(["adaptive: requests to settle (first seed)", *labels], rows)
+    return _table([f"{mode}: requests to settle (first seed)", *labels], rows)
 
 
 def _checks(checks: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -140,6 +170,8 @@ def _profile(name: str, p: Mapping[str, Any]) -> list[str]:
         *_ratios(arrivals),
         "",
         *_settle(arrivals),
+        "",
+        *_settle(arrivals, ADAPTIVE_STEP),
         "",
         *_checks(p["checks"]),
         "",
@@ -186,12 +218,17 @@ def _validation(v: Mapping[str, Any]) -> list[str]:
 
 
 def _spread(summary: Mapping[str, Any]) -> list[str]:
-    """adaptive / best static and adaptive / oracle over seeds, every profile and arrival."""
+    """adaptive / best static, adaptive / oracle and adaptive-step / best static over seeds,
+    every profile and arrival."""
     rows = []
     for name, profile in summary["profiles"].items():
         for label, cell in profile["arrivals"].items():
             row = [name, label]
-            for ratio in (f"{ADAPTIVE}/best-static", f"{ADAPTIVE}/{ORACLE}"):
+            for ratio in (
+                f"{ADAPTIVE}/best-static",
+                f"{ADAPTIVE}/{ORACLE}",
+                f"{ADAPTIVE_STEP}/best-static",
+            ):
                 s = cell["ratios"].get(ratio)
                 row += ["-"] * 3 if s is None else [_f(s["min"]), _f(s["median"]), _f(s["max"])]
             rows.append(row)
@@ -202,6 +239,7 @@ def _spread(summary: Mapping[str, Any]) -> list[str]:
         *(f"adaptive / best static {q}" for q in ("min", "median", "max")),
     ]
     header += [f"adaptive / oracle {q}" for q in ("min", "median", "max")]
+    header += [f"{ADAPTIVE_STEP} / best static {q}" for q in ("min", "median", "max")]
     return [f"## Spread over seeds ({seeds})", "", *_table(header, rows), ""]
 
 
@@ -217,7 +255,7 @@ def _run(info: Mapping[str, Any]) -> list[str]:
 
 
 def render(summary: Mapping[str, Any], run_info: Mapping[str, Any] | None = None) -> str:
-    lines = ["# Engine twin report", "", INTRO, "", UPPER_BOUND_NOTE, ""]
+    lines = ["# Engine twin report", "", INTRO, "", UPPER_BOUND_NOTE, "", STEP_NOTE, ""]
     noise = summary["meta"].get("step_noise", 0.0)
     lines += [
         f"Step-time noise: each step's time is its profile's median times a lognormal jitter "

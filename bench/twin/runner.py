@@ -17,7 +17,7 @@ from typing import Any
 from bench.twin.costs import StepCosts
 from bench.twin.engine import MAX_RUNNING, DepthSource, VirtualClock, simulate
 from bench.twin.metrics import settle_points, summarise
-from bench.twin.modes import ADAPTIVE, ADAPTIVE_FLOOR, ORACLE, ModeContext, build, mode_names
+from bench.twin.modes import ADAPTIVE, CONTROLLED, ORACLE, ModeContext, build, mode_names
 from bench.twin.modes.adaptive import AdaptiveControl
 from bench.twin.modes.oracle import choose, oracle
 from bench.twin.modes.trtllm import AcceptanceGate
@@ -167,7 +167,7 @@ def run_case(
                 note = _notes(source)
                 if note:
                     out.notes.setdefault(label, {}).setdefault(seed, {})[mode] = note
-                if mode in (ADAPTIVE, ADAPTIVE_FLOOR):
+                if mode in CONTROLLED:
                     settle = settle_points(result.records, cuts, names)
                     out.settle.setdefault(label, {}).setdefault(seed, {})[mode] = settle
                 if s == 0 and (mode in PLOTTED or mode == deepest):

@@ -1,14 +1,15 @@
 """`summary.json` of a twin run: every mode's figures, the ratios the claims read, the checks.
 
 Per (profile, arrival) and seed: each mode's figures (`bench.twin.metrics`), and
-the ratios: adaptive over the best static depth in hindsight (the speculative
-engine at each `static-k`, k = 0 included, as the real-engine benchmark reads it;
-no speculation, another engine, is its own ratio), over the per-class oracle and
-over each engine baseline;
-the oracle's and the clairvoyant bound's ceilings over the best static depth;
-each mode's worst class against no speculation. A ratio's spread over seeds is
-its min / median / max. The checks are the claims of the twin's definition of
-done, on the closed-loop arrivals, read at the median over seeds. Floats are
+the ratios: adaptive (and each per-step mode, `STEP_MODES`) over the best static
+depth in hindsight (the speculative engine at each `static-k`, k = 0 included, as
+the real-engine benchmark reads it; no speculation, another engine, is its own
+ratio), over the per-class oracle and over each engine baseline (a per-step mode
+also over adaptive); the oracle's and the clairvoyant bound's ceilings over the
+best static depth; each mode's worst class against no speculation. A ratio's
+spread over seeds is its min / median / max. The checks are the claims of the
+twin's definition of done, on the closed-loop arrivals, read at the median over
+seeds, for adaptive and for the guarded per-step mode (`CLAIMED`). Floats are
 rounded to 6 significant digits and keys sorted, so one seed's inputs give the
 same file byte for byte.
 """
@@ -22,6 +23,8 @@ from typing import Any
 from bench.twin.modes import (
     ADAPTIVE,
     ADAPTIVE_FLOOR,
+    ADAPTIVE_STEP,
+    ADAPTIVE_STEP_FREE,
     BASELINES,
     NOSPEC,
     ORACLE,
@@ -40,6 +43,10 @@ CLASS_FLOOR = 0.99
 SETTLE_REQUESTS = 20
 #: Where the oracle's ceiling over the best static depth exceeds this, adaptive must reach it.
 LARGE_CEILING = 1.10
+#: The per-step depth modes (`bench.twin.modes.adaptive_step`); the claims are checked for
+#: `adaptive` and for the guarded one.
+STEP_MODES = (ADAPTIVE_STEP, ADAPTIVE_STEP_FREE)
+CLAIMED = (ADAPTIVE, ADAPTIVE_STEP)
 
 
 def rounded(value: Any) -> Any:
@@ -76,13 +83,15 @@ def seed_ratios(modes: Mapping[str, Mapping[str, Any]], max_k: int) -> dict[str,
     tps = {m: f["tokens_per_s"] for m, f in modes.items()}
     best = tps[best_static(modes, max_k)]
     out: dict[str, float] = {}
-    for mode in (ADAPTIVE, ADAPTIVE_FLOOR, ORACLE, UPPER_BOUND, *BASELINES):
+    for mode in (ADAPTIVE, ADAPTIVE_FLOOR, *STEP_MODES, ORACLE, UPPER_BOUND, *BASELINES):
         if mode in tps:
             out[f"{mode}/best-static"] = tps[mode] / best
-    if ADAPTIVE in tps:
-        for other in (ORACLE, NOSPEC, *BASELINES):
+    for mode in (ADAPTIVE, *STEP_MODES):
+        if mode not in tps:
+            continue
+        for other in (ORACLE, NOSPEC, *BASELINES, *((ADAPTIVE,) if mode != ADAPTIVE else ())):
             if other in tps:
-                out[f"{ADAPTIVE}/{other}"] = tps[ADAPTIVE] / tps[other]
+                out[f"{mode}/{other}"] = tps[mode] / tps[other]
     for mode in tps:
         if mode != NOSPEC and NOSPEC in tps:
             out[f"worst-class:{mode}"] = worst_class(modes, mode)[1]
@@ -132,51 +141,56 @@ def _check(claim: str, value: float | None, target: str, ok: bool | None) -> dic
 
 
 def checks(arrivals: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The claims on each checked concurrency present, at the median over seeds."""
+    """The claims on each checked concurrency present, at the median over seeds, for each
+    mode of `CLAIMED` that ran (`adaptive`'s claims first, named as before)."""
     out: list[dict[str, Any]] = []
-    for label in CHECKED:
-        cell = arrivals.get(label)
-        if cell is None:
-            continue
-        r = {n: s["median"] for n, s in cell["ratios"].items()}
-        if f"{ADAPTIVE}/best-static" not in r:
-            continue
-        best = r[f"{ADAPTIVE}/best-static"]
-        out.append(_check(f"{label}: adaptive / best static", best, ">= 1.00", best >= 1.0))
-        if f"{ADAPTIVE}/{ORACLE}" in r:
-            v = r[f"{ADAPTIVE}/{ORACLE}"]
-            ok = v >= ORACLE_SHARE
-            out.append(_check(f"{label}: adaptive / oracle", v, f">= {ORACLE_SHARE}", ok))
-        for base in BASELINES:
-            if f"{ADAPTIVE}/{base}" in r:
-                v = r[f"{ADAPTIVE}/{base}"]
-                out.append(_check(f"{label}: adaptive / {base}", v, "> 1.00", v > 1.0))
-        if f"worst-class:{ADAPTIVE}" in r:
-            v = r[f"worst-class:{ADAPTIVE}"]
-            out.append(
-                _check(f"{label}: worst class / no spec", v, f">= {CLASS_FLOOR}", v >= CLASS_FLOOR)
+    for mode in CLAIMED:
+        for label in CHECKED:
+            cell = arrivals.get(label)
+            if cell is not None:
+                out += _mode_checks(label, cell, mode)
+    return out
+
+
+def _mode_checks(label: str, cell: Mapping[str, Any], mode: str) -> list[dict[str, Any]]:
+    r = {n: s["median"] for n, s in cell["ratios"].items()}
+    if f"{mode}/best-static" not in r:
+        return []
+    out: list[dict[str, Any]] = []
+    best = r[f"{mode}/best-static"]
+    out.append(_check(f"{label}: {mode} / best static", best, ">= 1.00", best >= 1.0))
+    if f"{mode}/{ORACLE}" in r:
+        v = r[f"{mode}/{ORACLE}"]
+        out.append(_check(f"{label}: {mode} / oracle", v, f">= {ORACLE_SHARE}", v >= ORACLE_SHARE))
+    for base in BASELINES:
+        if f"{mode}/{base}" in r:
+            v = r[f"{mode}/{base}"]
+            out.append(_check(f"{label}: {mode} / {base}", v, "> 1.00", v > 1.0))
+    if f"worst-class:{mode}" in r:
+        v = r[f"worst-class:{mode}"]
+        claim = "worst class / no spec" if mode == ADAPTIVE else f"{mode}: worst class / no spec"
+        out.append(_check(f"{label}: {claim}", v, f">= {CLASS_FLOOR}", v >= CLASS_FLOOR))
+    settled = worst_settle(cell["settle"], mode)
+    if settled is not None:
+        what = "k" if mode == ADAPTIVE else f"{mode}: its class's vote"
+        out.append(
+            _check(
+                f"{label}: {what} settles after a shift ({settled[0]})",
+                settled[1],
+                f"<= {SETTLE_REQUESTS} requests",
+                settled[1] <= SETTLE_REQUESTS,
             )
-        settled = worst_settle(cell["settle"], ADAPTIVE)
-        if settled is not None:
-            out.append(
-                _check(
-                    f"{label}: k settles after a shift ({settled[0]})",
-                    settled[1],
-                    f"<= {SETTLE_REQUESTS} requests",
-                    settled[1] <= SETTLE_REQUESTS,
-                )
+        )
+    ceiling = r.get(f"{ORACLE}/best-static")
+    if ceiling is not None and ceiling > LARGE_CEILING:
+        out.append(
+            _check(
+                f"{label}: oracle ceiling {ceiling:.3f} > {LARGE_CEILING}: {mode} / best static",
+                best,
+                f">= {LARGE_CEILING}",
+                best >= LARGE_CEILING,
             )
-        ceiling = r.get(f"{ORACLE}/best-static")
-        if ceiling is not None and ceiling > LARGE_CEILING:
-            out.append(
-                _check(
-                    f"{label}: oracle ceiling {ceiling:.3f} > {LARGE_CEILING}: "
-                    "adaptive / best static",
-                    best,
-                    f">= {LARGE_CEILING}",
-                    best >= LARGE_CEILING,
-                )
-            )
+        )
     return out
 
 

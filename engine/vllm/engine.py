@@ -6,10 +6,9 @@ request's drafts at the k carried in `SamplingParams.extra_args`. Lifetime is
 an async context manager (`VLLMEngine.started`) that warms the engine up before
 it yields and always shuts it down, freeing the engine-core process.
 
-Two ways in: `generate()` (the seam; streams `GenerationChunk`s, the last one
-carrying the `RequestOutcome`) and `serving_client`, the `EngineClient` the
-gateway hands to vLLM's own OpenAI serving classes, which taps each finished
-request's outcome into `on_outcome(gateway_request_id, outcome)`.
+Two ways in: `generate()` (the seam; streams `GenerationChunk`s, the last one carrying
+the `RequestOutcome`) and `serving_client`, the `EngineClient` vLLM's own OpenAI serving
+classes run on, which taps each finished request's outcome into `on_outcome`.
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ import asyncio
 import logging
 import os
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -31,6 +30,7 @@ from vllm.sampling_params import RequestOutputKind
 from vllm.v1.engine.async_llm import AsyncLLM
 from vllm.v1.engine.exceptions import EngineDeadError as VLLMEngineDeadError
 
+from engine.backend import OutcomeCallback
 from engine.interface import (
     GATEWAY_ID_ARG,
     SPEC_DEPTH_ARG,
@@ -44,20 +44,19 @@ from engine.interface import (
     StepListener,
 )
 from engine.settings import EngineSettings
+from engine.vllm.depth_zero_params import serve_depth_zero_params
 from engine.vllm.expand_fix import ExpandState
 from engine.vllm.outcome import request_outcome
 from engine.vllm.preflight import preflight
 from engine.vllm.stats import EngineActivity, quiet_step_lines
 
-OutcomeCallback = Callable[[str, RequestOutcome], None]
 log = logging.getLogger(__name__)
 
 
 #: Default block size where vLLM's is too coarse for EAGLE's prefix-cache rule:
 #: a hit recomputes its last matched block, 128 tokens on vLLM's CPU platform.
 #: Embedded model, a repeated ~920-token prompt at k = 4: 252 ms to the first token
-#: with 128-token blocks, 103 ms with 32 (`python -m bench.prefix_cache`); decode
-#: time per token showed no difference within the host's noise.
+#: with 128-token blocks, 103 ms with 32 (`python -m bench.prefix_cache`); same decode time.
 _CPU_BLOCK_SIZE = {"cpu": 32}
 
 
@@ -121,6 +120,8 @@ class VLLMEngine:
         self._closed = False
         #: Whether steps with only k = 0 requests skip the drafter (engine/vllm/draft_skip.py).
         self.draft_skip = False
+        #: Whether k = 0 requests may carry min_p and logit_bias (engine/vllm/depth_zero_params.py).
+        self.depth_zero_params = max_depth == 0
         #: The rejection sampler's expand kernel in the workers (engine/vllm/expand_fix.py):
         #: sampled speculation is exact only where it is "ok" or "fixed" in every one
         #: (checked at start when there is a drafter; nothing to check without one).
@@ -154,6 +155,9 @@ class VLLMEngine:
                 engine.expand_kernel = (
                     "broken" if "broken" in states else "fixed" if "fixed" in states else "ok"
                 )
+                engine.depth_zero_params = await serve_depth_zero_params(llm)
+                if not engine.depth_zero_params:  # Model Runner V2: vLLM's 400 stays
+                    log.info("min_p and logit_bias at depth 0 unavailable on this model runner")
             if k_max > 0 and settings.skip_drafter_at_k0:
                 installed = await llm.collective_rpc("specgw_install_draft_skip")
                 engine.draft_skip = bool(installed) and all(installed)

@@ -6,10 +6,12 @@ through `collective_rpc` after start (`engine.vllm.engine.VLLMEngine.started`).
 
 from __future__ import annotations
 
+from engine.vllm.depth_zero_params import DepthZeroParamsExtension
 from engine.vllm.draft_skip import DraftSkipExtension
 from engine.vllm.expand_fix import ExpandFixExtension
 
 
-class SpecGatewayWorker(DraftSkipExtension, ExpandFixExtension):
-    """Draft skip at depth 0 (`engine.vllm.draft_skip`) and the CPU sampler's expand fix
-    (`engine.vllm.expand_fix`)."""
+class SpecGatewayWorker(DraftSkipExtension, ExpandFixExtension, DepthZeroParamsExtension):
+    """Draft skip at depth 0 (`engine.vllm.draft_skip`), the CPU sampler's expand fix
+    (`engine.vllm.expand_fix`) and min-p / logit-bias at depth 0
+    (`engine.vllm.depth_zero_params`)."""

@@ -265,6 +265,12 @@ class Controller:
         )
 
     # ---- reports and sharing ---------------------------------------------------------
+    def acceptance_of(self, class_id: str) -> tuple[float, ...] | None:
+        """A live class's p_1..p_K as the policy reads them (None: not a live class);
+        read-only, for a step-depth rule (`gateway.control.step_depth`)."""
+        state = self._states.get(class_id)
+        return None if state is None else state.estimator.profile().p
+
     def snapshot(self) -> list[ClassReport]:
         """One row per live class (and `other` once it has traffic) for `/admin/classes`."""
         return [self._report(state) for state in self._states.values()]

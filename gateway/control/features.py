@@ -112,6 +112,31 @@ def sampling_bucket(temperature: float) -> str:
     return "t1" if temperature <= 1.0 else "t2"
 
 
+#: vLLM's bound below which a sampling parameter is unset (`vllm.sampling_params._SAMPLING_EPS`).
+_SAMPLING_EPS = 1e-5
+
+
+def unserved_by_drafts(logit_bias: Mapping[Any, float] | None, min_p: float | None) -> str:
+    """The reason a request must run at k = 0 whatever its class decides, or "" for none.
+
+    vLLM refuses `logit_bias` and `min_p` once a request drafts (the rejection sampler
+    applies neither to draft rows; `SamplingParams._validate_spec_decode`); a request
+    that never drafts samples them exactly as an engine without a drafter
+    (`engine.vllm.depth_zero_params`). The reason starts with its kind, like the controller's.
+    """
+    names = [
+        name
+        for name, used in (
+            ("logit_bias", bool(logit_bias)),
+            ("min_p", min_p is not None and min_p > _SAMPLING_EPS),
+        )
+        if used
+    ]
+    if not names:
+        return ""
+    return f"unserved {' and '.join(names)}: served only to a request that never drafts"
+
+
 def turns_bucket(user_turns: int) -> int:
     """1, 2 (two or three user turns) or 4 (more): multi-turn, not its exact length."""
     if user_turns <= 1:

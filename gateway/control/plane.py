@@ -157,9 +157,17 @@ class ControlPlane:
         )
 
     def plan_features(
-        self, features: RequestFeatures, prompt_tokens: int, load: LoadSnapshot
+        self,
+        features: RequestFeatures,
+        prompt_tokens: int,
+        load: LoadSnapshot,
+        unserved: str = "",
     ) -> PlannedRequest:
-        """Classify, resolve the class's flags, decide k: the request path after parsing."""
+        """Classify, resolve the class's flags, decide k: the request path after parsing.
+
+        `unserved`: why the request must not draft (`features.unserved_by_drafts`); it
+        runs at k = 0 then, whatever the class's decision or an operator's flag says.
+        """
         controller = self.controller
         cls = controller.classify(features)
         o = self._overrides(cls.class_id, cls.label) if self._overrides is not None else None
@@ -177,7 +185,8 @@ class ControlPlane:
             decision.anchor,
             decision.fixed,
         )
-        return PlannedRequest(self, plan, prompt_tokens)
+        planned = PlannedRequest(self, plan, prompt_tokens)
+        return planned.without_speculation(unserved) if unserved else planned
 
     def plan_chat(
         self,
@@ -187,10 +196,12 @@ class ControlPlane:
         running: int,
         queued: int = 0,
         sampling: str = "",
+        unserved: str = "",
     ) -> PlannedRequest:
         """A chat request as plain data (`messages`, `tools`, `tool_choice`,
         `response_format`); `sampling`: "" when greedy, else its temperature's
-        bucket (`gateway.control.features.sampling_bucket`)."""
+        bucket (`gateway.control.features.sampling_bucket`); `unserved`: see
+        `plan_features`."""
         features = features_from_chat(
             body["messages"],
             body.get("tools"),
@@ -200,7 +211,8 @@ class ControlPlane:
             self._identities,
             sampling,
         )
-        return self.plan_features(features, prompt_tokens, self.load(running, queued))
+        load = self.load(running, queued)
+        return self.plan_features(features, prompt_tokens, load, unserved)
 
     def plan_completion(
         self,
@@ -210,9 +222,11 @@ class ControlPlane:
         running: int,
         queued: int = 0,
         sampling: str = "",
+        unserved: str = "",
     ) -> PlannedRequest:
         features = features_from_completion(prompt, prompt_tokens, self._identities, sampling)
-        return self.plan_features(features, prompt_tokens, self.load(running, queued))
+        load = self.load(running, queued)
+        return self.plan_features(features, prompt_tokens, load, unserved)
 
     # ---- the request's life in the batch ---------------------------------------------
     def _enter(self, plan: Plan, prompt_tokens: int) -> Ticket:

@@ -120,7 +120,13 @@ class GatewayMetrics(ReplicaMetrics):
     ) -> None:
         self.max_depth = max_depth
         self._classes: dict[str, _ClassChildren] = {}
-        r = registry
+        self._declare_latencies(registry)
+        self._declare_tokens(registry)
+        self._declare_controller(registry)
+        super().__init__(registry, flags=flags)
+
+    def _declare_latencies(self, r: CollectorRegistry) -> None:
+        """Requests by outcome and their latencies and acceptance length, by class."""
         self.requests = Counter(
             "specgw_requests",
             "Requests answered, by class, HTTP status code and OpenAI error type.",
@@ -170,6 +176,9 @@ class GatewayMetrics(ReplicaMetrics):
             buckets=ACCEPTANCE_LENGTH_BUCKETS,
             registry=r,
         )
+
+    def _declare_tokens(self, r: CollectorRegistry) -> None:
+        """Token counts of finished requests, per class and per draft position."""
         self.prompt_tokens = _counter(r, "prompt_tokens", "Prompt tokens of finished requests.")
         self.output_tokens = _counter(r, "output_tokens", "Output tokens of finished requests.")
         self.draft_tokens = _counter(r, "draft_tokens", "Draft tokens proposed to the target.")
@@ -198,6 +207,9 @@ class GatewayMetrics(ReplicaMetrics):
             ["class", "position"],
             registry=r,
         )
+
+    def _declare_controller(self, r: CollectorRegistry) -> None:
+        """The controller's depth, decisions and drift, by class."""
         self.speculation_depth = Gauge(
             "specgw_speculation_depth",
             "Speculation depth k most recently given to a request of the class.",
@@ -222,7 +234,6 @@ class GatewayMetrics(ReplicaMetrics):
             ["class", "direction"],
             registry=r,
         )
-        super().__init__(registry, flags=flags)
 
     # ---- per class --------------------------------------------------------------------
     def _children(self, cls: str) -> _ClassChildren:

@@ -18,6 +18,7 @@ lease (`concurrency_lease_s`).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import math
 import uuid
@@ -238,7 +239,11 @@ class KeyLimiter:
             self._events.limit_fallback()
         self._healthy = False
         if self._probe is None or self._probe.done():
-            self._probe = asyncio.get_running_loop().create_task(self._reconnect())
+            # In a context of its own: the probe outlives the request that found Redis
+            # gone, and must neither log under its request id nor join its trace.
+            self._probe = asyncio.get_running_loop().create_task(
+                self._reconnect(), context=contextvars.Context()
+            )
 
     async def _reconnect(self) -> None:
         """Ping with backoff until Redis answers, replay kept settlements, then go back."""

@@ -16,6 +16,7 @@ from gateway.control.features import (
     length_bucket,
     normalise_text,
     sampling_bucket,
+    unserved_by_drafts,
 )
 
 
@@ -150,6 +151,26 @@ def test_label_is_short_and_readable() -> None:
 )
 def test_sampling_buckets(temperature: float, bucket: str) -> None:
     assert sampling_bucket(temperature) == bucket
+
+
+@pytest.mark.parametrize(
+    ("logit_bias", "min_p", "named"),
+    [
+        (None, None, ""),
+        ({}, 0.0, ""),
+        (None, 9e-6, ""),  # below vLLM's bound: unset
+        ({"42": -100.0}, None, "logit_bias"),
+        (None, 0.1, "min_p"),
+        ({"7": 5.0}, 0.05, "logit_bias and min_p"),
+    ],
+)
+def test_logit_bias_and_min_p_are_unserved_by_drafts(
+    logit_bias: dict[str, float] | None, min_p: float | None, named: str
+) -> None:
+    reason = unserved_by_drafts(logit_bias, min_p)
+    assert reason == (
+        f"unserved {named}: served only to a request that never drafts" if named else ""
+    )
 
 
 def test_a_sampled_class_is_labelled_with_its_bucket_and_a_greedy_one_keeps_its_id() -> None:

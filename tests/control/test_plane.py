@@ -9,6 +9,7 @@ import pytest
 from engine.interface import EngineStep, RequestOutcome, SpeculationOutcome
 from gateway.control.controller import Controller
 from gateway.control.decision import ControlOverrides
+from gateway.control.features import unserved_by_drafts
 from gateway.control.plane import ControlPlane
 from gateway.control.settings import ControllerSettings
 
@@ -86,6 +87,32 @@ def test_without_speculation_runs_at_zero_and_is_refused_once_entered() -> None:
     plain.enter()
     with pytest.raises(RuntimeError):
         plain.without_speculation("again")
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [None, ControlOverrides(pin_k=3), ControlOverrides(mode="static"), ControlOverrides(k_min=2)],
+)
+def test_an_unserved_parameter_runs_at_zero_whatever_the_flags(
+    overrides: ControlOverrides | None,
+) -> None:
+    """A request carrying `logit_bias` or `min_p` never drafts: no class decision, pin,
+    static mode or lower bound raises it, in either endpoint; an adaptive class still
+    hears its outcome (a k = 0 run)."""
+    plane, _ = plane_with(overrides)
+    reason = unserved_by_drafts({"42": -100.0}, None)
+    chat = plane.plan_chat(CHAT, 100, running=0, unserved=reason)
+    completion = plane.plan_completion("def f():", 10, running=0, unserved=reason)
+    for planned in (chat, completion):
+        assert (planned.k, planned.reason) == (0, reason)
+        assert planned.headers()["x-specgw-k"] == "0"
+    assert plane.plan_chat(CHAT, 100, running=0).class_id == chat.class_id
+    chat.enter()
+    assert plane.batch.deepest == 0
+    chat.finish(outcome(0))
+    if overrides is None:
+        reports = {r.class_id: r for r in plane.controller.snapshot()}
+        assert reports[chat.class_id].samples == 1
 
 
 def test_a_step_is_filed_only_when_it_ran_exactly_the_batch_in_flight() -> None:

@@ -97,5 +97,6 @@ def test_the_worker_extension_mixes_in_without_clashing() -> None:
         "specgw_install_draft_skip",
         "specgw_draft_skips",
         "specgw_fix_expand",
+        "specgw_install_depth_zero_params",
     }
     assert not ours & set(dir(worker_cls))

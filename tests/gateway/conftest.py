@@ -7,7 +7,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -126,6 +126,35 @@ def stop_gateway(gw: GatewayProcess) -> None:
         gw.process.wait(60)
     except subprocess.TimeoutExpired:
         gw.process.kill()
+
+
+def start_replicas(tmp: Path, env: dict[str, str], n: int = 2) -> list[GatewayProcess]:
+    """`n` gateway processes with the same settings (replicas of one deployment when
+    `env` names one Redis), started one after the other: each embeds its own engine,
+    and two engines starting at once would compete for the cores."""
+    started: list[GatewayProcess] = []
+    try:
+        for _ in range(n):
+            started.append(start_gateway(tmp, env))
+    except BaseException:
+        stop_gateways(started)
+        raise
+    return started
+
+
+def stop_gateways(gateways: list[GatewayProcess]) -> None:
+    for gw in gateways:
+        stop_gateway(gw)
+
+
+def wait_for(predicate: Callable[..., object], timeout_s: float) -> float:
+    """Poll `predicate` until it holds; the seconds that took (fails after `timeout_s`)."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout_s:
+        if predicate():
+            return time.monotonic() - started
+        time.sleep(0.05)
+    raise AssertionError(f"condition not met within {timeout_s} s")
 
 
 @pytest.fixture(scope="session")

@@ -23,7 +23,10 @@ from tests.gateway.conftest import (
     REPO,
     GatewayProcess,
     start_gateway,
+    start_replicas,
     stop_gateway,
+    stop_gateways,
+    wait_for,
 )
 from tests.redis_fixtures import DelayProxy, RedisServer
 
@@ -39,35 +42,20 @@ BODY = {
 
 
 @pytest.fixture(scope="module")
-def redis_srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path_factory.mktemp("redis"))
-    server.start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
 def replicas(
-    redis_srv: RedisServer, tmp_path_factory: pytest.TempPathFactory
+    module_redis: RedisServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[list[GatewayProcess]]:
-    tmp = tmp_path_factory.mktemp("replicas")
     # No start-up calibration: the kill-switch test needs speculation to come back once
     # the switch is off, and on a CPU the calibrated policy (first-token price, step
     # costs) rightly runs its short replies at k = 0; from the cost prior it speculates.
     env = {
-        "SPECGW_REDIS_URL": redis_srv.url,
+        "SPECGW_REDIS_URL": module_redis.url,
         "SPECGW_NAMESPACE": "cluster-test",
         "SPECGW_CONTROL_CALIBRATE_BATCHES": "[]",
     }
-    first = start_gateway(tmp, env)
-    try:
-        second = start_gateway(tmp, env)
-    except Exception:
-        stop_gateway(first)
-        raise
-    yield [first, second]
-    for gw in (first, second):
-        stop_gateway(gw)
+    gateways = start_replicas(tmp_path_factory.mktemp("replicas"), env)
+    yield gateways
+    stop_gateways(gateways)
 
 
 def chat(gw: GatewayProcess) -> httpx.Response:
@@ -103,15 +91,6 @@ def cli(gw: GatewayProcess, *args: str) -> str:
     )
     assert result.returncode == 0, result.stderr
     return result.stdout
-
-
-def wait_for(predicate: object, timeout_s: float) -> float:
-    started = time.monotonic()
-    while time.monotonic() - started < timeout_s:
-        if predicate():  # type: ignore[operator]
-            return time.monotonic() - started
-        time.sleep(0.05)
-    raise AssertionError(f"condition not met within {timeout_s} s")
 
 
 def test_replicas_share_class_statistics(replicas: list[GatewayProcess]) -> None:
@@ -150,14 +129,14 @@ def test_classes_command_prints_the_cluster_table(replicas: list[GatewayProcess]
 
 
 def test_class_state_survives_a_replica_restart(
-    replicas: list[GatewayProcess], redis_srv: RedisServer, tmp_path: Path
+    replicas: list[GatewayProcess], module_redis: RedisServer, tmp_path: Path
 ) -> None:
     first, _ = replicas
     label = chat(first).headers["x-specgw-class"]
     wait_for(lambda: int(classes(first).get(label, {}).get("samples", 0)) >= 1, 5)
     before = int(classes(first)[label]["samples"])
     time.sleep(1.5)  # let the last deltas flush
-    env = {"SPECGW_REDIS_URL": redis_srv.url, "SPECGW_NAMESPACE": "cluster-test"}
+    env = {"SPECGW_REDIS_URL": module_redis.url, "SPECGW_NAMESPACE": "cluster-test"}
     fresh = start_gateway(tmp_path, env)
     try:
         chat(fresh)  # the class goes live here; its history comes from Redis
@@ -167,10 +146,10 @@ def test_class_state_survives_a_replica_restart(
 
 
 def test_redis_outage_fails_no_request(
-    replicas: list[GatewayProcess], redis_srv: RedisServer
+    replicas: list[GatewayProcess], module_redis: RedisServer
 ) -> None:
     first, second = replicas
-    redis_srv.stop()
+    module_redis.stop()
     try:
         for _ in range(4):
             for gw in (first, second):
@@ -180,7 +159,7 @@ def test_redis_outage_fails_no_request(
         assert detail["ready"] is True
         wait_for(lambda: _redis_state(first) == "degraded", 10)
     finally:
-        redis_srv.start()
+        module_redis.start()
     wait_for(lambda: _redis_state(first) == "ok", 15)
     for gw in (first, second):
         chat(gw)
@@ -193,13 +172,13 @@ def _redis_state(gw: GatewayProcess) -> str:
 
 @pytest.fixture
 def slow_redis_replica(
-    redis_srv: RedisServer, tmp_path: Path
+    module_redis: RedisServer, tmp_path: Path
 ) -> Iterator[tuple[GatewayProcess, DelayProxy]]:
     """A third replica that reaches Redis through a loopback proxy that can delay."""
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
-    proxy = DelayProxy(redis_srv.port)
+    proxy = DelayProxy(module_redis.port)
     asyncio.run_coroutine_threadsafe(proxy.start(), loop).result(5)
     env = {"SPECGW_REDIS_URL": proxy.url, "SPECGW_NAMESPACE": "cluster-test"}
     try:

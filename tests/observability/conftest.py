@@ -1,4 +1,4 @@
-"""Fixtures of the observability tests: a populated metrics catalogue, promtool."""
+"""Fixtures of the observability tests: a populated metrics catalogue, promtool, prometheus."""
 
 from __future__ import annotations
 
@@ -13,6 +13,15 @@ from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.replica_metrics import BuildInfo
 
 FLAGS = ("speculation.enabled", "speculation.k_max")
+
+
+@pytest.fixture(scope="module")
+def prometheus_binary() -> str:
+    """The `prometheus` binary for tests/observability/prometheus_server.py; skips without."""
+    path = shutil.which("prometheus")
+    if path is None:
+        pytest.skip("prometheus not installed (Debian package `prometheus`; make system-deps)")
+    return path
 
 
 def sample_outcome(k: int, steps: int, accepted_per_position: tuple[int, ...]) -> RequestOutcome:

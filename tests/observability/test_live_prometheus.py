@@ -8,8 +8,6 @@ Needs the `prometheus` binary (Debian package) and a real vLLM engine.
 from __future__ import annotations
 
 import concurrent.futures
-import shutil
-import subprocess
 import time
 from collections.abc import Iterator
 
@@ -17,23 +15,11 @@ import httpx
 import pytest
 import yaml
 
-from tests.gateway.conftest import (
-    GatewayProcess,
-    free_port,
-    start_gateway,
-    stop_gateway,
-)
+from tests.gateway.conftest import GatewayProcess, start_gateway, stop_gateway
+from tests.observability.prometheus_server import running_prometheus, until
 from tools.dashboards.build import RULE_FILES, concrete, shipped_expressions
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow, pytest.mark.timeout(900)]
-
-
-@pytest.fixture(scope="module")
-def prometheus_binary() -> str:
-    path = shutil.which("prometheus")
-    if path is None:
-        pytest.skip("prometheus not installed (Debian package `prometheus`; make system-deps)")
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -68,39 +54,8 @@ def prometheus(
         "rule_files": [str(p) for p in rules],
         "scrape_configs": [{"job_name": "specgw", "static_configs": [{"targets": [target]}]}],
     }
-    (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
-    port = free_port()
-    log = (tmp / "prometheus.log").open("wb")
-    proc = subprocess.Popen(
-        [
-            prometheus_binary,
-            f"--config.file={tmp / 'prometheus.yml'}",
-            f"--storage.tsdb.path={tmp / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_for(lambda: httpx.get(f"{base}/-/ready", timeout=2).status_code == 200, 60)
+    with running_prometheus(prometheus_binary, tmp, config) as base:
         yield base
-    finally:
-        proc.terminate()
-        proc.wait(30)
-        log.close()
-
-
-def wait_for(check: object, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if check():  # type: ignore[operator]
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(1)
-    raise TimeoutError(f"condition not met in {timeout_s} s")
 
 
 def mixed_load(gw: GatewayProcess) -> None:
@@ -146,7 +101,7 @@ def query(base: str, expr: str) -> dict[str, object]:
 def test_every_shipped_expression_evaluates_on_live_data(
     live_gateway: GatewayProcess, prometheus: str
 ) -> None:
-    wait_for(lambda: query(prometheus, 'up{job="specgw"} == 1')["data"]["result"], 30)  # type: ignore[index]
+    until(lambda: query(prometheus, 'up{job="specgw"} == 1')["data"]["result"], 30)  # type: ignore[index]
     mixed_load(live_gateway)
     time.sleep(8)  # several scrapes and rule evaluations after the load
     failures = []

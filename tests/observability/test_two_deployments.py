@@ -11,8 +11,6 @@ Needs the `prometheus` binary (Debian package `prometheus`); no engine.
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -23,13 +21,13 @@ from typing import Any
 import httpx
 import pytest
 import uvicorn
-import yaml
 from prometheus_client import REGISTRY
 
 from engine.settings import EngineSettings
 from gateway.app import create_app
 from gateway.backends import fake_runtime_factory
 from tests.gateway.conftest import free_port
+from tests.observability.prometheus_server import running_prometheus, until
 from tests.observability.recorded import RecordedVllmSeries
 from tests.unit.conftest import MODEL, QUICK_START, USER_KEY, gateway_settings
 from tools.dashboards.build import concrete, dashboard_expressions
@@ -101,14 +99,6 @@ def load(deployment: Deployment, share: float) -> None:
 
 
 @pytest.fixture(scope="module")
-def prometheus_binary() -> str:
-    path = shutil.which("prometheus")
-    if path is None:
-        pytest.skip("prometheus not installed (Debian package `prometheus`; make system-deps)")
-    return path
-
-
-@pytest.fixture(scope="module")
 def deployments() -> Iterator[tuple[Deployment, Deployment]]:
     replay = RecordedVllmSeries()
     REGISTRY.register(replay)  # vLLM registers there too; the app's /metrics appends it
@@ -138,22 +128,7 @@ def prometheus(
         for d in deployments
     ]
     config = {"global": {"scrape_interval": "1s"}, "scrape_configs": jobs}
-    (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
-    port = free_port()
-    log = (tmp / "prometheus.log").open("wb")
-    proc = subprocess.Popen(
-        [
-            prometheus_binary,
-            f"--config.file={tmp / 'prometheus.yml'}",
-            f"--storage.tsdb.path={tmp / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        until(lambda: httpx.get(f"{base}/-/ready", timeout=2).status_code == 200, 60)
+    with running_prometheus(prometheus_binary, tmp, config) as base:
         until(lambda: len(series(base, "up == 1")) == 2, 30)
         # A series' first sample is where its rate starts: load in two parts, scrapes
         # between them and after, so every counter grows between two samples.
@@ -163,22 +138,6 @@ def prometheus(
             time.sleep(3)
         time.sleep(3)
         yield base
-    finally:
-        proc.terminate()
-        proc.wait(30)
-        log.close()
-
-
-def until(check: Callable[[], bool], timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if check():
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise TimeoutError(f"condition not met in {timeout_s} s")
 
 
 def series(base: str, expr: str, at: float | None = None) -> list[dict[str, Any]]:

@@ -20,6 +20,7 @@ import httpx
 import pytest
 import pytest_asyncio
 from fastapi import FastAPI
+from prometheus_client.parser import text_string_to_metric_families
 
 from engine.settings import EngineSettings
 from gateway.app import create_app
@@ -97,6 +98,16 @@ def _status(response: bytes) -> int:
     return int(response.split(b" ", 2)[1]) if response else 0
 
 
+def _samples(exposition: str) -> dict[tuple[str, str], float]:
+    """The edge's samples in a `/metrics` body, keyed by (name, reason)."""
+    return {
+        (sample.name, sample.labels.get("reason", "")): sample.value
+        for family in text_string_to_metric_families(exposition)
+        if family.name.startswith(("specgw_edge", "specgw_open_connections"))
+        for sample in family.samples
+    }
+
+
 def _error(response: bytes) -> dict[str, Any]:
     body: dict[str, Any] = json.loads(response.split(b"\r\n\r\n", 1)[1])["error"]
     return body
@@ -142,6 +153,11 @@ async def test_slow_connections_end_at_their_deadline_while_others_are_served(
             assert b"x-request-id" in response.lower()
     assert served.stats.header_timeouts >= 1000
     assert served.stats.body_timeouts >= 1000
+    async with served.http() as http:
+        exported = _samples((await http.get("/metrics")).text)
+    assert exported["specgw_edge_closed_total", "header_timeout"] == served.stats.header_timeouts
+    assert exported["specgw_edge_closed_total", "body_timeout"] == served.stats.body_timeouts
+    assert exported["specgw_open_connections", ""] >= 1  # the scrape's own connection
     for _, writer in connections:
         writer.close()
 
@@ -187,8 +203,10 @@ async def test_oversized_headers_get_431(served: Served) -> None:
         writer.close()
     async with served.http() as http:
         reply = await http.get("/health", headers={"x-fits": "a" * 15_000})
+        exported = _samples((await http.get("/metrics")).text)
     assert reply.status_code == 200
     assert served.stats.headers_too_large >= 2
+    assert exported["specgw_edge_closed_total", "header_too_large"] >= 2
 
 
 async def test_a_header_sent_byte_by_byte_is_cut_at_the_size_limit(served: Served) -> None:
@@ -225,6 +243,9 @@ async def test_connections_beyond_the_bound_are_refused_at_once() -> None:
         assert small.stats.open_connections == 0
         async with small.http() as http:
             assert (await http.get("/health")).status_code == 200
+            exported = _samples((await http.get("/metrics")).text)
+        assert exported["specgw_edge_closed_total", "connection_limit"] == 1
+        assert exported["specgw_open_connections", ""] == 1  # the scrape's own
 
 
 async def test_a_body_still_arriving_after_an_early_answer_is_not_a_header(

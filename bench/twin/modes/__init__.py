@@ -2,7 +2,10 @@
 
 `nospec`, `static-k0..K` (`static`), `vllm-schedule` (`vllm_schedule`),
 `sglang-adaptive` (`sglang`), `trtllm-threshold` (`trtllm`), `adaptive` and
-`adaptive-floor` (`adaptive`: the gateway's control plane), `upper-bound`
+`adaptive-floor` (`adaptive`: the gateway's control plane), `adaptive-step` (`adaptive_step`:
+the control plane's estimates, one depth per step from `gateway.control.step_depth`;
+`adaptive-step-free` without its guard),
+`upper-bound`
 (`upper_bound`); `oracle` (`oracle`) is built from the static runs' results.
 `batch-schedule` is the real-engine benchmark's fixed vLLM schedule
 (`bench.modes.BATCH_SCHEDULE`), run beside it for the validation only.
@@ -16,6 +19,7 @@ from dataclasses import dataclass
 from bench.twin.costs import StepCosts
 from bench.twin.engine import DepthSource, VirtualClock
 from bench.twin.modes.adaptive import FLOOR, AdaptiveControl
+from bench.twin.modes.adaptive_step import GUARD, AdaptiveStep
 from bench.twin.modes.sglang import EmaTiers
 from bench.twin.modes.static import NoSpec, Static
 from bench.twin.modes.trtllm import DRAFT_LEN, AcceptanceGate, break_even_rate
@@ -25,6 +29,11 @@ from bench.twin.schema import Profile, Workload
 
 ADAPTIVE = "adaptive"
 ADAPTIVE_FLOOR = "adaptive-floor"
+ADAPTIVE_STEP = "adaptive-step"
+#: `adaptive-step` without the guard (pure expected throughput per step).
+ADAPTIVE_STEP_FREE = "adaptive-step-free"
+#: The modes that drive the real control plane (their settling is measured).
+CONTROLLED = (ADAPTIVE, ADAPTIVE_FLOOR, ADAPTIVE_STEP, ADAPTIVE_STEP_FREE)
 NOSPEC = "nospec"
 ORACLE = "oracle"
 UPPER_BOUND = "upper-bound"
@@ -49,6 +58,8 @@ def mode_names(max_k: int, extra: Sequence[str] = ()) -> list[str]:
         *extra,
         ADAPTIVE,
         ADAPTIVE_FLOOR,
+        ADAPTIVE_STEP,
+        ADAPTIVE_STEP_FREE,
         ORACLE,
         UPPER_BOUND,
     ]
@@ -86,6 +97,9 @@ def build(name: str, ctx: ModeContext) -> DepthSource:
     if name in (ADAPTIVE, ADAPTIVE_FLOOR):
         floor = FLOOR if name == ADAPTIVE_FLOOR else 0.0
         return AdaptiveControl(ctx.workload, ctx.costs, ctx.clock, ctx.seed, floor)
+    if name in (ADAPTIVE_STEP, ADAPTIVE_STEP_FREE):
+        guard = GUARD if name == ADAPTIVE_STEP else None
+        return AdaptiveStep(ctx.workload, ctx.costs, ctx.clock, ctx.seed, guard)
     if name == UPPER_BOUND:
         return Clairvoyant(ctx.costs)
     raise ValueError(f"unknown mode {name!r}")

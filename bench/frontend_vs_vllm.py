@@ -1,0 +1,338 @@
+"""The gateway against vLLM's own OpenAI server, on one engine configuration.
+
+    python -m bench.frontend_vs_vllm [--repeats 2] [--ttft-requests 40]
+        [--load-requests 64] [--concurrency 16] [--dry]
+
+Two servers, never both up at once, alternated A B B A (`--repeats` turns each):
+
+* `gateway`: `spec-gateway serve` on the embedded model and drafter (`bench.gateway_proc`),
+  its flags pinned to k = K for every request (`controller-mode` static, `pin-k` K);
+* `vllm`: `python -m vllm.entrypoints.openai.api_server` (what `vllm serve` runs) with
+  the engine arguments the gateway builds (`engine.vllm.engine.engine_args`: the same
+  model, drafter, speculative config, scheduler and worker classes, block size,
+  max_num_seqs ...), every one that differs from vLLM's default passed as its flag.
+  Its requests carry no depth, which the depth-capping scheduler reads as K.
+
+So both engines draft K in every step and only the front end differs. Each turn starts
+its server, sends untimed warm-up requests, then (a) TTFT: `--ttft-requests` streamed
+chat requests one at a time, time to the first content chunk at the client; (b)
+saturation: `--load-requests` requests from `--concurrency` closed-loop clients, with
+the front-end process's CPU seconds (psutil, user + system of that process only, not
+the engine core and workers it starts) over the phase divided by the requests.
+Prompts: the benchmark's chat families, the same few in the same order on both, so
+the prefix cache behaves alike. `--dry` prints both command lines and exits.
+A benchmark, not a test: it prints figures and asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.stats import percentile
+
+VLLM_SERVER = ("-m", "vllm.entrypoints.openai.api_server")
+#: The issue's bounds on the gateway over vLLM's server.
+TARGET_TTFT_P50_MS = 0.5
+TARGET_TTFT_P99_MS = 2.0
+TARGET_CPU_RATIO = 1.2
+
+
+def cli_flags(changed: dict[str, Any]) -> list[str]:
+    """vLLM CLI flags for engine arguments: `--name-with-dashes value`; booleans as
+    `--x` / `--no-x`, lists as several values, dicts as JSON; None is left out."""
+    flags: list[str] = []
+    for name, value in changed.items():
+        flag = "--" + name.replace("_", "-")
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            flags.append(flag if value else "--no-" + name.replace("_", "-"))
+        elif isinstance(value, dict):
+            flags += [flag, json.dumps(value, sort_keys=True)]
+        elif isinstance(value, list | tuple):
+            flags += [flag, *(str(v) for v in value)]
+        else:
+            flags += [flag, str(value)]
+    return flags
+
+
+def changed_engine_args(args: Any, default: Any) -> dict[str, Any]:
+    """The fields of an `AsyncEngineArgs` that differ from `default`'s, in field order."""
+    return {
+        f.name: getattr(args, f.name)
+        for f in dataclasses.fields(args)
+        if getattr(args, f.name) != getattr(default, f.name)
+    }
+
+
+def vllm_command(settings: Any, port: int) -> list[str]:
+    """The `vllm serve` equivalent of the gateway's engine for these settings."""
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    from engine.vllm.engine import engine_args
+
+    changed = changed_engine_args(engine_args(settings), AsyncEngineArgs())
+    model = str(changed.pop("model"))
+    head = [sys.executable, *VLLM_SERVER, "--model", model]
+    return [*head, "--host", "127.0.0.1", "--port", str(port), *cli_flags(changed)]
+
+
+@dataclass
+class Turn:
+    """What one turn of one server measured."""
+
+    ttfts_s: list[float] = field(default_factory=list)
+    cpu_s_per_request: float = 0.0
+    requests_per_s: float = 0.0
+
+    def p(self, q: float) -> float:
+        return float(percentile(self.ttfts_s, q) or 0.0)
+
+
+def summary_rows(turns: dict[str, list[Turn]]) -> list[str]:
+    """The table: per server the median [min-max] over turns of each figure."""
+
+    def cell(values: list[float], scale: float = 1e3) -> str:
+        med, lo, hi = (scale * f(values) for f in (statistics.median, min, max))
+        return f"{med:.2f} [{lo:.2f}-{hi:.2f}]"
+
+    rows = [
+        f"{'server':<8} {'TTFT p50 ms':>22} {'TTFT p99 ms':>22} {'CPU ms/req':>20} {'req/s':>8}"
+    ]
+    for name, seen in turns.items():
+        rows.append(
+            f"{name:<8} {cell([t.p(50) for t in seen]):>22} {cell([t.p(99) for t in seen]):>22}"
+            f" {cell([t.cpu_s_per_request for t in seen]):>20}"
+            f" {statistics.median(t.requests_per_s for t in seen):>8.1f}"
+        )
+    return rows
+
+
+def verdict(turns: dict[str, list[Turn]]) -> list[str]:
+    """The gateway against the targets, on medians over turns."""
+    gw, vl = turns["gateway"], turns["vllm"]
+
+    def med(seen: list[Turn], figure: str) -> float:
+        if figure == "cpu":
+            return statistics.median(t.cpu_s_per_request for t in seen)
+        return statistics.median(t.p(50 if figure == "p50" else 99) for t in seen)
+
+    d50 = 1e3 * (med(gw, "p50") - med(vl, "p50"))
+    d99 = 1e3 * (med(gw, "p99") - med(vl, "p99"))
+    ratio = med(gw, "cpu") / med(vl, "cpu") if med(vl, "cpu") > 0 else float("inf")
+    return [
+        f"TTFT p50 gateway - vllm: {d50:+.2f} ms (target <= {TARGET_TTFT_P50_MS})",
+        f"TTFT p99 gateway - vllm: {d99:+.2f} ms (target <= {TARGET_TTFT_P99_MS})",
+        f"CPU per request gateway / vllm: {ratio:.2f}x (target <= {TARGET_CPU_RATIO}x)",
+    ]
+
+
+def chat_messages(count: int) -> list[list[dict[str, str]]]:
+    """Chat requests from the benchmark's families (a plain prompt as one user turn)."""
+    from bench.families import load_pool
+
+    pool, _ = load_pool(per_family=2, seed=0)
+    convs = []
+    for prompts in pool.values():
+        for p in prompts:
+            msgs = [
+                {"role": m["role"], "content": str(m.get("content") or "")}
+                for m in p.messages or []
+            ]
+            convs.append(msgs or [{"role": "user", "content": p.prompt or ""}])
+    return [convs[i % len(convs)] for i in range(count)]
+
+
+@dataclass
+class Server:
+    """One front end up on a loopback port: its process and how to talk to it."""
+
+    name: str
+    base_url: str
+    process: subprocess.Popen[bytes]
+    model: str
+    headers: dict[str, str]
+    stop: Any
+
+
+def start_vllm(settings: Any, workdir: Path) -> Server:
+    from bench.gateway_proc import free_port
+
+    port = free_port()
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(settings.kv_cache_gib)}
+    log = (workdir / f"vllm-{port}.log").open("wb")
+    proc = subprocess.Popen(vllm_command(settings, port), env=env, stdout=log, stderr=log)
+    base = f"http://127.0.0.1:{port}"
+    _wait_ready(proc, f"{base}/health", workdir / f"vllm-{port}.log")
+
+    def stop() -> None:
+        proc.terminate()
+        try:
+            proc.wait(90)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+    return Server("vllm", base, proc, settings.served_model_name, {}, stop)
+
+
+def start_gateway(max_depth: int, workdir: Path) -> Server:
+    import httpx
+
+    from bench.gateway_proc import BENCH_KEY, GatewayConfig, model_paths, write_flags
+    from bench.gateway_proc import start_gateway as start
+
+    models = model_paths(workdir / "tiny")
+    gw = start(GatewayConfig("frontend", True, max_depth, max_depth), models, workdir)
+    write_flags(gw.flags_dir, {"controller-mode": "static", "pin-k": max_depth})
+    headers = {"authorization": f"Bearer {BENCH_KEY}"}
+    body = {"model": gw.model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+    for _ in range(40):  # the gateway watches flags.json: wait until the pin applies
+        resp = httpx.post(f"{gw.base_url}/v1/chat/completions", json=body, headers=headers)
+        if resp.headers.get("x-specgw-k") == str(max_depth):
+            return Server("gateway", gw.base_url, gw.process, gw.model, headers, gw.stop)
+        time.sleep(0.5)
+    gw.stop()
+    raise RuntimeError("the gateway did not apply pin-k")
+
+
+def _wait_ready(proc: subprocess.Popen[bytes], url: str, log: Path) -> None:
+    import httpx
+
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited early:\n{log.read_text()[-3000:]}")
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    raise RuntimeError(f"server not ready:\n{log.read_text()[-3000:]}")
+
+
+async def ttft(
+    client: Any, server: Server, messages: list[dict[str, str]], max_tokens: int
+) -> float:
+    """Seconds from sending a streamed chat request to its first content chunk."""
+    body = {
+        "model": server.model,
+        "messages": messages,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "stream": True,
+    }
+    start = time.perf_counter()
+    first = 0.0
+    url = f"{server.base_url}/v1/chat/completions"
+    async with client.stream("POST", url, json=body, headers=server.headers) as resp:
+        resp.raise_for_status()
+        async for line in resp.aiter_lines():
+            if first or not line.startswith("data: {"):
+                continue
+            choices = json.loads(line[6:]).get("choices") or [{}]
+            if choices[0].get("delta", {}).get("content"):
+                first = time.perf_counter() - start
+    if not first:
+        raise RuntimeError("stream ended without content")
+    return first
+
+
+async def measure(server: Server, args: argparse.Namespace) -> Turn:
+    import httpx
+    import psutil
+
+    front = psutil.Process(server.process.pid)
+    turn = Turn()
+    convs = chat_messages(max(args.ttft_requests, args.load_requests))
+    async with httpx.AsyncClient(timeout=120) as client:
+        for msgs in convs[:8]:  # untimed: fills the prefix cache alike on both
+            await ttft(client, server, msgs, args.max_tokens)
+        for msgs in convs[: args.ttft_requests]:
+            turn.ttfts_s.append(await ttft(client, server, msgs, args.max_tokens))
+        queue = list(convs[: args.load_requests])
+
+        async def worker() -> None:
+            while queue:
+                await ttft(client, server, queue.pop(), args.max_tokens)
+
+        cpu0, wall0 = sum(front.cpu_times()[:2]), time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(args.concurrency)))
+        cpu1, wall1 = sum(front.cpu_times()[:2]), time.perf_counter()
+    turn.cpu_s_per_request = (cpu1 - cpu0) / args.load_requests
+    turn.requests_per_s = args.load_requests / (wall1 - wall0)
+    return turn
+
+
+def run(args: argparse.Namespace) -> None:
+    from bench.floor_abba import abba_order
+    from bench.gateway_proc import model_paths
+    from engine.settings import EngineSettings
+
+    workdir = Path(tempfile.mkdtemp(prefix="specgw-frontend-"))
+    models = model_paths(workdir / "tiny")
+    print(f"model: {models.source} ({models.target})")
+    settings = EngineSettings(
+        model=models.target, drafter=models.drafter, max_depth=args.max_depth, kv_cache_gib=1
+    )
+    if args.dry:
+        print("vllm:", " ".join(vllm_command(settings, 8000)))
+        print(
+            "gateway: python -m gateway.cli serve --model",
+            models.target,
+            "--drafter",
+            models.drafter,
+            "--max-depth",
+            args.max_depth,
+            "(flags: static, pin-k K)",
+        )
+        return
+    turns: dict[str, list[Turn]] = {"gateway": [], "vllm": []}
+    for name in abba_order(args.repeats, list(turns)):
+        server = start_gateway(args.max_depth, workdir) if name == "gateway" else None
+        server = server or start_vllm(settings, workdir)
+        try:
+            turns[name].append(asyncio.run(measure(server, args)))
+        finally:
+            server.stop()
+        last = turns[name][-1]
+        print(
+            f"{name}: TTFT p50 {1e3 * last.p(50):.2f} ms, p99 {1e3 * last.p(99):.2f} ms, "
+            f"CPU {1e3 * last.cpu_s_per_request:.2f} ms/request",
+            flush=True,
+        )
+    print(
+        f"\n{args.repeats} turns each (A B B A), median [min-max] over turns; "
+        f"saturation: {args.concurrency} clients, {args.load_requests} requests"
+    )
+    print("\n".join(summary_rows(turns)))
+    print("\n".join(verdict(turns)))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeats", type=int, default=2, help="turns per server")
+    parser.add_argument("--ttft-requests", type=int, default=40)
+    parser.add_argument("--load-requests", type=int, default=64)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--max-tokens", type=int, default=16)
+    parser.add_argument("--max-depth", type=int, default=4)
+    parser.add_argument("--dry", action="store_true", help="print both commands and exit")
+    run(parser.parse_args())
+
+
+if __name__ == "__main__":
+    main()

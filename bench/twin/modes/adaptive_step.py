@@ -1,0 +1,111 @@
+"""The gateway's controller with one depth per step chosen for the whole batch.
+
+`adaptive-step`: every arriving request still goes through the real control plane
+(`AdaptiveControl`: classification, `Controller.decide`, the batch it enters,
+`finish(outcome)`), so the controller keeps learning each class's acceptance
+online; but the engine verifies one depth per step, as vLLM's CUDA engine does
+(`engine/vllm/batch_depth.py`), and that depth comes from the step-depth rule
+(`gateway.control.step_depth.choose_step_depth`) over the requests in the step:
+each request's class's live estimates p_1..p_K (`Controller.acceptance_of`) and
+the controller's relative step costs at that batch size
+(`CostModel.relative_costs`), plus, in a step that newcomers enter, their first
+drafts at that depth (`CostModel.first_token`: the engine drafts every newcomer's
+first chain at the step's depth), with the guard that no request loses by the
+depth (`GUARD`). No hindsight: the rule reads only what the controller has learned.
+
+Every request drafts the step's depth (the drafter prefills every prompt: Model
+Runner V2 drafts the step's depth for the whole batch); the rule would leave out
+only a request with p_1 = 0, which the controller's Beta prior never estimates.
+Each decode-only step is filed in the cost model at its batch and depth
+(`Controller.observe_step`), as the engine's step clock would file it; the
+plane's own filing matches steps to per-request depths, which this engine does
+not run. A record's k (and its class's choice) is the depth the rule gives its
+class alone at its arrival's load: the class's own vote, which settles as the
+controller learns; the steps it ran in follow the batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from bench.twin.costs import StepCosts
+from bench.twin.engine import LiveRequest, Plan, VirtualClock
+from bench.twin.modes.adaptive import AdaptiveControl, Trace
+from bench.twin.requests import TwinRequest
+from bench.twin.schema import Workload
+from engine.interface import EngineStep
+from gateway.control.settings import ControllerSettings
+from gateway.control.step_depth import choose_step_depth
+
+#: No request's tokens per unit time at the step's depth below this share of the same
+#: step at depth 0 (`choose_step_depth`'s `floor`): speculation is never a request's loss.
+GUARD = 1.0
+
+
+class AdaptiveStep(AdaptiveControl):
+    """Per-step depths from the step-depth rule on the controller's live estimates."""
+
+    engine_wide = True
+
+    def __init__(
+        self,
+        workload: Workload,
+        costs: StepCosts,
+        clock: VirtualClock,
+        seed: int,
+        guard: float | None = GUARD,
+        trace: Trace | None = None,
+    ) -> None:
+        super().__init__(workload, costs, clock, seed, trace=trace)
+        self._controller = self.plane.controller
+        self._guard = guard
+        self._depth = 0
+        #: Requests entered since the last step: they prefill (and draft first) in the next.
+        self._newcomers = 0
+        #: A class the controller does not hold (evicted): the prior's P(accept 1).
+        self._prior = (ControllerSettings().prior_accept,)
+
+    def _acceptance(self, class_id: str) -> Sequence[float]:
+        return self._controller.acceptance_of(class_id) or self._prior
+
+    def arrive(self, request: TwinRequest, running: int, queued: int) -> Plan:
+        plan = super().arrive(request, running, queued)
+        class_id = plan.handle[1].class_id
+        costs = self._controller.cost_model.relative_costs(running + 1)
+        solo = choose_step_depth([(self._acceptance(class_id), 1)], costs, self._guard).depth
+        return Plan(solo, None, plan.handle, solo)
+
+    def prefills_drafter(self, k: int) -> bool:
+        return True
+
+    def enter(self, plan: Plan) -> None:
+        super().enter(plan)
+        self._newcomers += 1
+
+    def step_depth(self, batch: int, running: Sequence[LiveRequest] = ()) -> int:
+        counts: dict[str, int] = {}  # insertion order: the batch's, so deterministic
+        for live in running:
+            class_id = live.plan.handle[1].class_id
+            counts[class_id] = counts.get(class_id, 0) + 1
+        groups = [(self._acceptance(c), n) for c, n in counts.items()]
+        costs = self._step_costs(batch)
+        self._depth = choose_step_depth(groups, costs, self._guard).depth
+        return self._depth
+
+    def _step_costs(self, batch: int) -> Sequence[float]:
+        """The step's relative cost at each depth: the decode step, plus the newcomers'
+        first drafts at that depth where any entered (`CostModel.first_token`: time to
+        the first token at depth d over depth 0, in steps at k = 0)."""
+        model = self._controller.cost_model
+        costs = model.relative_costs(batch)
+        first = model.first_token(batch) if self._newcomers else ()
+        if len(first) != len(costs):
+            return costs
+        return [c + max(f - first[0], 0.0) for c, f in zip(costs, first, strict=True)]
+
+    def observe_step(self, step: EngineStep) -> None:
+        if self._trace is not None:
+            self._trace.events.append(("step", self._clock.now, step))
+        self._newcomers = 0
+        if step.prefill_requests == 0 and step.decode_requests > 0:
+            self._controller.observe_step(step.decode_requests, self._depth, step.seconds)

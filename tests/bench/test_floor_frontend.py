@@ -1,0 +1,113 @@
+"""The pure parts of `bench.floor_profile`, `bench.floor_abba` and `bench.frontend_vs_vllm`:
+step phases, the attribution table, A B B A order, CLI flags from engine arguments,
+the front-end table and verdict. No engine starts here."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+from bench.floor_abba import abba_order
+from bench.floor_profile import Case, table
+from bench.floor_timers import PhaseTimers, step_phase
+from bench.frontend_vs_vllm import Turn, cli_flags, summary_rows, verdict, vllm_command
+from engine.settings import EngineSettings
+
+
+def _output(scheduled: dict[str, int], spec: dict[str, list[int]], new: bool = False) -> object:
+    return SimpleNamespace(
+        scheduled_new_reqs=[object()] if new else [],
+        num_scheduled_tokens=scheduled,
+        scheduled_spec_decode_tokens=spec,
+    )
+
+
+def test_a_step_is_prefill_when_it_schedules_prompt_tokens() -> None:
+    assert step_phase(_output({"a": 1, "b": 1}, {})) == "decode"
+    assert step_phase(_output({"a": 5}, {"a": [1, 2, 3, 4]})) == "decode"  # 1 + 4 drafts
+    assert step_phase(_output({"a": 6}, {"a": [1, 2, 3, 4]})) == "prefill"  # a chunk
+    assert step_phase(_output({"a": 1}, {}, new=True)) == "prefill"
+
+
+def test_timers_file_each_call_under_the_steps_phase() -> None:
+    ticks = iter([0.0, 0.002, 1.0, 1.005])
+    timers = PhaseTimers(clock=lambda: next(ticks))
+    timers.phase = "prefill"
+    timers.timed("execute_model", lambda: None)()
+    timers.phase = "decode"
+    timers.timed("execute_model", lambda: None)()
+    taken = timers.take()
+    assert taken["prefill"]["execute_model"] == [0.002, 1.0]
+    assert abs(taken["decode"]["execute_model"][0] - 0.005) < 1e-12
+    assert timers.take() == {}
+
+
+def test_the_table_gives_ms_per_step_and_the_rest_of_the_step() -> None:
+    case = Case("spec k=0")
+    worker = {"decode": {"execute_model": [0.06, 10], "sample_tokens": [0.01, 10]}}
+    core = {"decode": {"core.step": [0.1, 10], "core.schedule": [0.005, 10]}}
+    case.absorb([core, worker])
+    case.absorb([core, worker])  # a second repeat adds up
+    assert case.steps("decode") == 20
+    assert case.ms_per_step("decode", "execute_model") == 6.0
+    assert abs((case.ms_per_step("decode", "executor+ipc") or 0) - 2.5) < 1e-9
+    assert case.ms_per_step("decode", "propose_draft_token_ids") is None
+    assert case.ms_per_step("prefill", "execute_model") is None
+    text = table([case, Case("no-spec")], "decode")
+    assert "execute_model" in text
+    assert "6.000" in text
+    assert "propose" not in text
+
+
+def test_abba_alternates_the_order_per_pair() -> None:
+    assert abba_order(3, ["A", "B"]) == ["A", "B", "B", "A", "A", "B"]
+
+
+def test_cli_flags_follow_vllms_spelling() -> None:
+    flags = cli_flags(
+        {
+            "max_num_seqs": 32,
+            "enforce_eager": True,
+            "async_scheduling": None,
+            "enable_prefix_caching": False,
+            "served_model_name": ["specgw-default"],
+            "speculative_config": {"method": "eagle3", "num_speculative_tokens": 4},
+        }
+    )
+    assert flags[:3] == ["--max-num-seqs", "32", "--enforce-eager"]
+    assert "--no-enable-prefix-caching" in flags
+    assert "--async-scheduling" not in flags
+    at = flags.index("--served-model-name")
+    assert flags[at + 1] == "specgw-default"
+    spec = json.loads(flags[flags.index("--speculative-config") + 1])
+    assert spec == {"method": "eagle3", "num_speculative_tokens": 4}
+
+
+def test_the_vllm_command_carries_the_gateways_engine_configuration(tmp_path: Path) -> None:
+    settings = EngineSettings(model=tmp_path / "t", drafter=tmp_path / "d", max_depth=3)
+    cmd = vllm_command(settings, 8123)
+    assert cmd[cmd.index("--model") + 1] == str(tmp_path / "t")
+    assert cmd[cmd.index("--port") + 1] == "8123"
+    for flag, value in [
+        ("--scheduler-cls", "engine.vllm.scheduler.AutoSpecDepthScheduler"),
+        ("--worker-extension-cls", "engine.vllm.worker.SpecGatewayWorker"),
+        ("--max-num-seqs", "32"),
+        ("--per-request-spec-decode-metrics", "detailed"),
+    ]:
+        assert cmd[cmd.index(flag) + 1] == value, flag
+    spec = json.loads(cmd[cmd.index("--speculative-config") + 1])
+    assert spec["num_speculative_tokens"] == 3
+    assert spec["model"] == str(tmp_path / "d")
+
+
+def test_the_verdict_reads_medians_over_turns() -> None:
+    gw = [Turn([0.0100, 0.0110, 0.0200], 0.0024, 50.0), Turn([0.0102, 0.0111, 0.0150], 0.0026, 48)]
+    vl = [Turn([0.0098, 0.0105, 0.0140], 0.0020, 52.0), Turn([0.0100, 0.0109, 0.0150], 0.0022, 51)]
+    turns = {"gateway": gw, "vllm": vl}
+    rows = summary_rows(turns)
+    assert rows[1].startswith("gateway")
+    assert rows[2].startswith("vllm")
+    lines = verdict(turns)
+    assert lines[0].startswith("TTFT p50 gateway - vllm: +0.35 ms")
+    assert "1.19x" in lines[2]

@@ -1,0 +1,74 @@
+"""The per-step depth mode: deterministic, one depth per step from the controller's live
+estimates, and learning acceptance online from the steps it ran."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bench.twin.costs import StepCosts
+from bench.twin.engine import MAX_RUNNING, VirtualClock, simulate
+from bench.twin.modes import ADAPTIVE_STEP, ADAPTIVE_STEP_FREE, NOSPEC, static_modes
+from bench.twin.modes.adaptive import Trace
+from bench.twin.modes.adaptive_step import AdaptiveStep
+from bench.twin.requests import build_requests
+from bench.twin.runner import Case, run_case, scaled
+from bench.twin.schema import load_profile, load_workload
+from bench.twin.summary import build_summary
+from gateway.control.settings import ControllerSettings
+
+FIXTURES = Path(__file__).parent / "twin_fixtures"
+SEED = 11
+
+
+def _summary_text(seed: int) -> str:
+    profile = load_profile(FIXTURES / "profile_small.json")
+    workload = scaled(load_workload(FIXTURES / "workload_small.json"), 120)
+    modes = [*static_modes(profile.max_k), ADAPTIVE_STEP, ADAPTIVE_STEP_FREE]
+    run = run_case(Case(profile, workload, step_noise=0.05), [seed], modes=modes)
+    return json.dumps(build_summary([run], [seed]), indent=1, sort_keys=True)
+
+
+def test_one_seed_gives_a_byte_identical_summary() -> None:
+    first = _summary_text(SEED)
+    assert first == _summary_text(SEED)
+    assert first != _summary_text(SEED + 1)
+    cell = json.loads(first)["profiles"]["test-h100-like"]["arrivals"]["c8"]
+    assert {ADAPTIVE_STEP, ADAPTIVE_STEP_FREE, NOSPEC} <= set(cell["tokens_per_s"])
+
+
+def _run(clients: int) -> tuple[AdaptiveStep, Trace]:
+    profile = load_profile(FIXTURES / "profile_small.json")
+    workload = scaled(load_workload(FIXTURES / "workload_small.json"), 240)
+    costs = StepCosts.of(profile, MAX_RUNNING)
+    clock = VirtualClock()
+    trace = Trace()
+    source = AdaptiveStep(workload, costs, clock, SEED, trace=trace)
+    simulate(build_requests(workload, SEED), source, costs, clock, clients=clients)
+    return source, trace
+
+
+def test_every_step_verifies_one_depth_for_its_whole_batch() -> None:
+    _, trace = _run(8)
+    steps = [e[2] for e in trace.events if e[0] == "step" and e[2].decode_requests]
+    assert steps
+    depths = set()
+    for step in steps:
+        drafts = step.decode_tokens - step.decode_requests
+        assert drafts % step.decode_requests == 0  # every request at the step's depth
+        depths.add(drafts // step.decode_requests)
+    assert len(depths) > 1  # the depth follows the batch
+
+
+def test_the_controller_learns_acceptance_from_the_steps_it_ran() -> None:
+    source, trace = _run(4)
+    prior = ControllerSettings().prior_accept
+    outcomes = [e[3] for e in trace.events if e[0] == "finish" and e[3] is not None]
+    # Outcomes carry every position a request verified, deeper than its class's vote too.
+    assert any(len(o.speculation.accepted_per_position) > o.speculation.k for o in outcomes)
+    controller = source.plane.controller
+    estimates = [controller.acceptance_of(r.class_id) for r in controller.snapshot()]
+    p1 = sorted(e[0] for e in estimates if e)
+    # The fixture's classes accept 0.3 (tools), 0.85 (chat), 0.9 (code) at position 1.
+    assert p1[0] < prior - 0.25
+    assert p1[-1] > prior + 0.1
