@@ -86,6 +86,7 @@ class DraftSkipExtension:
         # run back to back, with nothing of the step left in flight for the next one.
         plain_steps = not getattr(runner, "use_async_scheduling", True)
         spec_config = runner.speculative_config
+        aux = _aux_capture(runner)
 
         def plain(call: Any, *args: Any, **kwargs: Any) -> Any:
             """Run one call of a depth-0 step as a runner without speculation.
@@ -93,13 +94,21 @@ class DraftSkipExtension:
             vLLM 0.32 sends every step of a speculative runner down its speculative
             path (spec-decode metadata, the rejection sampler, draft bookkeeping) even
             when no request has a draft; with the config hidden for the step the runner
-            takes its plain path, which is what a depth-0 step is.
+            takes its plain path, which is what a depth-0 step is. The target's EAGLE-3
+            aux hidden states (a sum per captured layer, read only by the drafter) are
+            not taken either, where the model runs eagerly (`_aux_capture`).
             """
             runner.speculative_config = None
+            if aux is not None:
+                runner.use_aux_hidden_state_outputs = False
+                aux[0].aux_hidden_state_layers = ()
             try:
                 return call(*args, **kwargs)
             finally:
                 runner.speculative_config = spec_config
+                if aux is not None:
+                    runner.use_aux_hidden_state_outputs = True
+                    aux[0].aux_hidden_state_layers = aux[1]
 
         def execute_with_depth(scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
             step["depth"] = int(getattr(scheduler_output, "num_spec_tokens_to_schedule", -1))
@@ -129,3 +138,27 @@ class DraftSkipExtension:
         """Steps in which the drafter was skipped so far (tests read this)."""
         step = getattr(getattr(self, "model_runner", None), "_specgw_draft_skip", None)
         return int(step["skipped"]) if isinstance(step, dict) else 0
+
+
+def _aux_capture(runner: Any) -> tuple[Any, tuple[int, ...]] | None:
+    """(the model holding the EAGLE-3 aux layers, those layers), where a plain step may
+    turn the capture off; None where it may not.
+
+    The target adds up `hidden_states + residual` at each aux layer in every step
+    (`EagleModelMixin._maybe_add_hidden_state`) and returns them beside its hidden
+    states when the list is not empty (`LlamaModel.forward`); the runner unpacks the
+    pair only while `use_aux_hidden_state_outputs` (`execute_model`). A step that runs
+    no drafter needs none of it. Only for an eager model: a compiled one has the layer
+    set traced into its graph, and changing it per step would recompile.
+    """
+    if not getattr(runner, "use_aux_hidden_state_outputs", False):
+        return None
+    model_config = getattr(runner, "model_config", None)
+    if not getattr(model_config, "enforce_eager", False):
+        return None
+    model = getattr(runner, "model", None)
+    holder = getattr(model, "model", model)
+    layers = getattr(holder, "aux_hidden_state_layers", None)
+    if not layers or not isinstance(layers, tuple):
+        return None
+    return holder, layers

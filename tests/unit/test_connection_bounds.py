@@ -32,9 +32,11 @@ from tests.unit.conftest import MESSAGES, MODEL, QUICK_START, USER_KEY, gateway_
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 DEADLINE_S = 2.0
-#: How late past its deadline a connection may end as seen by the client (timer, event loop,
-#: 2 shared cores with the unit tier's other worker and CI's background install beside it).
-SLACK_S = 3.0
+#: How late past its deadline a connection may end as seen by the client: 2,000 closes land in
+#: one burst that one event loop reads on 2 shared cores, beside the unit tier's other worker
+#: and CI's background install (5.0 s seen at load average 9). Without the deadline they
+#: stay open for ever, so any finite bound tells the two apart.
+SLACK_S = 4.0
 CHAT = json.dumps({"model": MODEL, "messages": MESSAGES, "max_tokens": 4}).encode()
 PARTIAL_HEADERS = b"POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\nx-slow: "
 
