@@ -1,4 +1,4 @@
-"""Plain depth-0 steps take no EAGLE-3 aux hidden states (`engine.draft_skip._aux_capture`).
+"""Plain depth-0 steps take no EAGLE-3 aux hidden states (`engine.vllm.draft_skip._aux_capture`).
 
 The first tests read the vLLM code the skip rests on, so that a vLLM that moves it fails
 here; the others drive the installed wrappers on a runner made with `object.__new__`
@@ -16,7 +16,7 @@ from vllm.model_executor.models.interfaces import EagleModelMixin
 from vllm.model_executor.models.llama import LlamaModel
 from vllm.v1.worker.cpu_model_runner import CPUModelRunner
 
-from engine.draft_skip import DraftSkipExtension
+from engine.vllm.draft_skip import DraftSkipExtension
 
 LAYERS = (2, 8, 13)
 
