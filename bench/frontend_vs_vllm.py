@@ -19,8 +19,10 @@ chat requests one at a time, time to the first content chunk at the client; (b)
 saturation: `--load-requests` requests from `--concurrency` closed-loop clients, with
 the front-end process's CPU seconds (psutil, user + system of that process only, not
 the engine core and workers it starts) over the phase divided by the requests.
-Prompts: the benchmark's chat families, the same few in the same order on both, so
-the prefix cache behaves alike. `--dry` prints both command lines and exits.
+Prompts: the benchmark's chat families, the same few in the same order on both, each
+sent once untimed first, so that every timed request is a prefix-cache hit on either
+server and the TTFT tail is not the long-context family's cold prefill. `--dry` prints
+both command lines and exits.
 A benchmark, not a test: it prints figures and asserts nothing.
 """
 
@@ -259,7 +261,8 @@ async def measure(server: Server, args: argparse.Namespace) -> Turn:
     turn = Turn()
     convs = chat_messages(max(args.ttft_requests, args.load_requests))
     async with httpx.AsyncClient(timeout=120) as client:
-        for msgs in convs[:8]:  # untimed: fills the prefix cache alike on both
+        distinct = {json.dumps(c): c for c in convs}.values()
+        for msgs in distinct:  # untimed: every prompt cached alike on both before timing
             await ttft(client, server, msgs, args.max_tokens)
         for msgs in convs[: args.ttft_requests]:
             turn.ttfts_s.append(await ttft(client, server, msgs, args.max_tokens))
