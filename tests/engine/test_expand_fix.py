@@ -14,7 +14,7 @@ import torch
 from vllm.platforms import current_platform
 from vllm.v1.sample.rejection_sampler import GREEDY_TEMPERATURE, expand_batch_to_tokens
 
-from engine import expand_fix
+from engine.vllm import expand_fix
 from engine.vllm.expand_fix import expand_at_caller_dtype, expand_is_correct, fix_expand_kernel
 
 
