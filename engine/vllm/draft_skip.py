@@ -41,6 +41,7 @@ steps cost the drafter's KV pass, and `VLLMEngine.draft_skip` says so.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from typing import Any
 
 #: Runner methods the skip wraps, and the parameters the wrappers pass on.
@@ -66,6 +67,34 @@ def runner_supports_skip(runner: Any) -> bool:
     return True
 
 
+def _plain_step(runner: Any, spec_config: Any, aux: Any) -> Callable[..., Any]:
+    """A call runner for depth-0 steps (see `plain`): the runner without speculation."""
+
+    def plain(call: Any, *args: Any, **kwargs: Any) -> Any:
+        """Run one call of a depth-0 step as a runner without speculation.
+
+        vLLM 0.32 sends every step of a speculative runner down its speculative
+        path (spec-decode metadata, the rejection sampler, draft bookkeeping) even
+        when no request has a draft; with the config hidden for the step the runner
+        takes its plain path, which is what a depth-0 step is. The target's EAGLE-3
+        aux hidden states (a sum per captured layer, read only by the drafter) are
+        not taken either, where the model runs eagerly (`_aux_capture`).
+        """
+        runner.speculative_config = None
+        if aux is not None:
+            runner.use_aux_hidden_state_outputs = False
+            aux[0].aux_hidden_state_layers = ()
+        try:
+            return call(*args, **kwargs)
+        finally:
+            runner.speculative_config = spec_config
+            if aux is not None:
+                runner.use_aux_hidden_state_outputs = True
+                aux[0].aux_hidden_state_layers = aux[1]
+
+    return plain
+
+
 class DraftSkipExtension:
     """Worker extension (mixed into vLLM's worker class by `worker_extension_cls`)."""
 
@@ -88,27 +117,7 @@ class DraftSkipExtension:
         spec_config = runner.speculative_config
         aux = _aux_capture(runner)
 
-        def plain(call: Any, *args: Any, **kwargs: Any) -> Any:
-            """Run one call of a depth-0 step as a runner without speculation.
-
-            vLLM 0.32 sends every step of a speculative runner down its speculative
-            path (spec-decode metadata, the rejection sampler, draft bookkeeping) even
-            when no request has a draft; with the config hidden for the step the runner
-            takes its plain path, which is what a depth-0 step is. The target's EAGLE-3
-            aux hidden states (a sum per captured layer, read only by the drafter) are
-            not taken either, where the model runs eagerly (`_aux_capture`).
-            """
-            runner.speculative_config = None
-            if aux is not None:
-                runner.use_aux_hidden_state_outputs = False
-                aux[0].aux_hidden_state_layers = ()
-            try:
-                return call(*args, **kwargs)
-            finally:
-                runner.speculative_config = spec_config
-                if aux is not None:
-                    runner.use_aux_hidden_state_outputs = True
-                    aux[0].aux_hidden_state_layers = aux[1]
+        plain = _plain_step(runner, spec_config, aux)
 
         def execute_with_depth(scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
             step["depth"] = int(getattr(scheduler_output, "num_spec_tokens_to_schedule", -1))
