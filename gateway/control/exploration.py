@@ -137,8 +137,8 @@ class Exploration:
         share /= bucket
         thin = self.thin_depths_in(bucket, self.cost_min_samples) if share > 0 else []
         if thin:
-            deepest = k_max if bucket == 1 else k + 1
-            thin = [p for p in thin if k_min <= p <= min(k_max, deepest) and p != k]
+            deepest = k_max if bucket == 1 else min(k_max, k + 1)
+            thin = [p for p in thin if k_min <= p <= deepest and p != k]
         if thin:
             share = max(share, self.cost_probe_share)
         if share > 0 and self._rng.random() < share:
