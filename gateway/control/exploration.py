@@ -135,13 +135,20 @@ class Exploration:
             elif bucket > 1:
                 share = 0.0
         share /= bucket
-        thin = self.thin_depths_in(bucket, self.cost_min_samples) if share > 0 else []
+        if share <= 0:
+            return None
+        # One draw per request either way; the thin depths (a scan of the cost model) are
+        # looked up only when the draw could probe at all.
+        draw = self._rng.random()
+        if draw >= max(share, self.cost_probe_share):
+            return None
+        thin = self.thin_depths_in(bucket, self.cost_min_samples)
         if thin:
             deepest = k_max if bucket == 1 else min(k_max, k + 1)
             thin = [p for p in thin if k_min <= p <= deepest and p != k]
         if thin:
             share = max(share, self.cost_probe_share)
-        if share > 0 and self._rng.random() < share:
+        if draw < share:
             probes = thin or [p for p in (k - 1, k + 1) if k_min <= p <= k_max]
             if probes:
                 probe = probes[0] if len(probes) == 1 else self._rng.choice(probes)
