@@ -121,23 +121,21 @@ async def test_slow_connections_end_at_their_deadline_while_others_are_served(
     """1,000 connections stall in their headers, 1,000 in their body (content-length 4096,
     100 bytes sent): each ends with 408 within the deadline; a normal chat request
     sent meanwhile is answered at once."""
-    connections, opened = [], []
-    for _ in range(2000):
-        connections.append(await served.connect())
+    body_head = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\n"
+        b"content-type: application/json\r\ncontent-length: 4096\r\n\r\n"
+    )
+    connections, opened, watchers = [], [], []
+    for i in range(2000):
+        reader, writer = await served.connect()
         opened.append(time.monotonic())
-    for i, (_, writer) in enumerate(connections):
-        if i % 2 == 0:
-            writer.write(PARTIAL_HEADERS)
-        else:
-            head = (
-                b"POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\n"
-                b"content-type: application/json\r\ncontent-length: 4096\r\n\r\n"
-            )
-            writer.write(head + b"{" * 100)
+        # Each sends its stalled bytes at once (opening 2,000 can outlast the deadline on a
+        # loaded host, and one that sent nothing by then is closed without an answer: the
+        # idle case below) and is watched from then on, so a close is seen when it happens.
+        writer.write(PARTIAL_HEADERS if i % 2 == 0 else body_head + b"{" * 100)
         await writer.drain()
-    # Watch every connection from now on, so that a close is seen when it happens and not
-    # when a late reader gets round to it.
-    watchers = [asyncio.create_task(_until_closed(reader)) for reader, _ in connections]
+        watchers.append(asyncio.create_task(_until_closed(reader)))
+        connections.append((reader, writer))
     async with served.http() as http:
         started = time.monotonic()
         reply = await http.post("/v1/chat/completions", content=CHAT)
