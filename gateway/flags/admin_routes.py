@@ -68,6 +68,7 @@ def build_flags_router(
     ) -> dict[str, Any]:
         target = _target(class_id, label)
         entry: AuditEntry = await _call(admin().set(flag, value, who=actor(request), target=target))
+        await _catch_up(view)
         return entry.as_dict()
 
     @router.delete("/{flag}")
@@ -79,9 +80,17 @@ def build_flags_router(
     ) -> dict[str, Any]:
         target = _target(class_id, label)
         entry: AuditEntry = await _call(admin().unset(flag, who=actor(request), target=target))
+        await _catch_up(view)
         return entry.as_dict()
 
     return router
+
+
+async def _catch_up(view: Callable[[], FlagView | None] | None) -> None:
+    """After a write, this replica's view reads it back before the answer goes out."""
+    current = view() if view is not None else None
+    if current is not None:
+        await current.catch_up()
 
 
 def _target(class_id: str | None, label: str | None) -> Target:

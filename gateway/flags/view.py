@@ -33,7 +33,7 @@ from openfeature.event import EventDetails, ProviderEvent
 from openfeature.provider import FeatureProvider
 from openfeature.provider.no_op_provider import NoOpProvider
 
-from gateway.flags.redis_provider import RedisOverrideProvider
+from gateway.flags.redis_provider import REDIS_DOWN, RedisOverrideProvider
 from gateway.flags.settings import FlagSettings
 from gateway.flags.values import (
     SPECS,
@@ -107,6 +107,14 @@ class FlagView:
         self._clients.clear()
         if self._overrides is not None:
             await self._overrides.close()
+
+    async def catch_up(self) -> None:
+        """Read the Redis overrides now: the replica that took an admin write answers with
+        it at once (read-your-writes); the others follow the change notice."""
+        if self._overrides is not None:
+            # The write is done; a read-back that fails leaves the follower to catch up.
+            with contextlib.suppress(*REDIS_DOWN):
+                await self._overrides.reload()
 
     def add_listener(self, listener: ChangeListener) -> None:
         """Called on the event loop after any flag source changed (cache already cleared)."""

@@ -118,6 +118,8 @@ def test_set_get_unset_and_audit(gateway_url: str) -> None:
         assert [(o["target"], o["value"]) for o in listed] == [("class=c1", 0), ("label=code", 2)]
         entry = unset_flag(client, "speculation-enabled")
         assert (entry["old"], entry["new"], entry["action"]) == (False, None, "unset")
+        # Read-your-writes on the replica that took the write: no wait.
+        assert get_flags(client)["effective"]["enabled"] is True
         audit = get_audit(client, 10)
     assert took < 2.0
     assert [(a["flag"], a["action"]) for a in audit] == [
