@@ -4,6 +4,7 @@ backend, in process."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 from typing import Any
@@ -57,5 +58,10 @@ async def test_a_controller_setting_from_yaml_reaches_the_admin_api(
         chat = InProcessGateway(app, http).client(USER_KEY).chat.completions.with_raw_response
         reply = await chat.create(model=MODEL, messages=MESSAGES, max_tokens=4)  # type: ignore[arg-type]
         assert reply.headers["x-specgw-k"] == "1"  # a new class starts at control.default_k
-        (row,) = (await http.get("/admin/classes", headers=admin)).json()["data"]
+        # The outcome is filed as the answer ends, on the event loop: poll, bounded.
+        for _ in range(250):
+            (row,) = (await http.get("/admin/classes", headers=admin)).json()["data"]
+            if row["samples"]:
+                break
+            await asyncio.sleep(0.02)
         assert (row["k"], row["samples"]) == (1, 1)
