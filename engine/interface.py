@@ -8,10 +8,10 @@ trait: generate a stream, abort, health, shutdown.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 #: Key of `SamplingParams.extra_args` that carries a request's speculation depth k
 #: to the scheduler. Clients must never be able to set it (the gateway strips it).
@@ -26,6 +26,17 @@ SPEC_CAP_ARG = "specgw_cap"
 GATEWAY_ID_ARG = "specgw_request_id"
 #: vLLM's own bound (`SamplingParams`): a temperature below it is greedy decoding.
 GREEDY_EPS = 1e-5
+
+
+def depth_arg(extra_args: Mapping[str, Any] | None, key: str) -> int | None:
+    """`extra_args[key]` as a depth >= 0 (`SPEC_DEPTH_ARG`, `SPEC_CAP_ARG`); None when
+    missing or not a number. Readers clamp it to their K."""
+    if not extra_args or extra_args.get(key) is None:
+        return None
+    try:
+        return max(0, int(extra_args[key]))
+    except (TypeError, ValueError):
+        return None
 
 
 @dataclass(frozen=True, slots=True)

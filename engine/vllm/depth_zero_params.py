@@ -46,18 +46,13 @@ from __future__ import annotations
 from typing import Any
 
 from engine.depth_zero import SAMPLING_EPS, VLLM_REFUSAL, refused_with_drafts
-from engine.interface import SPEC_DEPTH_ARG
+from engine.interface import SPEC_DEPTH_ARG, depth_arg
 
 
 def never_drafts(extra_args: dict[str, Any] | None) -> bool:
-    """Whether the scheduler reads the request's depth as 0 (`engine.vllm.scheduler`:
-    `extra_args[SPEC_DEPTH_ARG]` as an int clamped to 0..K; missing or unreadable is K)."""
-    if not extra_args or extra_args.get(SPEC_DEPTH_ARG) is None:
-        return False
-    try:
-        return int(extra_args[SPEC_DEPTH_ARG]) <= 0
-    except (TypeError, ValueError):
-        return False
+    """Whether the scheduler reads the request's depth as 0 (`engine.vllm.scheduler`
+    reads it with the same `depth_arg`; missing or unreadable is K)."""
+    return depth_arg(extra_args, SPEC_DEPTH_ARG) == 0
 
 
 def accept_at_depth_zero() -> bool:

@@ -59,7 +59,7 @@ from vllm.v1.engine import EngineCoreOutputs
 from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
 from vllm.v1.request import Request
 
-from engine.interface import SPEC_CAP_ARG, SPEC_DEPTH_ARG
+from engine.interface import SPEC_CAP_ARG, SPEC_DEPTH_ARG, depth_arg
 from engine.vllm.batch_depth import DepthRule, rule_for
 from engine.vllm.step_clock import StepClock
 
@@ -81,14 +81,8 @@ def requested_cap(request: Request, max_depth: int) -> int | None:
 def _depth_arg(request: Request, key: str, max_depth: int) -> int | None:
     """`extra_args[key]` as a depth clamped to 0..K; None when missing or not a number."""
     params = request.sampling_params
-    extra = params.extra_args if params is not None else None
-    if not extra or extra.get(key) is None:
-        return None
-    try:
-        value = int(extra[key])
-    except (TypeError, ValueError):
-        return None
-    return max(0, min(value, max_depth))
+    value = depth_arg(params.extra_args if params is not None else None, key)
+    return None if value is None else min(value, max_depth)
 
 
 class _DepthCap:
