@@ -60,7 +60,8 @@ def choose_step_depth(
     if not costs or costs[0] <= 0:
         raise ValueError("step costs need c(B, 0) > 0")
     max_depth = len(costs) - 1
-    live = [(expected_tokens(p, max_depth), n) for p, n in groups if n > 0]
+    gains = [expected_tokens(p, max_depth) for p, _ in groups]
+    live = [(g, n) for g, (_, n) in zip(gains, groups, strict=True) if n > 0]
     if not live:
         return StepDepth(0, tuple(False for _ in groups), 0.0)
     requests = sum(n for _, n in live)
@@ -71,13 +72,15 @@ def choose_step_depth(
             continue
         tokens = 0.0
         worst = float("inf")
-        for gains, n in live:
-            tokens += n * gains[d]
-            worst = min(worst, gains[d])
+        for group, n in live:
+            tokens += n * group[d]
+            worst = min(worst, group[d])
         if floor is not None and worst * costs[0] < floor * cost:
             continue
         rate = tokens / cost
         if rate > best_rate * (1 + TIE):
             best, best_rate = d, rate
-    drafts = tuple(best > 0 and n > 0 and expected_tokens(p, best)[best] > 1.0 for p, n in groups)
+    drafts = tuple(
+        best > 0 and n > 0 and g[best] > 1.0 for g, (_, n) in zip(gains, groups, strict=True)
+    )
     return StepDepth(best, drafts, best_rate)
