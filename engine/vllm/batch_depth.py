@@ -58,6 +58,9 @@ class BatchDepthPolicy(StrEnum):
 UNIFORM_DECODE_MODES = frozenset({"FULL_AND_PIECEWISE", "FULL_DECODE_ONLY"})
 #: `additional_config` key that forces a policy (operators, tests).
 POLICY_OVERRIDE_KEY = "specgw_batch_depth"
+#: `additional_config` key: the most drafts asked for in a step whose requests are all
+#: still prefilling (`DepthRule.first_step_depth`; default 1, null = no cap).
+FIRST_STEP_KEY = "specgw_first_step_depth"
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +70,7 @@ class DepthRule:
     policy: BatchDepthPolicy
     max_depth: int
     captured: tuple[int, ...] = ()
+    first_step_cap: int | None = 1
 
     def step_depth(self, wanted: Iterable[int]) -> int:
         """Drafts to ask the drafter for in a step whose requests want `wanted`."""
@@ -74,6 +78,24 @@ class DepthRule:
         if self.policy is BatchDepthPolicy.PER_REQUEST or deepest <= 0:
             return deepest
         return min((d for d in self.captured if d >= deepest), default=self.max_depth)
+
+    def first_step_depth(self, step_depth: int) -> int:
+        """Drafts to ask for in a step in which every request is still prefilling.
+
+        Such a step's drafts are verified only in each request's next step, but they are
+        drafted before its first token leaves the step: K - 1 autoregressive draft
+        passes on the time to the first token. Depth 1 is the drafter's prefill pass
+        alone (it proposes the first draft and keeps the drafter's KV complete); the
+        second step then verifies one draft and drafts the request's k, so the request
+        gives up E(k) - E(1) tokens once. Under the uniform rule the depth is the
+        shallowest with a FULL decode graph, so that second step keeps its graph.
+        """
+        cap = self.first_step_cap
+        if cap is None or step_depth <= cap:
+            return step_depth
+        if self.policy is BatchDepthPolicy.PER_REQUEST:
+            return cap
+        return min((d for d in self.captured if cap <= d <= step_depth), default=step_depth)
 
     def drafts_for(self, k: int, step_depth: int) -> int:
         """Drafts a request of depth k verifies in a step of `step_depth`."""
@@ -125,10 +147,14 @@ def rule_for(vllm_config: Any, device_type: str, schedule_depths: Iterable[int] 
         eager = bool(getattr(vllm_config.model_config, "enforce_eager", False))
         policy = select_policy(device_type, mode_name, eager)
     v2 = bool(getattr(vllm_config, "use_v2_model_runner", False))
-    return DepthRule(policy, max_depth, captured_depths(max_depth, schedule_depths, v2))
+    first = extra.get(FIRST_STEP_KEY, 1) if isinstance(extra, dict) else 1
+    first_cap = None if first is None else max(1, int(first))
+    captured = captured_depths(max_depth, schedule_depths, v2)
+    return DepthRule(policy, max_depth, captured, first_cap)
 
 
 __all__ = [
+    "FIRST_STEP_KEY",
     "POLICY_OVERRIDE_KEY",
     "UNIFORM_DECODE_MODES",
     "BatchDepthPolicy",

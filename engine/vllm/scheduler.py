@@ -18,6 +18,10 @@ dynamic-SD path uses; the model runner passes it to the drafter's `propose`) to
 the largest k among the requests in the step, so a batch of only k = 0 requests
 runs the drafter's single KV-sync pass and no autoregressive draft steps.
 
+A step whose requests are all still prefilling asks for one draft, not the step's
+depth (`DepthRule.first_step_depth`): its drafts would be verified only in the next
+step, yet the first token waits for them (`python -m bench.floor_parity`).
+
 A request may also carry `extra_args[SPEC_CAP_ARG]` = c: when it is added, every
 request already in the scheduler is lowered to at most depth c for the rest of its
 life (`_DepthCap._cap_in_flight`). A depth only ever goes down, so a request never
@@ -212,13 +216,17 @@ class _DepthCap:
         """Set the step's draft depth from its requests' k (`engine.vllm.batch_depth`)."""
         if self.num_spec_tokens <= 0 or not scheduler_output.num_scheduled_tokens:
             return
-        wanted = [
-            self._depth(request)
+        scheduled = [
+            request
             for req_id in scheduler_output.num_scheduled_tokens
             if (request := self.requests.get(req_id)) is not None
         ]
+        wanted = [self._depth(request) for request in scheduled]
         rule = self.specgw_depth_rule
         depth = min(scheduler_output.num_spec_tokens_to_schedule, rule.step_depth(wanted))
+        # Before this step's update: a request still prefilling has prompt tokens left.
+        if all(r.num_computed_tokens < r.num_prompt_tokens for r in scheduled):
+            depth = rule.first_step_depth(depth)
         scheduler_output.num_spec_tokens_to_schedule = depth
         self._specgw_step = depth
         if rule.is_mixed(wanted):

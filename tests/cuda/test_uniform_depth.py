@@ -130,8 +130,11 @@ def test_the_shared_placeholder_list_is_never_cut_in_place(policy: str, tiny: Ti
     sched = _scheduler(tiny, policy)
     sched.add_request(_request("four", 4))
     sched.add_request(_request("one", 1))
-    for _ in range(3):
+    for i in range(3):
         _step(sched)
         shared = sched._spec_token_placeholders
         assert shared == [-1] * len(shared)
-        assert len(shared) == K
+        # The prefill step asks for the rule's first-step depth (1 per request; uniform: K,
+        # the only captured width here), every later one for K.
+        first = sched.specgw_depth_rule.first_step_depth(K)
+        assert len(shared) == (first if i == 0 else K)

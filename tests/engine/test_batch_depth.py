@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from engine.vllm.batch_depth import (
+    FIRST_STEP_KEY,
     POLICY_OVERRIDE_KEY,
     BatchDepthPolicy,
     DepthRule,
@@ -77,6 +78,30 @@ def test_drafts_for_a_request(k: int, step: int, per_request: int, uniform: int)
     assert DepthRule(UNI, 4, (4,)).drafts_for(k, step) == uniform
 
 
+@pytest.mark.parametrize(
+    ("step", "captured", "per_request", "uniform"),
+    [
+        (0, (4,), 0, 0),  # a batch of k = 0 prefills drafts nothing
+        (1, (4,), 1, 1),
+        (4, (4,), 1, 4),  # only K has a FULL graph: the next step keeps it
+        (4, (2, 4), 1, 2),  # the shallowest captured depth
+        (3, (1, 3, 4), 1, 1),
+    ],
+)
+def test_a_prefill_only_step_asks_for_one_draft(
+    step: int, captured: tuple[int, ...], per_request: int, uniform: int
+) -> None:
+    assert DepthRule(PER, 4, captured).first_step_depth(step) == per_request
+    assert DepthRule(UNI, 4, captured).first_step_depth(step) == uniform
+    assert DepthRule(PER, 4, captured, None).first_step_depth(step) == step  # cap off
+
+
+def test_the_first_step_cap_from_the_config() -> None:
+    assert rule_for(_config("NONE"), "cpu").first_step_cap == 1
+    assert rule_for(_config("NONE", extra={FIRST_STEP_KEY: None}), "cpu").first_step_cap is None
+    assert rule_for(_config("NONE", extra={FIRST_STEP_KEY: 2}), "cpu").first_step_cap == 2
+
+
 def test_a_mixed_step_is_only_counted_under_the_uniform_rule() -> None:
     assert DepthRule(UNI, 4, (4,)).is_mixed([0, 2])
     assert not DepthRule(UNI, 4, (4,)).is_mixed([1, 2])
@@ -84,7 +109,7 @@ def test_a_mixed_step_is_only_counted_under_the_uniform_rule() -> None:
     assert not DepthRule(PER, 4).is_mixed([0, 2])
 
 
-def _config(mode: str, eager: bool = False, extra: dict[str, str] | None = None) -> object:
+def _config(mode: str, eager: bool = False, extra: dict[str, object] | None = None) -> object:
     """The attributes `rule_for` reads of vLLM's `VllmConfig`, nothing else."""
     return SimpleNamespace(
         speculative_config=SimpleNamespace(num_speculative_tokens=4),

@@ -7,6 +7,7 @@ Runs on CPU for both flavours: the async scheduler is what GPUs use by default.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -110,16 +111,52 @@ def test_each_request_gets_at_most_its_k_drafts(cls: type[Any], tiny: TinyModels
     expected = {rid: requested_depth(sched.requests[rid], K) for rid in depths}
     assert expected == {"k0": 0, "k1": 1, "k2": 2, "k4": 4, "kdefault": K, "k9": K}
     seen: dict[str, list[int]] = {rid: [] for rid in depths}
+    asked = []
     for _ in range(6):
         out = sched.schedule()
-        assert out.num_spec_tokens_to_schedule == K  # some request wants K
+        asked.append(out.num_spec_tokens_to_schedule)
         for rid in out.num_scheduled_tokens:
             seen[rid].append(len(out.scheduled_spec_decode_tokens.get(rid, [])))
         _run_step(sched, out)
+    # The prefill step asks for one draft (first_step_depth), every later one for K.
+    assert asked == [1] + [K] * 5
     for rid, counts in seen.items():
-        # Step 1 is the prefill (no drafts yet); afterwards exactly min(k, K) each step.
+        # Step 1 is the prefill (no drafts yet), step 2 verifies its one draft;
+        # afterwards exactly min(k, K) each step.
         assert counts[0] == 0
-        assert counts[1:] == [expected[rid]] * (len(counts) - 1), (rid, counts)
+        assert counts[1] == min(expected[rid], 1), (rid, counts)
+        assert counts[2:] == [expected[rid]] * (len(counts) - 2), (rid, counts)
+
+
+@pytest.mark.parametrize("cls", [SpecDepthScheduler, AsyncSpecDepthScheduler])
+def test_a_prefill_only_step_drafts_once_and_a_mixed_one_keeps_its_depth(
+    cls: type[Any], tiny: TinyModels
+) -> None:
+    """The first token does not wait for K - 1 draft passes whose drafts only the next
+    step would verify; a prefill beside running decodes leaves their depth alone."""
+    sched = _scheduler(cls, tiny)
+    sched.add_request(_request("first", 3))
+    out = sched.schedule()
+    assert out.num_spec_tokens_to_schedule == 1
+    _run_step(sched, out)
+    out = sched.schedule()  # its first decode step: one draft verified, three asked for
+    assert len(out.scheduled_spec_decode_tokens["first"]) == 1  # async: a placeholder
+    assert out.num_spec_tokens_to_schedule == 3
+    _run_step(sched, out)
+    sched.add_request(_request("late", 2))
+    out = sched.schedule()  # "late" prefills beside "first" decoding: the step keeps 3
+    assert out.num_spec_tokens_to_schedule == 3
+    assert len(out.scheduled_spec_decode_tokens["first"]) == 3
+    _run_step(sched, out)
+    out = sched.schedule()
+    assert len(out.scheduled_spec_decode_tokens["late"]) == 2  # drafted in a full step
+
+
+def test_the_first_step_cap_can_be_turned_off(tiny: TinyModels) -> None:
+    sched = _scheduler(SpecDepthScheduler, tiny)
+    sched.specgw_depth_rule = replace(sched.specgw_depth_rule, first_step_cap=None)
+    sched.add_request(_request("first", 3))
+    assert sched.schedule().num_spec_tokens_to_schedule == 3
 
 
 @pytest.mark.parametrize("cls", [SpecDepthScheduler, AsyncSpecDepthScheduler])
