@@ -8,8 +8,8 @@ drafter, K = --max-depth); C, where asked for, the speculative engine with its p
 steps drafting at full depth (`engine.vllm.batch_depth.FIRST_STEP_KEY` off).
 Each turn starts its engine, runs the benchmark's family prompts (`bench.families`, long
 context included; greedy, `ignore_eos`, a unique first block so no prefix hit) at each
-concurrency, in batches of that many requests at once (concurrency 1: each request alone;
-higher: a batch of requests of one depth), and shuts the engine down. A runs them once
+concurrency from that many closed-loop clients (concurrency 1: each request alone;
+higher: among requests of the same depth), and shuts the engine down. A runs them once
 (no drafter); B once per depth in --depths (0 = no speculation on the speculative engine).
 
 Prints, per concurrency and depth, each engine's median over turns of the per-turn median
@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import random
 import statistics
 import sys
 from pathlib import Path
@@ -62,24 +63,40 @@ async def turn(variant: str, args: argparse.Namespace) -> Figures:
         warmup_prompts=4,
         extra_args=extra,
     )
-    texts = prompts(args.requests)
     figures: Figures = {}
     async with VLLMEngine.started(settings) as engine:
         for conc in args.concurrency:
             for depth in args.depths if speculative else [NO_DRAFTER]:
-                k = max(depth, 0)
-                # One untimed batch first: the batch shape's first run is not what it costs.
-                await asyncio.gather(*(_one(engine, t, k, args.max_tokens) for t in texts[:conc]))
-                ttfts, tpots = [], []
-                for start in range(0, len(texts), conc):
-                    batch = texts[start : start + conc]
-                    outs = await asyncio.gather(
-                        *(_one(engine, t, k, args.max_tokens) for t in batch)
-                    )
-                    ttfts += [o.ttft_s for o in outs]
-                    tpots += [o.tpot_s for o in outs]
-                figures[(conc, depth)] = (statistics.median(ttfts), statistics.median(tpots))
+                figures[(conc, depth)] = await _cell(engine, conc, max(depth, 0), args)
     return figures
+
+
+async def _cell(engine: Any, conc: int, k: int, args: argparse.Namespace) -> tuple[float, float]:
+    """Median TTFT and TPOT of requests at depth k from `conc` closed-loop clients.
+
+    Each client sends its prompts one after another, with reply lengths drawn from
+    [max_tokens / 2, 3 max_tokens / 2], so a request meets a batch already decoding (as
+    under steady traffic) instead of a burst whose split over engine steps decides its
+    first token. Each client's first request (the burst) is not counted.
+    """
+    per_client = max(2, -(-args.samples // conc) + 1)
+    texts = prompts(per_client * conc)
+    # Reply lengths vary (the same sequence on every engine): equal lengths would end
+    # the clients' requests in one step and send the next ones as a burst again.
+    rng = random.Random(conc)
+    lengths = [rng.randint(args.max_tokens // 2, 3 * args.max_tokens // 2) for _ in texts]
+    ttfts: list[float] = []
+    tpots: list[float] = []
+
+    async def client(first: int) -> None:
+        for i, n in enumerate(range(first, len(texts), conc)):
+            out = await _one(engine, texts[n], k, lengths[n])
+            if i:
+                ttfts.append(out.ttft_s)
+                tpots.append(out.tpot_s)
+
+    await asyncio.gather(*(client(i) for i in range(conc)))
+    return statistics.median(ttfts), statistics.median(tpots)
 
 
 def _spread(values: list[float], scale: float = 1.0, digits: int = 3) -> dict[str, float]:
@@ -126,20 +143,20 @@ def _fmt(s: dict[str, float]) -> str:
 
 def print_table(rows: list[dict[str, Any]], alternations: int) -> None:
     print(
-        f"\nmedian [min-max] over {alternations} turns per engine; ratio = speculative / "
-        "no drafter, per ABBA pair"
+        f"\nmedian [min-max] over {alternations} turns per engine; ratio = the engine's / "
+        "the no-drafter engine's, per ABBA pair"
     )
     print(
-        "| c | k | TTFT ms no drafter | TTFT ms spec | TTFT ratio | TPOT ms no drafter "
-        "| TPOT ms spec | TPOT ratio |"
+        "| engine | c | k | TTFT ms no drafter | TTFT ms | TTFT ratio | TPOT ms no drafter "
+        "| TPOT ms | TPOT ratio |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(
-            f"| {r['concurrency']} | {r['depth']} | {_fmt(r['no_drafter_ttft_ms'])} | "
-            f"{_fmt(r['speculative_ttft_ms'])} | **{_fmt(r['ttft_ratio'])}** | "
-            f"{_fmt(r['no_drafter_tpot_ms'])} | {_fmt(r['speculative_tpot_ms'])} | "
-            f"**{_fmt(r['tpot_ratio'])}** |"
+            f"| {r['engine']} | {r['concurrency']} | {r['depth']} | "
+            f"{_fmt(r['no_drafter_ttft_ms'])} | {_fmt(r['speculative_ttft_ms'])} | "
+            f"**{_fmt(r['ttft_ratio'])}** | {_fmt(r['no_drafter_tpot_ms'])} | "
+            f"{_fmt(r['speculative_tpot_ms'])} | **{_fmt(r['tpot_ratio'])}** |"
         )
 
 
@@ -176,7 +193,7 @@ def main() -> None:
         "--variants", nargs="+", choices=list(VARIANTS), default=[BASE, "speculative"]
     )
     parser.add_argument("--max-depth", type=int, default=4)
-    parser.add_argument("--requests", type=int, default=16)
+    parser.add_argument("--samples", type=int, default=24, help="timed requests per cell")
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--out", type=Path, default=Path("bench/results/floor_parity.json"))
     parser.add_argument("--layers", type=int, default=16, help="tiny target layers (no real model)")
