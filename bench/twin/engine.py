@@ -28,11 +28,13 @@ unordered iteration: the same inputs give the same results, bit for bit.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Sequence
 from typing import Any, NamedTuple, Protocol
 
 from bench.twin.costs import StepCosts
+from bench.twin.engine_fixed import simulate_fixed
 from bench.twin.records import RequestRecord, RunResult
 from bench.twin.requests import TwinRequest
 from engine.interface import EngineStep, RequestOutcome, SpeculationOutcome
@@ -111,9 +113,7 @@ class _Live:
     """One request in the engine (mutable, per run)."""
 
     __slots__ = (
-        "accepted",
         "dhist",
-        "drafted",
         "enter_t",
         "first_t",
         "hist",
@@ -126,8 +126,6 @@ class _Live:
         "request",
         "runs",
         "start_t",
-        "steps",
-        "verify",
     )
 
     def __init__(
@@ -145,13 +143,19 @@ class _Live:
         self.enter_t = start_t
         self.first_t = 0.0
         self.prefill_s = 0.0
-        self.steps = 0
-        self.verify = 0
-        self.drafted = 0
-        self.accepted = 0
-        #: Verify steps by drafts accepted (vLLM's per-request histogram), and by drafts made.
+        #: Decode steps by drafts accepted (vLLM's per-request histogram), and by drafts
+        #: made; a step at k = 0 counts at 0 in both. The totals come from them (`totals`):
+        #: one increment per histogram is the decode loop's whole bookkeeping.
         self.hist = [0] * (depth + 1)
         self.dhist = [0] * (depth + 1)
+
+    def totals(self) -> tuple[int, int, int, int]:
+        """(decode steps, verify steps, drafts made, drafts accepted) so far."""
+        dhist, hist = self.dhist, self.hist
+        steps = sum(dhist)
+        drafted = sum(d * n for d, n in enumerate(dhist))
+        accepted = sum(a * n for a, n in enumerate(hist))
+        return steps, steps - dhist[0], drafted, accepted
 
 
 def outcome_of(live: _Live, last_t: float) -> RequestOutcome:
@@ -162,10 +166,11 @@ def outcome_of(live: _Live, last_t: float) -> RequestOutcome:
     k = live.plan.k
     depth = len(live.hist) - 1
     hist, dhist = live.hist, live.dhist
-    deepest = max((d for d in range(depth + 1) if dhist[d]), default=0)
+    steps, verify, drafted, accepted = live.totals()
+    deepest = max((d for d in range(1, depth + 1) if dhist[d]), default=0)
     trim = max(k, deepest)
-    accepted_pos = tuple(sum(hist[d + 1 :]) for d in range(depth))[:trim] if live.verify else ()
-    drafted_pos = tuple(sum(dhist[d + 1 :]) for d in range(depth))[:trim] if live.verify else ()
+    accepted_pos = tuple(sum(hist[d + 1 :]) for d in range(depth))[:trim] if verify else ()
+    drafted_pos = tuple(sum(dhist[d + 1 :]) for d in range(depth))[:trim] if verify else ()
     out = live.out
     ttft = live.first_t - live.enter_t
     e2e = last_t - live.enter_t
@@ -174,18 +179,21 @@ def outcome_of(live: _Live, last_t: float) -> RequestOutcome:
         prompt_tokens=live.request.prompt_tokens,
         output_tokens=out,
         finish_reason="length",
-        speculation=SpeculationOutcome(
-            k, live.verify, live.drafted, live.accepted, accepted_pos, drafted_pos
-        ),
+        speculation=SpeculationOutcome(k, verify, drafted, accepted, accepted_pos, drafted_pos),
         ttft_s=ttft,
         tpot_s=(e2e - ttft) / (out - 1) if out > 1 else 0.0,
         e2e_s=e2e,
-        decode_steps=live.steps + 1,
+        decode_steps=steps + 1,
     )
 
 
 class _Arrivals:
-    """Closed loop (C clients) or fixed arrival times, over the request list in order."""
+    """Closed loop (C clients) or fixed arrival times, over the request list in order.
+
+    `next_at` is when the next request is due (-inf: now, inf: none until a client is
+    freed, or none left), so that the engine's step loop tests one float per step."""
+
+    __slots__ = ("_next", "_ready", "_requests", "_times", "next_at")
 
     def __init__(self, requests: list[TwinRequest], times: list[float] | None, clients: int):
         self._requests = requests
@@ -193,6 +201,15 @@ class _Arrivals:
         self._next = 0
         #: Closed loop: requests whose client is free now (arrive at the current time).
         self._ready = min(clients, len(requests)) if times is None else 0
+        self.next_at = math.inf
+        self._update()
+
+    def _update(self) -> None:
+        more = self._next < len(self._requests)
+        if self._times is None:
+            self.next_at = -math.inf if more and self._ready else math.inf
+        else:
+            self.next_at = self._times[self._next] if more else math.inf
 
     def due(self, now: float) -> list[tuple[TwinRequest, float]]:
         out = []
@@ -207,12 +224,15 @@ class _Arrivals:
             while self._next < n and times[self._next] <= now:
                 out.append((self._requests[self._next], times[self._next]))
                 self._next += 1
+        self._update()
         return out
 
     def freed(self) -> None:
         """A closed-loop client's request finished: it sends its next one now."""
         if self._times is None:
             self._ready += 1
+            if self._next < len(self._requests):
+                self.next_at = -math.inf
 
     def next_time(self) -> float | None:
         if self._times is not None and self._next < len(self._requests):
@@ -231,8 +251,14 @@ def simulate(
     max_running: int = MAX_RUNNING,
     noise_start: int = 0,
 ) -> RunResult:
-    """Replay `requests` through the engine under one mode; see the module docstring."""
+    """Replay `requests` through the engine under one mode; see the module docstring.
+
+    A source with `fixed_depths` (its plans' depths hold for each request's life and it
+    reads nothing of the run) is replayed by `bench.twin.engine_fixed`, to the same result.
+    """
     arrivals = _Arrivals(requests, times, clients)
+    if getattr(source, "fixed_depths", False) and not source.observes:
+        return simulate_fixed(requests, source, costs, clock, arrivals, max_running, noise_start)
     waiting: deque[_Live] = deque()
     running: list[_Live] = []
     records: list[RequestRecord] = []
@@ -241,18 +267,21 @@ def simulate(
     first_arrival: float | None = None
     depth = costs.max_k
     noise = costs.noise
+    observes = source.observes
     while True:
         now = clock.now
         newcomers: list[_Live] = []
-        _admit(waiting, running, newcomers, source, costs, now, max_running)
-        for request, at in arrivals.due(now):
-            if first_arrival is None:
-                first_arrival = at
-            # Planned at arrival with the load it sees, admitted at once if there is room.
-            in_engine = len(running) + len(newcomers)
-            plan = source.arrive(request, in_engine, len(waiting))
-            waiting.append(_Live(request, plan, at, depth, in_engine + 1))
+        if waiting:
             _admit(waiting, running, newcomers, source, costs, now, max_running)
+        if arrivals.next_at <= now:
+            for request, at in arrivals.due(now):
+                if first_arrival is None:
+                    first_arrival = at
+                # Planned at arrival with the load it sees, admitted at once if there is room.
+                in_engine = len(running) + len(newcomers)
+                plan = source.arrive(request, in_engine, len(waiting))
+                waiting.append(_Live(request, plan, at, depth, in_engine + 1))
+                _admit(waiting, running, newcomers, source, costs, now, max_running)
         if not running and not newcomers:
             later = arrivals.next_time()
             if later is None:
@@ -265,7 +294,7 @@ def simulate(
         for live in done:
             last = clock.now
             records.append(_record(live, last))
-            source.finish(live.plan, outcome_of(live, last) if source.observes else None)
+            source.finish(live.plan, outcome_of(live, last) if observes else None)
             arrivals.freed()
     makespan = clock.now - (first_arrival or 0.0)
     return RunResult(records, makespan, steps)
@@ -314,35 +343,45 @@ def _step(
     b = len(running)
     engine_wide = source.engine_wide
     depth = 0
+    #: Drafts scheduled in the step (each request's own k where the depth is not shared).
+    drafts = 0
     if b:
         if engine_wide:
             depth = source.step_depth(b, running)
+            drafts = b * depth
         else:
             for live in running:
-                if live.k > depth:
-                    depth = live.k
+                k = live.k
+                drafts += k
+                if k > depth:
+                    depth = k
         seconds = costs.spec[b][depth] if source.drafter else costs.no_spec[b]
     else:
         seconds = 0.0
     if newcomers:
         extra = 0.0
+        first_extra = costs.first_extra_s
         for live in newcomers:
             seconds += live.prefill_s
             k = depth if engine_wide and b else live.k
-            if k > 0 and costs.first_extra_s[k] > extra:
-                extra = costs.first_extra_s[k]
+            if k > 0 and first_extra[k] > extra:
+                extra = first_extra[k]
         seconds += extra
     seconds *= jitter
     clock.now += seconds
     now = clock.now
     done: list[_Live] = []
-    accepted_sum = _decode(running, depth if engine_wide else -1, done)
-    if engine_wide and b:
-        source.verified(b, depth, accepted_sum)
+    if engine_wide:
+        accepted_sum = _decode_at(running, depth, done)
+        if b:
+            source.verified(b, depth, accepted_sum)
+    else:
+        _decode_own(running, done)
     if source.observes:
-        tokens = b + (b * depth if engine_wide else sum(live.k for live in running))
-        prefill_tokens = sum(live.request.prompt_tokens for live in newcomers)
-        source.observe_step(EngineStep(seconds, b, tokens, len(newcomers), prefill_tokens))
+        prefill_tokens = 0
+        for live in newcomers:
+            prefill_tokens += live.request.prompt_tokens
+        source.observe_step(EngineStep(seconds, b, b + drafts, len(newcomers), prefill_tokens))
     if done:
         running[:] = [live for live in running if live.pos < live.out]
     for live in newcomers:
@@ -355,25 +394,19 @@ def _step(
     return done
 
 
-def _decode(running: list[_Live], shared: int, done: list[_Live]) -> int:
-    """Every decoding request verifies its drafts (`shared` >= 0: all at that depth);
+def _decode_at(running: list[_Live], k: int, done: list[_Live]) -> int:
+    """Every decoding request verifies k drafts and accepts its run's first min(run, k);
     returns the drafts accepted in the step, summed."""
     total = 0
     for live in running:
-        k = live.k if shared < 0 else shared
         pos = live.pos
         a = live.runs[pos]
         if a > k:
             a = k
+        live.hist[a] += 1
+        live.dhist[k] += 1
+        total += a
         pos += a + 1
-        live.steps += 1
-        if k:
-            live.verify += 1
-            live.drafted += k
-            live.accepted += a
-            live.hist[a] += 1
-            live.dhist[k] += 1
-            total += a
         if pos >= live.out:
             pos = live.out
             done.append(live)
@@ -381,8 +414,26 @@ def _decode(running: list[_Live], shared: int, done: list[_Live]) -> int:
     return total
 
 
+def _decode_own(running: list[_Live], done: list[_Live]) -> None:
+    """`_decode_at` with each request at its own k."""
+    for live in running:
+        k = live.k
+        pos = live.pos
+        a = live.runs[pos]
+        if a > k:
+            a = k
+        live.hist[a] += 1
+        live.dhist[k] += 1
+        pos += a + 1
+        if pos >= live.out:
+            pos = live.out
+            done.append(live)
+        live.pos = pos
+
+
 def _record(live: _Live, last_t: float) -> RequestRecord:
     request, plan = live.request, live.plan
+    _, verify, drafted, accepted = live.totals()
     return RequestRecord(
         request.index,
         request.class_index,
@@ -394,8 +445,8 @@ def _record(live: _Live, last_t: float) -> RequestRecord:
         live.out,
         plan.k,
         plan.k if plan.chosen is None else plan.chosen,
-        live.verify,
-        live.drafted,
-        live.accepted,
+        verify,
+        drafted,
+        accepted,
         live.load,
     )

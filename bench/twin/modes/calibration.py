@@ -21,6 +21,7 @@ import asyncio
 import math
 import re
 from collections.abc import AsyncIterator
+from typing import Any
 
 import numpy as np
 
@@ -164,17 +165,83 @@ class TwinCalibrationEngine:
         return None
 
 
+#: One cost-model call calibration made: (method name, arguments).
+Call = tuple[str, tuple[Any, ...]]
+
+
+class RecordingCostModel(CostModel):
+    """A cost model that also keeps, in order, the evidence calibration filed into it."""
+
+    def __init__(self, settings: ControllerSettings) -> None:
+        super().__init__(
+            settings.max_k,
+            settings.prior_step_s,
+            settings.prior_k_cost,
+            settings.prior_batch_saturation,
+            settings.cost_prior_weight,
+            settings.cost_forgetting,
+            settings.cost_step_forgetting,
+        )
+        self.calls: list[Call] = []
+
+    def observe(
+        self, k: int, batch: int, seconds: float, depth: float | None = None, clean: bool = True
+    ) -> None:
+        self.calls.append(("observe", (k, batch, seconds, depth, clean)))
+        super().observe(k, batch, seconds, depth, clean)
+
+    def observe_step(self, batch: int, depth: int, seconds: float) -> None:
+        self.calls.append(("observe_step", (batch, depth, seconds)))
+        super().observe_step(batch, depth, seconds)
+
+    def calibrate_first_token(self, k: int, batch: int, seconds: float) -> None:
+        self.calls.append(("calibrate_first_token", (k, batch, seconds)))
+        super().calibrate_first_token(k, batch, seconds)
+
+    def calibrate_prefill(self, seconds_per_token: float) -> None:
+        self.calls.append(("calibrate_prefill", (seconds_per_token,)))
+        super().calibrate_prefill(seconds_per_token)
+
+
+#: (step costs, settings as JSON, seed) -> (what calibration filed, its points): every
+#: controlled mode of one seed calibrates on the same twin, and the calibration reads
+#: nothing of the cost model it fills, so its calls are made once and replayed.
+_RECORDED: dict[tuple[StepCosts, str, int], tuple[list[Call], list[CalibrationPoint]]] = {}
+#: Recordings kept (a run goes through its seeds in turn).
+_KEEP = 2
+
+
+def _recorded(
+    costs: StepCosts, settings: ControllerSettings, seed: int
+) -> tuple[list[Call], list[CalibrationPoint]]:
+    key = (costs, settings.model_dump_json(), seed)
+    found = _RECORDED.get(key)
+    if found is None:
+        recorder = RecordingCostModel(settings)
+        engine = TwinCalibrationEngine(costs, seed)
+        points = asyncio.run(
+            calibrate(
+                engine,
+                recorder,
+                settings.calibrate_batches,
+                settings.calibrate_tokens,
+                math.ceil(settings.cost_min_samples),
+            )
+        )
+        found = (recorder.calls, points)
+        while len(_RECORDED) >= _KEEP:
+            del _RECORDED[next(iter(_RECORDED))]
+        _RECORDED[key] = found
+    return found
+
+
 def calibrate_on_twin(
     cost: CostModel, costs: StepCosts, settings: ControllerSettings, seed: int
 ) -> list[CalibrationPoint]:
-    """The gateway's start-up calibration (`gateway.runtime`), on the twin."""
-    engine = TwinCalibrationEngine(costs, seed)
-    return asyncio.run(
-        calibrate(
-            engine,
-            cost,
-            settings.calibrate_batches,
-            settings.calibrate_tokens,
-            math.ceil(settings.cost_min_samples),
-        )
-    )
+    """The gateway's start-up calibration (`gateway.runtime`), on the twin: the cost model
+    receives the same calls in the same order as `calibrate` makes them (replayed from
+    the first run for these costs, settings and seed), so it ends in the same state."""
+    calls, points = _recorded(costs, settings, seed)
+    for name, args in calls:
+        getattr(cost, name)(*args)
+    return list(points)

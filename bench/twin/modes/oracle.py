@@ -43,4 +43,4 @@ def choose(results: Mapping[str, RunResult]) -> dict[tuple[int, int], int]:
 
 
 def oracle(choice: Mapping[tuple[int, int], int]) -> PerRequestDepths:
-    return PerRequestDepths(lambda r: choice.get((r.class_index, r.phase), 0))
+    return PerRequestDepths(lambda r: choice.get((r.class_index, r.phase), 0), fixed_depths=True)

@@ -25,6 +25,11 @@ class EngineWide:
     drafter = True
     engine_wide = True
     observes = False
+    #: Every request keeps its plan's k for its life, the step runs at the deepest of them,
+    #: and the mode reads nothing of the run (`verified`, `observe_step`, `finish` do
+    #: nothing): the engine may replay it without asking it per step
+    #: (`bench.twin.engine_fixed`).
+    fixed_depths = False
 
     def step_depth(self, batch: int, running: Sequence[LiveRequest] = ()) -> int:
         raise NotImplementedError
@@ -52,6 +57,7 @@ class NoSpec(EngineWide):
     """No drafter at all: the baseline every class is compared against."""
 
     drafter = False
+    fixed_depths = True
 
     def step_depth(self, batch: int, running: Sequence[LiveRequest] = ()) -> int:
         return 0
@@ -59,6 +65,8 @@ class NoSpec(EngineWide):
 
 class Static(EngineWide):
     """One depth k for every request and step (vLLM `num_speculative_tokens`)."""
+
+    fixed_depths = True
 
     def __init__(self, k: int) -> None:
         self.k = k
@@ -72,8 +80,13 @@ class PerRequestDepths(EngineWide):
 
     engine_wide = False
 
-    def __init__(self, depth_of: Callable[[TwinRequest], int]) -> None:
+    def __init__(
+        self, depth_of: Callable[[TwinRequest], int], *, fixed_depths: bool = False
+    ) -> None:
         self._depth_of = depth_of
+        #: True where `depth_of` alone is the rule (no subclass changes a plan or reads
+        #: the run): the engine may then replay it without asking per step.
+        self.fixed_depths = fixed_depths
 
     def arrive(self, request: TwinRequest, running: int, queued: int) -> Plan:
         return Plan(self._depth_of(request))
