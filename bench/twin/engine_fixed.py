@@ -20,7 +20,8 @@ from bench.twin.records import RequestRecord, RunResult
 from bench.twin.requests import TwinRequest
 
 if TYPE_CHECKING:
-    from bench.twin.engine import DepthSource, Plan, VirtualClock, _Arrivals
+    from bench.twin.arrivals import Arrivals
+    from bench.twin.engine import DepthSource, Plan, VirtualClock
 
 
 def walk(request: TwinRequest, k: int) -> tuple[int, int]:
@@ -91,7 +92,7 @@ def simulate_fixed(
     source: DepthSource,
     costs: StepCosts,
     clock: VirtualClock,
-    arrivals: _Arrivals,
+    arrivals: Arrivals,
     max_running: int,
     noise_start: int,
 ) -> RunResult:
