@@ -53,10 +53,15 @@ class KeyRing:
             return False
         return True
 
-    def check(self, authorization: str | None, scope: Scope) -> None:
-        """Raise 401 for a missing/unknown key, 403 for a key of the wrong scope."""
+    def check(self, authorization: str | None, scope: Scope) -> str | None:
+        """Raise 401 for a missing/unknown key, 403 for a key of the wrong scope.
+
+        Returns the presented key's digest, so a caller that also needs it (the tenant's
+        identity) does not hash the key again; None under open access, where a user
+        request's key is not looked at.
+        """
         if scope is Scope.USER and self.open_access:
-            return
+            return None
         token = bearer_token(authorization)
         if token is None:
             raise GatewayError(
@@ -69,11 +74,11 @@ class KeyRing:
         is_user = self._matches(presented, self._user)
         if scope is Scope.ADMIN:
             if is_admin:
-                return
+                return presented
             if is_user:
                 raise GatewayError(ErrorKind.FORBIDDEN, "This key has no admin scope.")
         elif is_user:
-            return
+            return presented
         elif is_admin:
             raise GatewayError(ErrorKind.FORBIDDEN, "Admin keys cannot call the inference API.")
         raise GatewayError(

@@ -43,6 +43,14 @@ from gateway.tenants.admit import admit
 from gateway.tenants.directory import UNLIMITED_ANONYMOUS
 
 
+def _chat_max_tokens(request: ChatCompletionRequest) -> int | None:
+    """A chat request's `max_tokens`, read past the field's deprecation descriptor (vLLM
+    deprecates it for `max_completion_tokens`): pydantic's descriptor calls `warnings.warn`
+    on every read, a DeprecationWarning no one sees, at a cost per request."""
+    value: int | None = request.__dict__.get("max_tokens")
+    return value
+
+
 class InferenceService:
     def __init__(
         self,
@@ -129,6 +137,7 @@ class InferenceService:
     ) -> JsonReply | StreamReply:
         messages, view = chat_intake(request, self._frontend.harmony_messages, self._settings)
         planned, tokens = self._plan_chat_view(view, messages, request)
+        asked = request.max_completion_tokens or _chat_max_tokens(request)
         return await self._run(
             "chat",
             "chatcmpl-",
@@ -137,7 +146,7 @@ class InferenceService:
             lambda gid: self._frontend.chat(request, k=planned.k, gateway_id=gid, cap=planned.cap),
             request,
             tenant=tenant,
-            reserve=tokens + self._max_tokens(request.max_completion_tokens or request.max_tokens),
+            reserve=tokens + self._max_tokens(asked),
         )
 
     async def responses(

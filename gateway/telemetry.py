@@ -40,6 +40,8 @@ class GatewayTelemetry:
         if outcome is not None:
             self._metrics.record_outcome(label, outcome)
         self._record_clock(label, finished)
+        if not log.isEnabledFor(logging.INFO):
+            return  # what `log.info` checks first, before the record's fields are built
         spec = outcome.speculation if outcome is not None else None
         log.info(
             "request finished",

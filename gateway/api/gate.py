@@ -86,7 +86,14 @@ def _tenant(state: Any, scope: Scope) -> Tenant | None:
         if name == b"authorization":
             authorization = value.decode("latin-1")
             break
-    if not state.keyring.allows(authorization, KeyScope.USER):
+    try:
+        presented = state.keyring.check(authorization, KeyScope.USER)
+    except GatewayError:
         return None
-    tenant: Tenant = state.tenants.identify(authorization)
+    # `TenantDirectory.identify` on the digest the check computed: the key is hashed once.
+    tenants = state.tenants
+    if presented is None or tenants.open_access:
+        tenant: Tenant = tenants.anonymous
+    else:
+        tenant = tenants.by_digest(presented)
     return tenant

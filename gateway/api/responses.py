@@ -66,12 +66,51 @@ class SSEResponse(StreamingResponse):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            await super().__call__(scope, receive, send)
+            if scope["type"] == "http" and _spec_version(scope) < (2, 4):
+                await self._stream_until_disconnect(receive, send)
+            else:
+                await super().__call__(scope, receive, send)
         finally:
             # Starlette stops iterating on a failed send (client gone) without closing
             # the generator; closing it here aborts the engine request now, not at GC.
             await self._reply.chunks.aclose()
             await self._reply.finalize()
+
+    async def _stream_until_disconnect(self, receive: Receive, send: Send) -> None:
+        """Starlette's stream for ASGI servers before 2.4 (uvicorn's httptools: 2.3): the
+        body, stopped when the client disconnects, on the request's own task.
+
+        Starlette runs the stream in an anyio task group beside a disconnect listener;
+        here the listener cancels this task instead, as the group's scope would. The
+        group's start, cancel scope and exit were 5% of the gateway's samples while it
+        served streamed requests on the no-op engine (`py-spy record` on the gateway
+        during `bench/overhead.py`'s latency loop).
+        """
+        task = asyncio.current_task()
+        if task is None:
+            raise RuntimeError("SSEResponse needs a running task")
+        base = task.cancelling()
+        gone = False
+
+        async def listen() -> None:
+            nonlocal gone
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            gone = True
+            task.cancel()
+
+        listener = asyncio.ensure_future(listen())
+        try:
+            await self.stream_response(send)
+        except asyncio.CancelledError:
+            if not gone or task.uncancel() > base:
+                raise  # someone else's cancellation: not the client's leaving
+        finally:
+            listener.cancel()
+
+
+def _spec_version(scope: Scope) -> tuple[int, ...]:
+    return tuple(map(int, scope.get("asgi", {}).get("spec_version", "2.0").split(".")))
 
 
 def reply_response(reply: JsonReply | StreamReply) -> JSONResponse | SSEResponse:
