@@ -91,6 +91,8 @@ class BatchLoad:
         self._n = 0
         #: k -> requests in flight at that k.
         self._at: dict[int, int] = {}
+        #: `step_tokens` of `_at`, kept until `_at` changes (None: to recompute).
+        self._tokens: int | None = 0
         self._deepest = 0
         self._t = clock()
         self._size_area = 0.0
@@ -116,6 +118,7 @@ class BatchLoad:
 
     def _move(self, k: int, step: int) -> None:
         self._deepest = _tally(self._at, k, step)
+        self._tokens = None
 
     def enter(
         self,
@@ -164,6 +167,7 @@ class BatchLoad:
             return
         self._advance()
         self._at = _lowered(self._at, depth)
+        self._tokens = None
         self._deepest = max(self._at)
         self._caps.append(depth)
         if self._anchored > depth:
@@ -232,7 +236,10 @@ class BatchLoad:
         An engine step that scheduled exactly these (and these many requests) ran
         this batch at `deepest` (`InferenceService.observe_step`).
         """
-        return sum(n * (1 + d) for d, n in self._at.items())
+        tokens = self._tokens
+        if tokens is None:  # read every engine step; `_at` changes per request
+            tokens = self._tokens = sum(n * (1 + d) for d, n in self._at.items())
+        return tokens
 
     @property
     def deepest(self) -> int:

@@ -28,7 +28,7 @@ from gateway.control.cost_steps import StepCosts
 class FirstTokenPrices:
     """Calibrated seconds to the first token per (bucket, depth), and the cold prefill."""
 
-    __slots__ = ("_in_steps", "_seconds", "max_k", "prefill_s")
+    __slots__ = ("_in_steps", "_nearest", "_seconds", "max_k", "prefill_s")
 
     def __init__(self, max_k: int) -> None:
         self.max_k = max_k
@@ -36,6 +36,9 @@ class FirstTokenPrices:
         self._seconds: dict[int, list[float | None]] = {}
         #: Per bucket: `in_steps` as of the bucket's last refresh.
         self._in_steps: dict[int, tuple[float, ...]] = {}
+        #: Per bucket: the calibrated seconds each depth borrows (`_borrowed`); they change
+        #: only with calibration, while `in_steps` follows every refresh of the step at k = 0.
+        self._nearest: dict[int, tuple[float, ...]] = {}
         #: Seconds to prefill one prompt token cold, at batch 1 (calibration); 0 = unknown.
         self.prefill_s = 0.0
 
@@ -47,6 +50,7 @@ class FirstTokenPrices:
         row = self._seconds.setdefault(bucket, [None] * (self.max_k + 1))
         row[k] = seconds
         self._in_steps.clear()
+        self._nearest.clear()
         return True
 
     def calibrate_prefill(self, seconds_per_token: float) -> None:
@@ -64,15 +68,23 @@ class FirstTokenPrices:
             return cached
         cached = ()
         if self._seconds:
-            near = min(self._seconds, key=lambda b: (abs(b.bit_length() - bucket.bit_length()), b))
-            measured = [(d, s) for d, s in enumerate(self._seconds[near]) if s is not None]
             step0 = steps.step_zero(bucket)
-            cached = tuple(
-                min(measured, key=lambda m: (abs(m[0] - d), m[0]))[1] / step0
-                for d in range(self.max_k + 1)
-            )
+            cached = tuple(s / step0 for s in self._borrowed(bucket))
         self._in_steps[bucket] = cached
         return cached
+
+    def _borrowed(self, bucket: int) -> tuple[float, ...]:
+        """Seconds to the first token at k = 0..K for this bucket: the calibrated bucket
+        nearest it (in powers of two), each depth from the nearest measured depth there."""
+        borrowed = self._nearest.get(bucket)
+        if borrowed is None:
+            near = min(self._seconds, key=lambda b: (abs(b.bit_length() - bucket.bit_length()), b))
+            measured = [(d, s) for d, s in enumerate(self._seconds[near]) if s is not None]
+            borrowed = tuple(
+                min(measured, key=lambda m: (abs(m[0] - d), m[0]))[1] for d in range(self.max_k + 1)
+            )
+            self._nearest[bucket] = borrowed
+        return borrowed
 
     def prefill_steps(self, bucket: int, steps: StepCosts) -> float:
         """One cold prompt token's prefill in steps at k = 0 of this bucket (0: unknown)."""

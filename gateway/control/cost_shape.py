@@ -32,11 +32,17 @@ MIN_GROWTH = 1.25
 MEASURED = 3.0
 
 
+def is_measured(table: list[list[float]]) -> bool:
+    """Whether a bucket's per-depth table (count, seconds) lends its shape: every depth
+    has at least `MEASURED` filed samples and k = 0 has time."""
+    return table[0][1] > 0 and all(n >= MEASURED for n, _ in table)
+
+
 def measured_shapes(per_k: dict[int, list[list[float]]]) -> dict[int, list[float]]:
     """bucket -> e_b(k) for k = 0..K of every measured bucket, from its depths' own means."""
     shapes: dict[int, list[float]] = {}
     for bucket, table in per_k.items():
-        if all(n >= MEASURED for n, _ in table) and table[0][1] > 0:
+        if is_measured(table):
             zero = table[0][1] / table[0][0]
             shapes[bucket] = [max(0.0, (t / n) / zero - 1.0) for n, t in table]
     return shapes

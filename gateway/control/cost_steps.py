@@ -38,7 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine.interface import RequestOutcome
-from gateway.control.cost_shape import borrowed_shape, measured_shapes
+from gateway.control.cost_shape import borrowed_shape, is_measured, measured_shapes
 
 BUCKETS: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 #: Samples of a bucket between two refits of its line, once it has this many.
@@ -115,6 +115,14 @@ class Sums:
         self.skk *= f
         self.st *= f
         self.skt *= f
+
+    def forget_add(self, f: float, k: float, t: float) -> None:
+        """`scale(f)` then `add(k, t)` in one call (the step path's; the same roundings)."""
+        self.n = self.n * f + 1.0
+        self.sk = self.sk * f + k
+        self.skk = self.skk * f + k * k
+        self.st = self.st * f + t
+        self.skt = self.skt * f + k * t
 
 
 #: Per bucket, per depth: [count, sum of step seconds].
@@ -248,20 +256,26 @@ class StepCosts:
     ) -> None:
         """Add one step-time sample at depth `at` to the bucket's line and, when `at` is
         (within MIXED_DEPTH of) a whole depth and `per_depth`, to that depth's mean."""
-        sums = self.sums.setdefault(bucket, Sums())
-        sums.scale(1.0 - forgetting)
-        sums.add(at, seconds)
-        self.pending.setdefault(bucket, Sums()).add(at, seconds)
+        keep = 1.0 - forgetting
+        sums = self.sums.get(bucket)
+        if sums is None:
+            sums = self.sums[bucket] = Sums()
+        sums.forget_add(keep, at, seconds)
+        pending_sums = self.pending.get(bucket)
+        if pending_sums is None:
+            pending_sums = self.pending[bucket] = Sums()
+        pending_sums.forget_add(1.0, at, seconds)
         near = round(at)
         if per_depth and abs(at - near) <= MIXED_DEPTH:
             # Each depth forgets only as it gets news of its own: decayed by other
             # depths' samples, a depth the traffic no longer visits lost its
             # calibration and fell back to the line, whose prior slope is a GPU's.
-            keep = 1.0 - forgetting
-            row = self.depth_table(self.per_k, bucket)[near]
+            table = self.per_k.get(bucket) or self.depth_table(self.per_k, bucket)
+            row = table[near]
             row[0] = row[0] * keep + 1.0
             row[1] = row[1] * keep + seconds
-            pending = self.depth_table(self.pending_k, bucket)[near]
+            table = self.pending_k.get(bucket) or self.depth_table(self.pending_k, bucket)
+            pending = table[near]
             pending[0] += 1.0
             pending[1] += seconds
         # Refit after every sample while a bucket is young, then every REFIT_EVERY:
@@ -353,8 +367,11 @@ class StepCosts:
             table = self.per_k.get(bucket)
             w = self.prior_weight
             prior = [intercept + slope * k for k in range(self.max_k + 1)]
-            # A bucket not measured at every depth takes its shape from those that are.
-            shape = borrowed_shape(measured_shapes(self.per_k), bucket, self.max_k)
+            # A bucket not measured at every depth takes its shape from those that are
+            # (a measured one keeps its own: the other buckets' shapes are not needed).
+            shape = None
+            if table is None or not is_measured(table):
+                shape = borrowed_shape(measured_shapes(self.per_k), bucket, self.max_k)
             if shape is not None:
                 # Its level from the depths it has samples at, each read through the
                 # shape (cost(0) = mean_k / shape_k), not from the prior slope's line.
