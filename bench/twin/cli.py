@@ -101,10 +101,17 @@ def run_all(cases: Sequence[Case], seeds: Sequence[int]) -> list[CaseRun]:
 
 
 def write(
-    out: Path, runs: Sequence[CaseRun], seeds: Sequence[int], started: float, simulated: float
+    out: Path,
+    runs: Sequence[CaseRun],
+    seeds: Sequence[int],
+    started: float,
+    simulated: float,
+    simulated_cpu: float,
 ) -> None:
-    """summary.json, the PNGs, report.md and run.json (wall times: not in the summary,
-    which stays byte-identical for one seed's inputs) into `out`."""
+    """summary.json, the PNGs, report.md and run.json (times: not in the summary, which
+    stays byte-identical for one seed's inputs) into `out`. `simulated_cpu` is the
+    process's CPU time for the simulation: the twin is single-threaded, so it is the time
+    on one core of its own whatever else shares the machine."""
     from bench.twin.plots import write_plots
     from bench.twin.report import render
     from bench.twin.summary import build_summary
@@ -129,6 +136,7 @@ def write(
         "requests": sum(per_run[name] * n for name, n in replays.items()),
         "per_run": ", ".join(f"{n}: {k} per run" for n, k in per_run.items()),
         "simulation_wall_s": round(simulated, 1),
+        "simulation_cpu_s": round(simulated_cpu, 1),
         "total_wall_s": round(time.perf_counter() - started, 1),
         "python": platform.python_version(),
         "machine": platform.machine(),
@@ -178,9 +186,9 @@ def twin(
     chosen = [seed] if quick else [seed + i for i in range(seeds)]
     if quick:
         cases = quick_cases(cases)
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     runs = run_all(cases, chosen)
-    write(out, runs, chosen, started, time.perf_counter() - started)
+    write(out, runs, chosen, started, time.perf_counter() - started, time.process_time() - cpu)
 
 
 @app.command("from-run")

@@ -248,8 +248,9 @@ def _run(info: Mapping[str, Any]) -> list[str]:
         "## Size and time",
         "",
         f"{info['runs']} runs of {info['requests']} requests in all ({info['per_run']}); "
-        f"simulated in {info['simulation_wall_s']} s of wall time on one core "
-        f"({info['total_wall_s']} s with the summary, report and plots).",
+        f"simulated in {info['simulation_cpu_s']} s of CPU time on one core, "
+        f"{info['simulation_wall_s']} s of wall time ({info['total_wall_s']} s with the "
+        "summary, report and plots; wall above CPU = other work shared the cores).",
         "",
     ]
 

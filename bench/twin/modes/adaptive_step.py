@@ -60,6 +60,9 @@ class AdaptiveStep(AdaptiveControl):
         self._controller = self.plane.controller
         self._guard = guard
         self._depth = 0
+        #: The rule's last inputs and answer (`_same_inputs`).
+        self._last: tuple[list[tuple[Sequence[float], int]], Sequence[float]] = ([], ())
+        self._last_depth = 0
         #: Requests entered since the last step: they prefill (and draft first) in the next.
         self._newcomers = 0
         #: A class the controller does not hold (evicted): the prior's P(accept 1).
@@ -89,8 +92,24 @@ class AdaptiveStep(AdaptiveControl):
             counts[class_id] = counts.get(class_id, 0) + 1
         groups = [(self._acceptance(c), n) for c, n in counts.items()]
         costs = self._step_costs(batch)
-        self._depth = choose_step_depth(groups, costs, self._guard).depth
+        if not self._same_inputs(groups, costs):
+            self._last = (groups, costs)
+            self._last_depth = choose_step_depth(groups, costs, self._guard).depth
+        self._depth = self._last_depth
         return self._depth
+
+    def _same_inputs(
+        self, groups: list[tuple[Sequence[float], int]], costs: Sequence[float]
+    ) -> bool:
+        """Whether the rule's inputs are the last call's: the same estimate and cost
+        objects (the controller replaces them, never mutates them, when evidence moves)
+        with the same counts. Most steps repeat the last one's inputs."""
+        last_groups, last_costs = self._last
+        return (
+            costs is last_costs
+            and len(groups) == len(last_groups)
+            and all(a is b and n == m for (a, n), (b, m) in zip(groups, last_groups, strict=True))
+        )
 
     def _step_costs(self, batch: int) -> Sequence[float]:
         """The step's relative cost at each depth: the decode step, plus the newcomers'
