@@ -29,7 +29,8 @@ TWIN = Path(__file__).resolve().parent
 REPO = TWIN.parents[1]
 PROFILES = TWIN / "profiles"
 WORKLOADS = TWIN / "workloads"
-REAL_SUMMARY = REPO / "bench" / "results" / "summary.json"
+#: The real `make bench` run the `cpu-embedded` profile and `make-bench` workload come from.
+REAL_SUMMARY = REPO / "bench" / "twin" / "measurements" / "make-bench-cpu-embedded.json"
 DEFAULT_OUT = REPO / "bench" / "results" / "twin"
 QUICK_REQUESTS = 120
 #: Default lognormal sigma of each step's time (`StepCosts.with_noise`): a real engine's

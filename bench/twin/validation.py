@@ -1,8 +1,10 @@
 """The twin against the real engine: the `make bench` workload on the `cpu-embedded` profile.
 
-`bench/results/summary.json` is the committed real-engine run of `python -m bench run`
-(the embedded model on this repository's CPU). For every arrival and mode both
-have, the twin's tokens/s relative to no speculation is set beside the real
+`measurements/make-bench-cpu-embedded.json` is the real-engine run of `python -m bench run`
+(the embedded model on this repository's CPU) that the profile's step costs and the
+workload's acceptance were derived from, cut to its tokens/s: a later run on another
+sitting of the host would compare the twin with economics it was not given. For every
+arrival and mode both have, the twin's tokens/s relative to no speculation is set beside the real
 run's (`cells[mode][arrival].tokens_per_s.median`), with the difference as a share
 of the real figure, flagged beyond `TOLERANCE`; per arrival, Kendall's tau
 between the two orderings of the modes and whether both put the same mode first.
@@ -80,8 +82,9 @@ def compare(twin: Mapping[str, Any], real: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "what": (
             f"The `{twin['workload']}` workload on the `{PROFILE}` profile (twin, median over "
-            "seeds) beside the committed real-engine run `bench/results/summary.json` (median "
-            "over its repeats); tokens/s relative to no speculation in each."
+            "seeds) beside the real-engine run its profile and workload come from "
+            "(`bench/twin/measurements/make-bench-cpu-embedded.json`, median over its "
+            "repeats); tokens/s relative to no speculation in each."
         ),
         "tolerance": TOLERANCE,
         "rows": rows,
