@@ -93,10 +93,12 @@ class _Accounting:
     accepted: int = 0
     accepted_pos: list[int] = field(default_factory=list)
     drafted_pos: list[int] = field(default_factory=list)
+    tried_pos: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.accepted_pos = [0] * self.k
         self.drafted_pos = [0] * self.k
+        self.tried_pos = [0] * self.k
 
     def verify(self, k: int, accepted: int) -> None:
         self.steps += 1
@@ -104,6 +106,8 @@ class _Accounting:
         self.accepted += accepted
         for d in range(k):
             self.drafted_pos[d] += 1
+            if d <= accepted:
+                self.tried_pos[d] += 1
             if d < accepted:
                 self.accepted_pos[d] += 1
 
@@ -115,6 +119,7 @@ class _Accounting:
             accepted_tokens=self.accepted,
             accepted_per_position=tuple(self.accepted_pos),
             drafted_per_position=tuple(self.drafted_pos) if self.steps else (),
+            tried_per_position=tuple(self.tried_pos) if self.steps else (),
         )
 
 

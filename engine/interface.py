@@ -50,6 +50,10 @@ class SpeculationOutcome:
     (so it is non-increasing in d), which makes the depth profile
     P(accept d | accepted d-1) = accepted_per_position[d] / accepted_per_position[d-1].
     `drafted_per_position[d]` counts steps in which position d+1 was drafted.
+    `tried_per_position[d]` counts steps in which position d+1 was drafted *and*
+    positions 1..d were accepted: the trials of P(accept d+1 | accepted d). Where a
+    request's steps drafted different depths (a per-step depth, a one-draft first
+    step), only the joint count gives them; the two marginals above overcount them.
     """
 
     k: int
@@ -58,6 +62,7 @@ class SpeculationOutcome:
     accepted_tokens: int = 0
     accepted_per_position: tuple[int, ...] = ()
     drafted_per_position: tuple[int, ...] = ()
+    tried_per_position: tuple[int, ...] = ()
 
     @property
     def acceptance_length(self) -> float:

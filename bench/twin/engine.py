@@ -113,10 +113,9 @@ class _Live:
     """One request in the engine (mutable, per run)."""
 
     __slots__ = (
-        "dhist",
         "enter_t",
         "first_t",
-        "hist",
+        "joint",
         "k",
         "load",
         "out",
@@ -126,6 +125,7 @@ class _Live:
         "request",
         "runs",
         "start_t",
+        "width",
     )
 
     def __init__(
@@ -143,15 +143,23 @@ class _Live:
         self.enter_t = start_t
         self.first_t = 0.0
         self.prefill_s = 0.0
-        #: Decode steps by drafts accepted (vLLM's per-request histogram), and by drafts
-        #: made; a step at k = 0 counts at 0 in both. The totals come from them (`totals`):
-        #: one increment per histogram is the decode loop's whole bookkeeping.
-        self.hist = [0] * (depth + 1)
-        self.dhist = [0] * (depth + 1)
+        #: Decode steps by (drafts made, drafts accepted), at drafts * width + accepted:
+        #: vLLM's per-request histogram and its per-step drafts, jointly (a step at k = 0
+        #: counts at (0, 0)). The totals and per-position counts come from it
+        #: (`totals`, `outcome_of`): one increment is the decode loop's whole bookkeeping.
+        self.width = depth + 1
+        self.joint = [0] * (self.width * self.width)
+
+    def hists(self) -> tuple[list[int], list[int]]:
+        """(steps by drafts accepted, steps by drafts made)."""
+        w, joint = self.width, self.joint
+        made = [sum(joint[n * w : (n + 1) * w]) for n in range(w)]
+        accepted = [sum(joint[n * w + a] for n in range(w)) for a in range(w)]
+        return accepted, made
 
     def totals(self) -> tuple[int, int, int, int]:
         """(decode steps, verify steps, drafts made, drafts accepted) so far."""
-        dhist, hist = self.dhist, self.hist
+        hist, dhist = self.hists()
         steps = sum(dhist)
         drafted = sum(d * n for d, n in enumerate(dhist))
         accepted = sum(a * n for a, n in enumerate(hist))
@@ -160,17 +168,27 @@ class _Live:
 
 def outcome_of(live: _Live, last_t: float) -> RequestOutcome:
     """The request's outcome as vLLM's per-request metrics report it (`engine.vllm.outcome`):
-    per-position counts from the accepted histogram (a suffix sum) and from the
-    drafts made per verify step, both trimmed to the request's k, or to the deepest
-    step it verified where a per-step depth ran it deeper."""
+    per-position counts from the accepted histogram (a suffix sum), from the drafts
+    made per verify step, and jointly (`tried_per_position`), all trimmed to the
+    request's k, or to the deepest step it verified where a per-step depth ran it deeper."""
     k = live.plan.k
-    depth = len(live.hist) - 1
-    hist, dhist = live.hist, live.dhist
+    w = live.width
+    depth = w - 1
+    joint = live.joint
+    hist, dhist = live.hists()
     steps, verify, drafted, accepted = live.totals()
     deepest = max((d for d in range(1, depth + 1) if dhist[d]), default=0)
     trim = max(k, deepest)
     accepted_pos = tuple(sum(hist[d + 1 :]) for d in range(depth))[:trim] if verify else ()
     drafted_pos = tuple(sum(dhist[d + 1 :]) for d in range(depth))[:trim] if verify else ()
+    tried_pos = (
+        tuple(
+            sum(joint[n * w + a] for n in range(d + 1, w) for a in range(d, n + 1))
+            for d in range(depth)
+        )[:trim]
+        if verify
+        else ()
+    )
     out = live.out
     ttft = live.first_t - live.enter_t
     e2e = last_t - live.enter_t
@@ -179,7 +197,9 @@ def outcome_of(live: _Live, last_t: float) -> RequestOutcome:
         prompt_tokens=live.request.prompt_tokens,
         output_tokens=out,
         finish_reason="length",
-        speculation=SpeculationOutcome(k, verify, drafted, accepted, accepted_pos, drafted_pos),
+        speculation=SpeculationOutcome(
+            k, verify, drafted, accepted, accepted_pos, drafted_pos, tried_pos
+        ),
         ttft_s=ttft,
         tpot_s=(e2e - ttft) / (out - 1) if out > 1 else 0.0,
         e2e_s=e2e,
@@ -345,13 +365,13 @@ def _decode_at(running: list[_Live], k: int, done: list[_Live]) -> int:
     """Every decoding request verifies k drafts and accepts its run's first min(run, k);
     returns the drafts accepted in the step, summed."""
     total = 0
+    base = k * running[0].width if running else 0
     for live in running:
         pos = live.pos
         a = live.runs[pos]
         if a > k:
             a = k
-        live.hist[a] += 1
-        live.dhist[k] += 1
+        live.joint[base + a] += 1
         total += a
         pos += a + 1
         if pos >= live.out:
@@ -369,8 +389,7 @@ def _decode_own(running: list[_Live], done: list[_Live]) -> None:
         a = live.runs[pos]
         if a > k:
             a = k
-        live.hist[a] += 1
-        live.dhist[k] += 1
+        live.joint[k * live.width + a] += 1
         pos += a + 1
         if pos >= live.out:
             pos = live.out

@@ -36,6 +36,17 @@ def speculation_outcome(k: int, metrics: Any | None) -> SpeculationOutcome:
     drafted_per_position = (
         tuple(sum(1 for n in drafted if n > d) for d in range(depth)) if drafted else ()
     )
+    # Position d+1 was tried in a step that drafted past d and accepted positions 1..d:
+    # the joint count, which the two marginals cannot give once steps differ in depth.
+    per_step_accepted: list[int] = list(getattr(metrics, "per_step_accepted", []) or [])
+    tried_per_position = (
+        tuple(
+            sum(1 for n, a in zip(drafted, per_step_accepted, strict=True) if n > d and a >= d)
+            for d in range(depth)
+        )
+        if drafted and len(per_step_accepted) == len(drafted)
+        else ()
+    )
     return SpeculationOutcome(
         k=k,
         verify_steps=steps,
@@ -43,6 +54,7 @@ def speculation_outcome(k: int, metrics: Any | None) -> SpeculationOutcome:
         accepted_tokens=accepted,
         accepted_per_position=_trim(accepted_per_position, k),
         drafted_per_position=_trim(drafted_per_position, k),
+        tried_per_position=_trim(tried_per_position, k),
     )
 
 

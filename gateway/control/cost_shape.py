@@ -76,3 +76,51 @@ def borrowed_shape(
             growth = min(2.0, max(MIN_GROWTH, ratio ** (1.0 / span)))
             excess.append(min(float(k), last[k] * growth**doublings))
     return tuple(1.0 + e for e in excess)
+
+
+#: Filed (forgetting) samples each of at least two depths of an extrapolated bucket
+#: needs before their means rescale the lent shape (`fitted_shape`).
+FIT_SAMPLES = 16.0
+
+
+def fitted_shape(
+    shapes: dict[int, list[float]],
+    bucket: int,
+    max_k: int,
+    table: list[list[float]] | None,
+) -> tuple[float, ...] | None:
+    """`borrowed_shape`, with the excess of a bucket above every measured one rescaled
+    to the means its own traffic filed.
+
+    Above the largest measured bucket M the growth g per doubling is a guess (MIN_GROWTH
+    where the measured buckets show none; a flat MLA target keeps its batch-16 excess at
+    batch 64, a dense one grows it by 1.2-1.5 per doubling). Traffic there runs at one or
+    two depths, so it can measure the shape's scale though not its k = 0: with m_k the
+    bucket's mean at depth k and e_k the lent excess, the weighted least-squares line
+    m_k = z + beta * e_k over the depths with at least FIT_SAMPLES gives the scale
+    lambda = beta / z, and the excess becomes lambda * e_k, kept between M's own excess
+    (flat) and min(k, e_M(k) * 2^doublings) (compute bound)."""
+    lent = borrowed_shape(shapes, bucket, max_k)
+    if lent is None or table is None or any(m > bucket for m in shapes):
+        return lent
+    rows = [(n, t / n, lent[k] - 1.0) for k, (n, t) in enumerate(table) if n >= FIT_SAMPLES]
+    if len(rows) < 2:
+        return lent
+    w = sum(n for n, _, _ in rows)
+    e_bar = sum(n * e for n, _, e in rows) / w
+    m_bar = sum(n * m for n, m, _ in rows) / w
+    see = sum(n * (e - e_bar) ** 2 for n, _, e in rows)
+    if see <= 1e-12:
+        return lent
+    beta = sum(n * (e - e_bar) * (m - m_bar) for n, m, e in rows) / see
+    z = m_bar - beta * e_bar
+    if z <= 0:
+        return lent
+    scale = beta / z
+    top = max(shapes)
+    doublings = math.log2(bucket) - math.log2(top)
+    flat = shapes[top]
+    return tuple(
+        1.0 + min(max(scale * (r - 1.0), flat[k]), min(float(k), flat[k] * 2.0**doublings))
+        for k, r in enumerate(lent)
+    )

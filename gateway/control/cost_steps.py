@@ -38,7 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine.interface import RequestOutcome
-from gateway.control.cost_shape import borrowed_shape, is_measured, measured_shapes
+from gateway.control.cost_shape import fitted_shape, is_measured, measured_shapes
 
 BUCKETS: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 #: Samples of a bucket between two refits of its line, once it has this many.
@@ -371,7 +371,7 @@ class StepCosts:
             # (a measured one keeps its own: the other buckets' shapes are not needed).
             shape = None
             if table is None or not is_measured(table):
-                shape = borrowed_shape(measured_shapes(self.per_k), bucket, self.max_k)
+                shape = fitted_shape(measured_shapes(self.per_k), bucket, self.max_k, table)
             if shape is not None:
                 # Its level from the depths it has samples at, each read through the
                 # shape (cost(0) = mean_k / shape_k), not from the prior slope's line.

@@ -21,12 +21,23 @@ _SCALARS = ("requests", "steps", "accepted", "drafted", "output_tokens")
 def position_counts(spec: SpeculationOutcome, positions: int) -> tuple[list[int], list[int]]:
     """(accepted, trials) per draft position of one request, at most `positions` long.
 
-    Without `drafted_per_position` every verify step is taken to have drafted all
-    k positions (vLLM drafts k tokens per step unless the request is about to end).
+    With `tried_per_position` (the joint count) the trials are exact. Without it they
+    are bounded by the marginals: min(accepted at d - 1, drafted at d), exact while every
+    step drafted the same depth, too many where the depth moved between steps (steps
+    that accepted d - 1 at depth d - 1 never tried d). Without `drafted_per_position`
+    every verify step is taken to have drafted all k positions (vLLM drafts k tokens
+    per step unless the request is about to end).
     """
     depth = min(max(spec.k, len(spec.accepted_per_position)), positions)
     accepted = [0] * depth
     trials = [0] * depth
+    tried = spec.tried_per_position
+    if tried:
+        for d in range(min(depth, len(tried))):
+            trials[d] = tried[d]
+            acc = spec.accepted_per_position[d] if d < len(spec.accepted_per_position) else 0
+            accepted[d] = max(0, min(acc, tried[d]))
+        return accepted, trials
     previous = spec.verify_steps
     for d in range(depth):
         if spec.drafted_per_position:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
 from bench.twin.costs import StepCosts
-from bench.twin.engine import Plan, VirtualClock, simulate
-from bench.twin.modes.static import NoSpec, PerRequestDepths, Static
+from bench.twin.engine import LiveRequest, Plan, VirtualClock, simulate
+from bench.twin.modes.static import EngineWide, NoSpec, PerRequestDepths, Static
 from bench.twin.records import RunResult
 from bench.twin.requests import TwinRequest, build_requests, class_counts, poisson_times
 from bench.twin.schema import Profile, load_workload
@@ -147,6 +148,44 @@ def test_outcome_counts_as_vllm_per_request_metrics() -> None:
     assert spec.drafted_per_position == (6, 6, 6)
     assert outcome.decode_steps == 7
     assert outcome.e2e_s > outcome.ttft_s > 0
+
+
+class _Alternating(EngineWide):
+    """One depth per step for the whole batch: 1, 3, 1, 3, ...; keeps the outcomes."""
+
+    observes = True
+
+    def __init__(self) -> None:
+        self.steps = 0
+        self.outcomes: list[RequestOutcome] = []
+
+    def arrive(self, request: TwinRequest, running: int, queued: int) -> Plan:
+        return Plan(3)
+
+    def step_depth(self, batch: int, running: Sequence[LiveRequest] = ()) -> int:
+        self.steps += 1
+        return 1 if self.steps % 2 else 3
+
+    def finish(self, plan: Plan, outcome: RequestOutcome | None) -> None:
+        assert outcome is not None
+        self.outcomes.append(outcome)
+
+
+def test_steps_of_different_depths_report_the_joint_trials() -> None:
+    source = _Alternating()
+    runs = [0, 2, 0, 0, 3, 0, 0, 0, 1, 0, 2, 0, 0, 0]
+    _run([_request(0, runs)], source)
+    (outcome,) = source.outcomes
+    spec = outcome.speculation
+    # pos 1 at depth 1: a = 1 -> 3; pos 3 at 3: 0 -> 4; pos 4 at 1: 1 -> 6; pos 6 at 3:
+    # 0 -> 7; pos 7 at 1: 0 -> 8; pos 8 at 3: 1 -> 10; pos 10 at 1: 1 -> 12; pos 12 at
+    # 3: 0 -> 13; pos 13 at 1: 0 -> 14. Nine steps: depth 1 (a = 1, 1, 0, 1, 0), depth 3
+    # (a = 0, 0, 1, 0).
+    assert spec.verify_steps == 9
+    assert spec.accepted_per_position == (4, 0, 0)
+    assert spec.drafted_per_position == (9, 4, 4)
+    # Position 2 was tried only in the depth-3 step that accepted position 1.
+    assert spec.tried_per_position == (9, 1, 0)
 
 
 def test_common_random_numbers_depend_on_seed_and_index_only() -> None:

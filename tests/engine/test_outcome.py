@@ -74,3 +74,27 @@ def test_request_outcome_timings_and_decode_steps() -> None:
     # 6 verify steps gave 6 + 8 accepted tokens; the other 5 came one per plain step.
     assert outcome.speculation.accepted_tokens == 8
     assert outcome.decode_steps == 6 + 5
+
+
+def test_tried_per_position_is_the_joint_count_of_steps_of_different_depths() -> None:
+    """A one-draft first step, then steps at k = 3 (`detailed` metrics): position 2 was
+    tried only in steps that drafted it and accepted position 1."""
+    drafted = [1, 3, 3, 3, 3]
+    accepted = [1, 3, 0, 1, 2]
+    metrics = RequestSpecDecodeMetrics(
+        num_spec_tokens=3,
+        histogram=[1, 2, 1, 1],
+        num_draft_tokens=sum(drafted),
+        per_step_accepted=accepted,
+        per_step_drafted=drafted,
+    )
+    spec = speculation_outcome(3, metrics)
+    assert spec.accepted_per_position == (4, 2, 1)
+    assert spec.drafted_per_position == (5, 4, 4)
+    # Position 2: steps 2, 4, 5 (drafted 3, accepted >= 1); position 3: steps 2, 5.
+    assert spec.tried_per_position == (5, 3, 2)
+
+
+def test_summary_metrics_have_no_joint_count() -> None:
+    metrics = RequestSpecDecodeMetrics(num_spec_tokens=2, histogram=[1, 1, 2], num_draft_tokens=8)
+    assert speculation_outcome(2, metrics).tried_per_position == ()
