@@ -83,7 +83,7 @@ def vllm_command(settings: Any, port: int) -> list[str]:
     """The `vllm serve` equivalent of the gateway's engine for these settings."""
     from vllm.engine.arg_utils import AsyncEngineArgs
 
-    from engine.vllm.engine import engine_args
+    from engine.vllm.engine_args import engine_args
 
     changed = changed_engine_args(engine_args(settings), AsyncEngineArgs())
     model = str(changed.pop("model"))

@@ -22,10 +22,8 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from vllm import SamplingParams
-from vllm.engine.arg_utils import AsyncEngineArgs
 from vllm.exceptions import VLLMClientError
 from vllm.inputs import TokensPrompt
-from vllm.platforms import current_platform
 from vllm.sampling_params import RequestOutputKind
 from vllm.v1.engine.async_llm import AsyncLLM
 from vllm.v1.engine.exceptions import EngineDeadError as VLLMEngineDeadError
@@ -45,65 +43,14 @@ from engine.interface import (
 )
 from engine.settings import EngineSettings
 from engine.vllm.depth_zero_params import serve_depth_zero_params
+from engine.vllm.engine_args import engine_args
 from engine.vllm.expand_fix import ExpandState
 from engine.vllm.outcome import request_outcome
 from engine.vllm.preflight import preflight
+from engine.vllm.sigterm import cancelled_on_sigterm
 from engine.vllm.stats import EngineActivity, quiet_step_lines
 
 log = logging.getLogger(__name__)
-
-
-#: Default block size where vLLM's is too coarse for EAGLE's prefix-cache rule:
-#: a hit recomputes its last matched block, 128 tokens on vLLM's CPU platform.
-#: Embedded model, a repeated ~920-token prompt at k = 4: 252 ms to the first token
-#: with 128-token blocks, 103 ms with 32 (`python -m bench.prefix_cache`); same decode time.
-_CPU_BLOCK_SIZE = {"cpu": 32}
-
-
-def engine_args(settings: EngineSettings) -> AsyncEngineArgs:
-    """vLLM engine arguments for these settings (K from the drafter's presence)."""
-    target, drafter = settings.resolved_models()
-    speculative: dict[str, Any] | None = None
-    if drafter is not None and settings.max_depth > 0:
-        speculative = {
-            "method": "eagle3",
-            "model": str(drafter),
-            "num_speculative_tokens": settings.max_depth,
-        }
-        if settings.spec_tokens_per_batch_size:
-            speculative["num_speculative_tokens_per_batch_size"] = [
-                list(row) for row in settings.spec_tokens_per_batch_size
-            ]
-    # (class, async_scheduling): `auto` leaves the mode to vLLM and the class follows it.
-    scheduler, async_scheduling = {
-        "sync": ("SpecDepthScheduler", False),
-        "async": ("AsyncSpecDepthScheduler", True),
-        "auto": ("AutoSpecDepthScheduler", None),
-    }[settings.scheduler]
-    kwargs: dict[str, Any] = dict(
-        model=str(target),
-        served_model_name=[settings.served_model_name],
-        speculative_config=speculative,
-        scheduler_cls=f"engine.vllm.scheduler.{scheduler}",
-        async_scheduling=async_scheduling,
-        per_request_spec_decode_metrics=settings.per_request_metrics if speculative else "none",
-        dtype=settings.dtype,
-        max_model_len=settings.max_model_len,
-        max_num_seqs=settings.max_num_seqs,
-        enforce_eager=settings.enforce_eager,
-        seed=settings.seed,
-        disable_log_stats=False,
-        worker_extension_cls="engine.vllm.worker.SpecGatewayWorker",
-    )
-    block_size = settings.block_size or _CPU_BLOCK_SIZE.get(current_platform.device_type)
-    if block_size is not None:
-        kwargs["block_size"] = block_size
-    if settings.tensor_parallel_size > 1:
-        kwargs["tensor_parallel_size"] = settings.tensor_parallel_size
-    if settings.gpu_memory_utilization != 0.9:
-        kwargs["gpu_memory_utilization"] = settings.gpu_memory_utilization
-    kwargs.update(settings.extra_args)
-    return AsyncEngineArgs(**kwargs)
 
 
 class VLLMEngine:
@@ -139,36 +86,37 @@ class VLLMEngine:
         model and a drafter that does not fit the target (`engine.vllm.preflight`).
         """
         await asyncio.to_thread(preflight, settings)
-        # vLLM's CPU backend reads the KV-cache size from the environment at start.
-        os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(settings.kv_cache_gib)
-        activity = EngineActivity()
-        args = engine_args(settings)
-        if not settings.extra_args.get("enable_logging_iteration_details"):
-            quiet_step_lines()  # the scheduler times every step (`engine.vllm.step_clock`)
-        llm = AsyncLLM.from_engine_args(args, stat_loggers=[activity.logger_factory()])
-        k_max = settings.max_depth if args.speculative_config else 0
-        engine = cls(llm, settings, activity, k_max)
-        engine._on_outcome = on_outcome
-        try:
-            if k_max > 0:
-                states = await llm.collective_rpc("specgw_fix_expand")
-                engine.expand_kernel = (
-                    "broken" if "broken" in states else "fixed" if "fixed" in states else "ok"
-                )
-                engine.depth_zero_params = await serve_depth_zero_params(llm)
-                if not engine.depth_zero_params:  # Model Runner V2: vLLM's 400 stays
-                    log.info("min_p and logit_bias at depth 0 unavailable on this model runner")
-            if k_max > 0 and settings.skip_drafter_at_k0:
-                installed = await llm.collective_rpc("specgw_install_draft_skip")
-                engine.draft_skip = bool(installed) and all(installed)
-                if not engine.draft_skip:
-                    # Model Runner V2 (CUDA): k = 0 steps still run the drafter's KV pass.
-                    log.info("drafter skip at depth 0 unavailable on this model runner")
-            await engine._warm_up()
-            engine._ready = True
-            yield engine
-        finally:
-            await engine.shutdown()
+        with cancelled_on_sigterm():  # `pkill` must not orphan the core and workers
+            # vLLM's CPU backend reads the KV-cache size from the environment at start.
+            os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(settings.kv_cache_gib)
+            activity = EngineActivity()
+            args = engine_args(settings)
+            if not settings.extra_args.get("enable_logging_iteration_details"):
+                quiet_step_lines()  # the scheduler times every step (`engine.vllm.step_clock`)
+            llm = AsyncLLM.from_engine_args(args, stat_loggers=[activity.logger_factory()])
+            k_max = settings.max_depth if args.speculative_config else 0
+            engine = cls(llm, settings, activity, k_max)
+            engine._on_outcome = on_outcome
+            try:
+                if k_max > 0:
+                    states = await llm.collective_rpc("specgw_fix_expand")
+                    engine.expand_kernel = (
+                        "broken" if "broken" in states else "fixed" if "fixed" in states else "ok"
+                    )
+                    engine.depth_zero_params = await serve_depth_zero_params(llm)
+                    if not engine.depth_zero_params:  # Model Runner V2: vLLM's 400 stays
+                        log.info("min_p and logit_bias at depth 0 unavailable on this model runner")
+                if k_max > 0 and settings.skip_drafter_at_k0:
+                    installed = await llm.collective_rpc("specgw_install_draft_skip")
+                    engine.draft_skip = bool(installed) and all(installed)
+                    if not engine.draft_skip:
+                        # Model Runner V2 (CUDA): k = 0 steps still run the drafter's KV pass.
+                        log.info("drafter skip at depth 0 unavailable on this model runner")
+                await engine._warm_up()
+                engine._ready = True
+                yield engine
+            finally:
+                await engine.shutdown()
 
     _on_outcome: OutcomeCallback | None = None
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from engine.settings import EngineSettings
-from engine.vllm.engine import engine_args
+from engine.vllm.engine_args import engine_args
 from engine.vllm.model_source import check_fit, model_source, read_config
 from engine.vllm.preflight import EngineSettingsError, check_schedule
 from engine.vllm.scheduler import AutoSpecDepthScheduler

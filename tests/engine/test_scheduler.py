@@ -22,7 +22,7 @@ from vllm.v1.structured_output import StructuredOutputManager
 
 from engine.interface import SPEC_CAP_ARG, SPEC_DEPTH_ARG
 from engine.settings import EngineSettings
-from engine.vllm.engine import engine_args
+from engine.vllm.engine_args import engine_args
 from engine.vllm.scheduler import (
     AsyncSpecDepthScheduler,
     AutoSpecDepthScheduler,
