@@ -31,6 +31,8 @@ class StepCosts:
     prefill_drafter_s: float
     first_extra_s: tuple[float, ...]
     noise: tuple[float, ...] = (1.0,)
+    #: Per-request depths verify the step's deepest k, k = 0 none (`Profile.batch_depth`).
+    uniform: bool = False
 
     @classmethod
     def of(cls, profile: Profile, max_running: int) -> StepCosts:
@@ -47,6 +49,7 @@ class StepCosts:
             profile.prefill_ms_per_token.target / 1000.0,
             profile.prefill_ms_per_token.drafter / 1000.0,
             tuple(profile.first_token_extra(k) / 1000.0 for k in range(k_max + 1)),
+            uniform=profile.batch_depth == "uniform",
         )
 
     def with_noise(self, sigma: float, seed: int) -> StepCosts:

@@ -16,8 +16,9 @@ newcomer's prefill costs its prompt tokens at the target's rate, plus the
 drafter's where the depth source says the drafter prefills it; the first
 drafts of the newcomers run as one batched pass, so the step pays the largest
 first-token extra among them. Each decoding request at depth k_i <= D verifies
-k_i drafts and accepts min(run, k_i) of them (`bench.twin.requests`), emitting
-accepted + 1 tokens, capped at the tokens it has left. A step with newcomers is
+k_i drafts (on a `uniform` profile D where k_i > 0, as CUDA's FULL decode graphs
+make it: `engine/vllm/batch_depth.py`) and accepts min(run, drafts) of them
+(`bench.twin.requests`), emitting accepted + 1 tokens, capped at the tokens it has left. A step with newcomers is
 reported with `prefill_requests > 0` (the cost model files no such step).
 
 A mode is a `DepthSource`: the engine asks it for each request's depth at
@@ -221,10 +222,13 @@ def simulate(
     """Replay `requests` through the engine under one mode; see the module docstring.
 
     A source with `fixed_depths` (its plans' depths hold for each request's life and it
-    reads nothing of the run) is replayed by `bench.twin.engine_fixed`, to the same result.
+    reads nothing of the run) is replayed by `bench.twin.engine_fixed`, to the same result,
+    unless its requests' depths differ and the profile verifies them uniformly.
     """
     arrivals = Arrivals(requests, times, clients)
-    if getattr(source, "fixed_depths", False) and not source.observes:
+    # Under the uniform rule a request's drafts follow its batch-mates' depths.
+    fixed = getattr(source, "fixed_depths", False) and not source.observes
+    if fixed and (source.engine_wide or not costs.uniform):
         return simulate_fixed(requests, source, costs, clock, arrivals, max_running, noise_start)
     waiting: deque[_Live] = deque()
     running: list[_Live] = []
@@ -317,11 +321,15 @@ def _step(
             depth = source.step_depth(b, running)
             drafts = b * depth
         else:
+            drafting = 0
             for live in running:
                 k = live.k
                 drafts += k
+                drafting += k > 0
                 if k > depth:
                     depth = k
+            if costs.uniform:
+                drafts = drafting * depth
         seconds = costs.spec[b][depth] if source.drafter else costs.no_spec[b]
     else:
         seconds = 0.0
@@ -342,6 +350,8 @@ def _step(
         accepted_sum = _decode_at(running, depth, done)
         if b:
             source.verified(b, depth, accepted_sum)
+    elif costs.uniform:
+        _decode_uniform(running, depth, done)
     else:
         _decode_own(running, done)
     if source.observes:
@@ -395,6 +405,19 @@ def _decode_own(running: list[_Live], done: list[_Live]) -> None:
             pos = live.out
             done.append(live)
         live.pos = pos
+
+
+def _decode_uniform(running: list[_Live], depth: int, done: list[_Live]) -> None:
+    """`_decode_own` under the uniform rule: each request with k > 0 verifies `depth`
+    (the step's deepest k), each at k = 0 none (`engine/vllm/batch_depth.py`)."""
+    drafting = [live for live in running if live.k > 0]
+    if len(drafting) < len(running):
+        _decode_at([live for live in running if live.k == 0], 0, done)
+    _decode_at(drafting, depth, done)
+    # `_decode_at` appends in its own order: keep the batch's (records and outcomes follow it).
+    if done:
+        order = {id(live): i for i, live in enumerate(running)}
+        done.sort(key=lambda live: order[id(live)])
 
 
 def _record(live: _Live, last_t: float) -> RequestRecord:

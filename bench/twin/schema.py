@@ -81,6 +81,11 @@ class Profile(_Strict):
     acceptance_rate_per_pos: list[Annotated[float, Field(ge=0, le=1)]] | None = None
     #: The workload (by name) this profile runs by default (`python -m bench twin`).
     workload: str | None = None
+    #: How a step's requests verify under modes that give each request its own k
+    #: (`engine/vllm/batch_depth.py`): `per-request`, each its own k (the CPU engine);
+    #: `uniform`, every drafting request the step's deepest k, k = 0 none (CUDA with
+    #: FULL decode graphs, vLLM's default).
+    batch_depth: Literal["per-request", "uniform"] = "per-request"
     notes: str = ""
 
     @field_validator("batch_stats")

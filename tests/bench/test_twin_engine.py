@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -236,3 +237,21 @@ def test_poisson_times_have_the_rate() -> None:
     assert times[0] == 0.0
     assert times[-1] / 4000 == pytest.approx(1 / 20.0, rel=0.05)
     assert times == poisson_times(20.0, 4001, seed=1)
+
+
+def test_a_uniform_profile_verifies_the_steps_deepest_k_for_every_drafting_request() -> None:
+    """CUDA's FULL decode graphs: a request at k = 1 beside one at k = 3 verifies 3 drafts,
+    one at k = 0 none (`engine/vllm/batch_depth.py`); per-request, it verifies its own 1."""
+    runs = [0] + [3] * 11
+    requests = [_request(0, runs), _request(1, runs), _request(2, runs)]
+    depths = {0: 1, 1: 3, 2: 0}
+    uniform = replace(COSTS, uniform=True)
+    for costs, drafts in ((COSTS, 1), (uniform, 3)):
+        for fixed in (False, True):
+            source = PerRequestDepths(lambda r: depths[r.index], fixed_depths=fixed)
+            result = simulate(requests, source, costs, VirtualClock(), clients=3)
+            by_index = {r.index: r for r in result.records}
+            # Every draft is accepted (runs of 3): tokens per step are drafts + 1.
+            assert by_index[0].draft_tokens == drafts * by_index[0].verify_steps
+            assert by_index[0].accepted_tokens == by_index[0].draft_tokens
+            assert by_index[2].draft_tokens == 0

@@ -11,7 +11,9 @@ the controller's relative step costs at that batch size
 (`CostModel.relative_costs`), plus, in a step that newcomers enter, their first
 drafts at that depth (`CostModel.first_token`: the engine drafts every newcomer's
 first chain at the step's depth), with the guard that no request loses by the
-depth (`GUARD`). No hindsight: the rule reads only what the controller has learned.
+depth (`GUARD`); a step of one class holding one of the plane's probes (`explored`) runs
+at least at the probe's depth, so positions past the class's vote keep getting trials. No
+hindsight: the rule reads only what the controller has learned.
 
 Every request drafts the step's depth (the drafter prefills every prompt: Model
 Runner V2 drafts the step's depth for the whole batch); the rule would leave out
@@ -73,9 +75,15 @@ class AdaptiveStep(AdaptiveControl):
 
     def arrive(self, request: TwinRequest, running: int, queued: int) -> Plan:
         plan = super().arrive(request, running, queued)
-        class_id = plan.handle[1].class_id
+        planned = plan.handle[1]
         costs = self._controller.cost_model.relative_costs(running + 1)
-        solo = choose_step_depth([(self._acceptance(class_id), 1)], costs, self._guard).depth
+        acceptance = self._acceptance(planned.class_id)
+        solo = choose_step_depth([(acceptance, 1)], costs, self._guard).depth
+        decision = planned.plan.decision
+        if decision is not None and decision.explored and planned.k > solo:
+            # The plane's probe keeps its depth (`step_depth`): a class whose steps never
+            # run past its vote would never try, and so never re-learn, the deeper positions.
+            return Plan(planned.k, None, plan.handle, solo)
         return Plan(solo, None, plan.handle, solo)
 
     def prefills_drafter(self, k: int) -> bool:
@@ -87,15 +95,22 @@ class AdaptiveStep(AdaptiveControl):
 
     def step_depth(self, batch: int, running: Sequence[LiveRequest] = ()) -> int:
         counts: dict[str, int] = {}  # insertion order: the batch's, so deterministic
+        probe = 0
         for live in running:
-            class_id = live.plan.handle[1].class_id
+            plan = live.plan
+            class_id = plan.handle[1].class_id
             counts[class_id] = counts.get(class_id, 0) + 1
+            if plan.k > probe and plan.k != plan.chosen:
+                probe = plan.k
         groups = [(self._acceptance(c), n) for c, n in counts.items()]
         costs = self._step_costs(batch)
         if not self._same_inputs(groups, costs):
             self._last = (groups, costs)
             self._last_depth = choose_step_depth(groups, costs, self._guard).depth
-        self._depth = self._last_depth
+        # A probe runs the step at its depth only where its class is the whole step: in
+        # a mixed batch every request would pay for it (c(B, probe) against c(B, d)), and
+        # there the other classes' deeper votes already try those positions.
+        self._depth = max(self._last_depth, probe) if len(counts) == 1 else self._last_depth
         return self._depth
 
     def _same_inputs(
