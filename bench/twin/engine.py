@@ -18,8 +18,9 @@ drafts of the newcomers run as one batched pass, so the step pays the largest
 first-token extra among them. Each decoding request at depth k_i <= D verifies
 k_i drafts (on a `uniform` profile D where k_i > 0, as CUDA's FULL decode graphs
 make it: `engine/vllm/batch_depth.py`) and accepts min(run, drafts) of them
-(`bench.twin.requests`), emitting accepted + 1 tokens, capped at the tokens it has left. A step with newcomers is
-reported with `prefill_requests > 0` (the cost model files no such step).
+(`bench.twin.requests`), emitting accepted + 1 tokens, capped at the tokens it has
+left. A step with newcomers is reported with `prefill_requests > 0` (the cost model
+files no such step).
 
 A mode is a `DepthSource`: the engine asks it for each request's depth at
 arrival, for one depth per step where the mode is engine-wide, and tells it of
@@ -36,9 +37,10 @@ from typing import Any, NamedTuple, Protocol
 from bench.twin.arrivals import Arrivals
 from bench.twin.costs import StepCosts
 from bench.twin.engine_fixed import simulate_fixed
+from bench.twin.live import Live, decode_at, decode_own, decode_uniform, outcome_of, record_of
 from bench.twin.records import RequestRecord, RunResult
 from bench.twin.requests import TwinRequest
-from engine.interface import EngineStep, RequestOutcome, SpeculationOutcome
+from engine.interface import EngineStep, RequestOutcome
 
 #: vLLM's default `max_num_seqs`: requests beyond it wait outside the batch.
 MAX_RUNNING = 256
@@ -110,104 +112,6 @@ class DepthSource(Protocol):
     def finish(self, plan: Plan, outcome: RequestOutcome | None) -> None: ...
 
 
-class _Live:
-    """One request in the engine (mutable, per run)."""
-
-    __slots__ = (
-        "enter_t",
-        "first_t",
-        "joint",
-        "k",
-        "load",
-        "out",
-        "plan",
-        "pos",
-        "prefill_s",
-        "request",
-        "runs",
-        "start_t",
-        "width",
-    )
-
-    def __init__(
-        self, request: TwinRequest, plan: Plan, start_t: float, depth: int, load: int
-    ) -> None:
-        self.request = request
-        #: The batch it was planned for: requests in the engine at arrival, itself included.
-        self.load = load
-        self.plan = plan
-        self.k = plan.k
-        self.runs = request.runs
-        self.out = request.output_tokens
-        self.pos = 0
-        self.start_t = start_t
-        self.enter_t = start_t
-        self.first_t = 0.0
-        self.prefill_s = 0.0
-        #: Decode steps by (drafts made, drafts accepted), at drafts * width + accepted:
-        #: vLLM's per-request histogram and its per-step drafts, jointly (a step at k = 0
-        #: counts at (0, 0)). The totals and per-position counts come from it
-        #: (`totals`, `outcome_of`): one increment is the decode loop's whole bookkeeping.
-        self.width = depth + 1
-        self.joint = [0] * (self.width * self.width)
-
-    def hists(self) -> tuple[list[int], list[int]]:
-        """(steps by drafts accepted, steps by drafts made)."""
-        w, joint = self.width, self.joint
-        made = [sum(joint[n * w : (n + 1) * w]) for n in range(w)]
-        accepted = [sum(joint[n * w + a] for n in range(w)) for a in range(w)]
-        return accepted, made
-
-    def totals(self) -> tuple[int, int, int, int]:
-        """(decode steps, verify steps, drafts made, drafts accepted) so far."""
-        hist, dhist = self.hists()
-        steps = sum(dhist)
-        drafted = sum(d * n for d, n in enumerate(dhist))
-        accepted = sum(a * n for a, n in enumerate(hist))
-        return steps, steps - dhist[0], drafted, accepted
-
-
-def outcome_of(live: _Live, last_t: float) -> RequestOutcome:
-    """The request's outcome as vLLM's per-request metrics report it (`engine.vllm.outcome`):
-    per-position counts from the accepted histogram (a suffix sum), from the drafts
-    made per verify step, and jointly (`tried_per_position`), all trimmed to the
-    request's k, or to the deepest step it verified where a per-step depth ran it deeper."""
-    k = live.plan.k
-    w = live.width
-    depth = w - 1
-    joint = live.joint
-    hist, dhist = live.hists()
-    steps, verify, drafted, accepted = live.totals()
-    deepest = max((d for d in range(1, depth + 1) if dhist[d]), default=0)
-    trim = max(k, deepest)
-    accepted_pos = tuple(sum(hist[d + 1 :]) for d in range(depth))[:trim] if verify else ()
-    drafted_pos = tuple(sum(dhist[d + 1 :]) for d in range(depth))[:trim] if verify else ()
-    tried_pos = (
-        tuple(
-            sum(joint[n * w + a] for n in range(d + 1, w) for a in range(d, n + 1))
-            for d in range(depth)
-        )[:trim]
-        if verify
-        else ()
-    )
-    out = live.out
-    ttft = live.first_t - live.enter_t
-    e2e = last_t - live.enter_t
-    return RequestOutcome(
-        request_id=f"twin-{live.request.index}",
-        prompt_tokens=live.request.prompt_tokens,
-        output_tokens=out,
-        finish_reason="length",
-        speculation=SpeculationOutcome(
-            k, verify, drafted, accepted, accepted_pos, drafted_pos, tried_pos
-        ),
-        ttft_s=ttft,
-        tpot_s=(e2e - ttft) / (out - 1) if out > 1 else 0.0,
-        e2e_s=e2e,
-        decode_steps=steps + 1,
-    )
-
-
 def simulate(
     requests: list[TwinRequest],
     source: DepthSource,
@@ -230,8 +134,8 @@ def simulate(
     fixed = getattr(source, "fixed_depths", False) and not source.observes
     if fixed and (source.engine_wide or not costs.uniform):
         return simulate_fixed(requests, source, costs, clock, arrivals, max_running, noise_start)
-    waiting: deque[_Live] = deque()
-    running: list[_Live] = []
+    waiting: deque[Live] = deque()
+    running: list[Live] = []
     records: list[RequestRecord] = []
     clock.now = 0.0
     steps = 0
@@ -241,7 +145,7 @@ def simulate(
     observes = source.observes
     while True:
         now = clock.now
-        newcomers: list[_Live] = []
+        newcomers: list[Live] = []
         if waiting:
             _admit(waiting, running, newcomers, source, costs, now, max_running)
         if arrivals.next_at <= now:
@@ -251,7 +155,7 @@ def simulate(
                 # Planned at arrival with the load it sees, admitted at once if there is room.
                 in_engine = len(running) + len(newcomers)
                 plan = source.arrive(request, in_engine, len(waiting))
-                waiting.append(_Live(request, plan, at, depth, in_engine + 1))
+                waiting.append(Live(request, plan, at, depth, in_engine + 1))
                 _admit(waiting, running, newcomers, source, costs, now, max_running)
         if not running and not newcomers:
             later = arrivals.next_time()
@@ -264,7 +168,7 @@ def simulate(
         done = _step(running, newcomers, source, costs, clock, jitter)
         for live in done:
             last = clock.now
-            records.append(_record(live, last))
+            records.append(record_of(live, last))
             source.finish(live.plan, outcome_of(live, last) if observes else None)
             arrivals.freed()
     makespan = clock.now - (first_arrival or 0.0)
@@ -272,9 +176,9 @@ def simulate(
 
 
 def _admit(
-    waiting: deque[_Live],
-    running: list[_Live],
-    newcomers: list[_Live],
+    waiting: deque[Live],
+    running: list[Live],
+    newcomers: list[Live],
     source: DepthSource,
     costs: StepCosts,
     now: float,
@@ -302,13 +206,13 @@ def _admit(
 
 
 def _step(
-    running: list[_Live],
-    newcomers: list[_Live],
+    running: list[Live],
+    newcomers: list[Live],
     source: DepthSource,
     costs: StepCosts,
     clock: VirtualClock,
     jitter: float = 1.0,
-) -> list[_Live]:
+) -> list[Live]:
     """Run one engine step, its time times `jitter`; returns the requests that finished
     in it (in batch order)."""
     b = len(running)
@@ -345,15 +249,15 @@ def _step(
     seconds *= jitter
     clock.now += seconds
     now = clock.now
-    done: list[_Live] = []
+    done: list[Live] = []
     if engine_wide:
-        accepted_sum = _decode_at(running, depth, done)
+        accepted_sum = decode_at(running, depth, done)
         if b:
             source.verified(b, depth, accepted_sum)
     elif costs.uniform:
-        _decode_uniform(running, depth, done)
+        decode_uniform(running, depth, done)
     else:
-        _decode_own(running, done)
+        decode_own(running, done)
     if source.observes:
         prefill_tokens = 0
         for live in newcomers:
@@ -369,73 +273,3 @@ def _step(
         else:
             running.append(live)
     return done
-
-
-def _decode_at(running: list[_Live], k: int, done: list[_Live]) -> int:
-    """Every decoding request verifies k drafts and accepts its run's first min(run, k);
-    returns the drafts accepted in the step, summed."""
-    total = 0
-    base = k * running[0].width if running else 0
-    for live in running:
-        pos = live.pos
-        a = live.runs[pos]
-        if a > k:
-            a = k
-        live.joint[base + a] += 1
-        total += a
-        pos += a + 1
-        if pos >= live.out:
-            pos = live.out
-            done.append(live)
-        live.pos = pos
-    return total
-
-
-def _decode_own(running: list[_Live], done: list[_Live]) -> None:
-    """`_decode_at` with each request at its own k."""
-    for live in running:
-        k = live.k
-        pos = live.pos
-        a = live.runs[pos]
-        if a > k:
-            a = k
-        live.joint[k * live.width + a] += 1
-        pos += a + 1
-        if pos >= live.out:
-            pos = live.out
-            done.append(live)
-        live.pos = pos
-
-
-def _decode_uniform(running: list[_Live], depth: int, done: list[_Live]) -> None:
-    """`_decode_own` under the uniform rule: each request with k > 0 verifies `depth`
-    (the step's deepest k), each at k = 0 none (`engine/vllm/batch_depth.py`)."""
-    drafting = [live for live in running if live.k > 0]
-    if len(drafting) < len(running):
-        _decode_at([live for live in running if live.k == 0], 0, done)
-    _decode_at(drafting, depth, done)
-    # `_decode_at` appends in its own order: keep the batch's (records and outcomes follow it).
-    if done:
-        order = {id(live): i for i, live in enumerate(running)}
-        done.sort(key=lambda live: order[id(live)])
-
-
-def _record(live: _Live, last_t: float) -> RequestRecord:
-    request, plan = live.request, live.plan
-    _, verify, drafted, accepted = live.totals()
-    return RequestRecord(
-        request.index,
-        request.class_index,
-        request.phase,
-        request.segment,
-        live.start_t,
-        live.first_t,
-        last_t,
-        live.out,
-        plan.k,
-        plan.k if plan.chosen is None else plan.chosen,
-        verify,
-        drafted,
-        accepted,
-        live.load,
-    )
