@@ -47,20 +47,23 @@ def speculation_outcome(k: int, metrics: Any | None) -> SpeculationOutcome:
         if drafted and len(per_step_accepted) == len(drafted)
         else ()
     )
+    # Positions beyond k are structurally zero for a request capped at k, unless a step
+    # verified it deeper (the uniform rule on CUDA: every drafting request verifies the
+    # step's depth, `engine.vllm.batch_depth`): those positions are evidence too.
+    depth_seen = max(k, max(drafted, default=0))
     return SpeculationOutcome(
         k=k,
         verify_steps=steps,
         draft_tokens=int(metrics.num_draft_tokens),
         accepted_tokens=accepted,
-        accepted_per_position=_trim(accepted_per_position, k),
-        drafted_per_position=_trim(drafted_per_position, k),
-        tried_per_position=_trim(tried_per_position, k),
+        accepted_per_position=_trim(accepted_per_position, depth_seen),
+        drafted_per_position=_trim(drafted_per_position, depth_seen),
+        tried_per_position=_trim(tried_per_position, depth_seen),
     )
 
 
-def _trim(per_position: tuple[int, ...], k: int) -> tuple[int, ...]:
-    """Positions beyond k are structurally zero for a request capped at k."""
-    return per_position[:k] if len(per_position) > k else per_position
+def _trim(per_position: tuple[int, ...], depth: int) -> tuple[int, ...]:
+    return per_position[:depth] if len(per_position) > depth else per_position
 
 
 def timings(stats: Any | None, output_tokens: int) -> tuple[float, float, float]:

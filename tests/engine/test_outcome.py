@@ -98,3 +98,19 @@ def test_tried_per_position_is_the_joint_count_of_steps_of_different_depths() ->
 def test_summary_metrics_have_no_joint_count() -> None:
     metrics = RequestSpecDecodeMetrics(num_spec_tokens=2, histogram=[1, 1, 2], num_draft_tokens=8)
     assert speculation_outcome(2, metrics).tried_per_position == ()
+
+
+def test_a_request_verified_deeper_than_its_k_reports_those_positions() -> None:
+    """The uniform rule (CUDA FULL graphs): a request at k = 1 in steps at depth 3 verified
+    three drafts a step; the positions past its k are reported, not cut."""
+    metrics = RequestSpecDecodeMetrics(
+        num_spec_tokens=4,
+        histogram=[1, 0, 1, 1, 0],
+        num_draft_tokens=9,
+        per_step_accepted=[3, 0, 2],
+        per_step_drafted=[3, 3, 3],
+    )
+    spec = speculation_outcome(1, metrics)
+    assert spec.accepted_per_position == (2, 2, 1)
+    assert spec.drafted_per_position == (3, 3, 3)
+    assert spec.tried_per_position == (3, 2, 2)

@@ -97,6 +97,14 @@ async def test_concurrent_depths_match_no_speculation_greedy(
         # `detailed` metrics: no verify step ever drafted more than k.
         assert all(d <= spec.verify_steps for d in spec.drafted_per_position)
         assert len(spec.drafted_per_position) <= k
+        # The joint count: position 1 is tried in every verify step; position d + 1 in at
+        # most the steps that drafted it and at least those that accepted it.
+        tried = spec.tried_per_position
+        if spec.verify_steps:
+            assert tried[0] == spec.verify_steps
+        assert list(tried) == sorted(tried, reverse=True)
+        for d, n in enumerate(tried):
+            assert spec.accepted_per_position[d] <= n <= spec.drafted_per_position[d]
         if k == 0:
             assert (spec.verify_steps, spec.draft_tokens, spec.acceptance_length) == (0, 0, 1.0)
         else:
