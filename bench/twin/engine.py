@@ -15,9 +15,7 @@ whole step's time is then multiplied by the run's jitter for that step index
 newcomer's prefill costs its prompt tokens at the target's rate, plus the
 drafter's where the depth source says the drafter prefills it; the first
 drafts of the newcomers run as one batched pass, so the step pays the largest
-first-token extra among them (a step with no decoding request drafts at most the
-source's `first_step_cap`, one on the gateway's engine, and its newcomers' first
-verify then holds that many drafts). Each decoding request at depth k_i <= D verifies
+first-token extra among them. Each decoding request at depth k_i <= D verifies
 k_i drafts (on a `uniform` profile D where k_i > 0, as CUDA's FULL decode graphs
 make it: `engine/vllm/batch_depth.py`) and accepts min(run, drafts) of them
 (`bench.twin.requests`), emitting accepted + 1 tokens, capped at the tokens it has
@@ -92,9 +90,6 @@ class DepthSource(Protocol):
     engine_wide: bool
     #: Wants `observe_step` with each step and `finish` with a full `RequestOutcome`.
     observes: bool
-    #: Drafts in a step whose requests are all prefilling (the gateway's scheduler:
-    #: `engine/vllm/batch_depth.py` `first_step_depth`); None: the step's depth.
-    first_step_cap: int | None
 
     def arrive(self, request: TwinRequest, running: int, queued: int) -> Plan: ...
 
@@ -147,7 +142,6 @@ def simulate(
     first_arrival: float | None = None
     depth = costs.max_k
     noise = costs.noise
-    capped: list[Live] = []
     observes = source.observes
     while True:
         now = clock.now
@@ -171,7 +165,7 @@ def simulate(
             continue
         jitter = noise[(noise_start + steps) % len(noise)]
         steps += 1
-        done, capped = _step(running, newcomers, source, costs, clock, jitter, capped)
+        done = _step(running, newcomers, source, costs, clock, jitter)
         for live in done:
             last = clock.now
             records.append(record_of(live, last))
@@ -218,11 +212,9 @@ def _step(
     costs: StepCosts,
     clock: VirtualClock,
     jitter: float = 1.0,
-    capped: Sequence[Live] = (),
-) -> tuple[list[Live], list[Live]]:
+) -> list[Live]:
     """Run one engine step, its time times `jitter`; returns the requests that finished
-    in it (in batch order) and the newcomers whose first verify is capped (`capped` in
-    the next step: they prefilled in a step of prefills only, which drafted one)."""
+    in it (in batch order)."""
     b = len(running)
     engine_wide = source.engine_wide
     depth = 0
@@ -245,22 +237,12 @@ def _step(
         seconds = costs.spec[b][depth] if source.drafter else costs.no_spec[b]
     else:
         seconds = 0.0
-    cap = source.first_step_cap if source.drafter else None
-    capped_depth: dict[int, int] = {}
-    for live in capped:  # a first verify holds the one draft its prefill step made
-        own = depth if engine_wide or (costs.uniform and live.k > 0) else live.k
-        capped_depth[id(live)] = min(own, cap or own)
-        drafts -= own - capped_depth[id(live)]
-    first_capped: list[Live] = []
     if newcomers:
         extra = 0.0
         first_extra = costs.first_extra_s
         for live in newcomers:
             seconds += live.prefill_s
             k = depth if engine_wide and b else live.k
-            if not b and cap is not None and k > cap:
-                k = cap
-                first_capped.append(live)
             if k > 0 and first_extra[k] > extra:
                 extra = first_extra[k]
         seconds += extra
@@ -268,26 +250,14 @@ def _step(
     clock.now += seconds
     now = clock.now
     done: list[Live] = []
-    batch = running
-    if capped_depth:
-        batch = [live for live in running if id(live) not in capped_depth]
     if engine_wide:
-        accepted_sum = decode_at(batch, depth, done)
+        accepted_sum = decode_at(running, depth, done)
+        if b:
+            source.verified(b, depth, accepted_sum)
     elif costs.uniform:
-        decode_uniform(batch, depth, done)
+        decode_uniform(running, depth, done)
     else:
-        decode_own(batch, done)
-    if capped_depth:
-        for live in running:
-            d = capped_depth.get(id(live))
-            if d is not None and engine_wide:
-                accepted_sum += decode_at([live], d, done)
-            elif d is not None:
-                decode_at([live], d, done)
-        in_batch = {id(live): i for i, live in enumerate(running)}
-        done.sort(key=lambda live: in_batch[id(live)])
-    if engine_wide and b:
-        source.verified(b, depth, accepted_sum)
+        decode_own(running, done)
     if source.observes:
         prefill_tokens = 0
         for live in newcomers:
@@ -302,4 +272,4 @@ def _step(
             done.append(live)
         else:
             running.append(live)
-    return done, [live for live in first_capped if live.out > 1]
+    return done

@@ -24,16 +24,14 @@ if TYPE_CHECKING:
     from bench.twin.engine import DepthSource, Plan, VirtualClock
 
 
-def walk(request: TwinRequest, k: int, first: int | None = None) -> tuple[int, int]:
-    """(decode steps, drafts accepted) of a request at depth k after its first token;
-    `first`: the drafts of its first verify, where fewer (a prefill-only step's cap)."""
+def walk(request: TwinRequest, k: int) -> tuple[int, int]:
+    """(decode steps, drafts accepted) of a request at depth k after its first token."""
     runs, out = request.runs, request.output_tokens
     pos, steps, accepted = 1, 0, 0
     while pos < out:
         a = runs[pos]
-        cap = first if first is not None and steps == 0 else k
-        if a > cap:
-            a = cap
+        if a > k:
+            a = k
         accepted += a
         pos += a + 1
         steps += 1
@@ -47,20 +45,19 @@ class Walks:
     mode and arrival process of a seed replays the same list (`bench.twin.runner`).
     """
 
-    __slots__ = ("_by_k", "requests")  # _by_k: k (or a capped first verify's key) -> walks
+    __slots__ = ("_by_k", "requests")
 
     def __init__(self, requests: list[TwinRequest]) -> None:
         self.requests = requests
         self._by_k: dict[int, dict[int, tuple[int, int]]] = {}
 
-    def of(self, request: TwinRequest, k: int, first: int | None = None) -> tuple[int, int]:
-        key = k if first is None else -1 - (k << 8 | first)
-        row = self._by_k.get(key)
+    def of(self, request: TwinRequest, k: int) -> tuple[int, int]:
+        row = self._by_k.get(k)
         if row is None:
-            row = self._by_k[key] = {}
+            row = self._by_k[k] = {}
         found = row.get(request.index)
         if found is None:
-            found = row[request.index] = walk(request, k, first)
+            found = row[request.index] = walk(request, k)
         return found
 
 
@@ -77,17 +74,7 @@ def walks_of(requests: list[TwinRequest]) -> Walks:
 class _Entry:
     """One request in the engine: what its record needs, and its last step."""
 
-    __slots__ = (
-        "accepted",
-        "first",
-        "first_t",
-        "k",
-        "load",
-        "plan",
-        "prefill_s",
-        "request",
-        "start_t",
-    )
+    __slots__ = ("accepted", "first_t", "k", "load", "plan", "prefill_s", "request", "start_t")
 
     def __init__(self, request: TwinRequest, plan: Plan, start_t: float, load: int) -> None:
         self.request = request
@@ -98,8 +85,6 @@ class _Entry:
         self.first_t = 0.0
         self.prefill_s = 0.0
         self.accepted = 0
-        #: Drafts of its first verify where a prefill-only step capped them (else None).
-        self.first: int | None = None
 
 
 def simulate_fixed(
@@ -152,7 +137,7 @@ def simulate_fixed(
         now = clock.now
         for entry in newcomers:
             entry.first_t = now
-            decode_steps, entry.accepted = walks.of(entry.request, entry.k, entry.first)
+            decode_steps, entry.accepted = walks.of(entry.request, entry.k)
             ending.setdefault(steps + decode_steps, []).append(entry)
             if decode_steps:
                 running += 1
@@ -205,12 +190,9 @@ def _seconds(
         extra = 0.0
         first_extra = costs.first_extra_s
         shared = source.engine_wide and running
-        cap = source.first_step_cap if source.drafter and not running else None
         for entry in newcomers:
             seconds += entry.prefill_s
             k = deepest if shared else entry.k
-            if cap is not None and k > cap:
-                k = entry.first = cap
             if k > 0 and first_extra[k] > extra:
                 extra = first_extra[k]
         seconds += extra
@@ -219,10 +201,7 @@ def _seconds(
 
 def _record(entry: _Entry, last_t: float, walks: Walks) -> RequestRecord:
     request, plan, k = entry.request, entry.plan, entry.k
-    decode_steps = walks.of(request, k, entry.first)[0]
-    drafts = decode_steps * k
-    if entry.first is not None and decode_steps:
-        drafts -= k - entry.first
+    decode_steps = walks.of(request, k)[0]
     return RequestRecord(
         request.index,
         request.class_index,
@@ -235,7 +214,7 @@ def _record(entry: _Entry, last_t: float, walks: Walks) -> RequestRecord:
         plan.k,
         plan.k if plan.chosen is None else plan.chosen,
         decode_steps if k else 0,
-        drafts,
+        decode_steps * k,
         entry.accepted,
         entry.load,
     )

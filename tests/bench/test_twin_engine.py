@@ -46,54 +46,15 @@ def _run(requests: list[TwinRequest], source: object, clients: int = 1, **kw: ob
 
 
 def test_one_request_time_and_tokens_by_hand() -> None:
-    # 5 tokens at k = 2, alone: its prefill step holds no decoding request, so it drafts
-    # one (the gateway's engine, `first_step_cap`): first-token extra 1 ms, not 2. Then
-    # runs[1] = 2 but one draft -> 2 tokens (pos 3); runs[3] = 0 -> pos 4; runs[4] = 2 with
-    # one token left -> done. Three decode steps at b = 1, k = 2 (15 ms each).
+    # 5 tokens at k = 2: prefill -> 1 token; then runs[1] = 2 accepted -> 3 tokens (pos 4);
+    # then runs[4] = 2, but one token is left -> done. Two decode steps at b = 1, k = 2.
     result = _run([_request(0, [0, 2, 0, 0, 2])], Static(2))
-    prefill_ms = 10 * (0.1 + 0.05) + 1.0  # drafter prefills; one first draft
-    assert result.makespan_s == pytest.approx((prefill_ms + 3 * 15.0) / 1000)
-    (record,) = result.records
-    assert (record.output_tokens, record.verify_steps, record.accepted_tokens) == (5, 3, 3)
-    assert record.draft_tokens == 1 + 2 + 2
-    assert result.steps == 4
-
-
-def test_an_engine_without_the_one_draft_rule_drafts_the_depth_in_the_prefill_step() -> None:
-    # The same request where the prefill step drafts k = 2 (vLLM's own scheduler):
-    # runs[1] = 2 accepted -> 3 tokens (pos 4); runs[4] = 2, one token left -> done.
-    source = Static(2)
-    source.first_step_cap = None
-    result = _run([_request(0, [0, 2, 0, 0, 2])], source)
-    prefill_ms = 10 * (0.1 + 0.05) + 2.0  # first drafts at k = 2
+    prefill_ms = 10 * (0.1 + 0.05) + 2.0  # drafter prefills; first drafts at k = 2
     assert result.makespan_s == pytest.approx((prefill_ms + 2 * 15.0) / 1000)
     (record,) = result.records
     assert (record.output_tokens, record.verify_steps, record.accepted_tokens) == (5, 2, 4)
     assert record.draft_tokens == 4
     assert result.steps == 3
-
-
-def test_the_fixed_depth_replay_matches_the_step_by_step_engine() -> None:
-    """`engine_fixed` (static modes) gives the records `simulate` gives step by step,
-    one-draft prefill steps included."""
-    workload = load_workload(FIXTURES / "workload_small.json")
-    requests = build_requests(workload, 5)
-    for k in (0, 1, 3):
-        for clients in (1, 3):
-            stepwise_static = Static(k)
-            stepwise_static.fixed_depths = False
-            pairs = [
-                (Static(k), stepwise_static),
-                (
-                    PerRequestDepths(lambda r, k=k: k + r.index % 2, fixed_depths=True),
-                    PerRequestDepths(lambda r, k=k: k + r.index % 2),
-                ),
-            ]
-            for fixed_source, stepwise in pairs:
-                fixed = _run(requests, fixed_source, clients=clients)
-                full = _run(requests, stepwise, clients=clients)
-                assert fixed.records == full.records
-                assert fixed.makespan_s == pytest.approx(full.makespan_s)
 
 
 def test_no_spec_engine_pays_no_drafter() -> None:
@@ -105,7 +66,6 @@ def test_no_spec_engine_pays_no_drafter() -> None:
 def test_step_runs_at_the_deepest_request_and_each_accepts_at_its_own_k() -> None:
     depths = {0: 0, 1: 4}
     source = PerRequestDepths(lambda r: depths[r.index])
-    source.first_step_cap = None  # the prefill step drafts b's k = 4
     a = _request(0, [0, 4, 4], prompt=10)
     b = _request(1, [0, 4, 4, 4], prompt=20)
     result = _run([a, b], source, clients=2)
@@ -163,7 +123,6 @@ def test_poisson_requests_wait_for_their_arrival_and_for_room() -> None:
 
 class _Outcomes(PerRequestDepths):
     observes = True
-    first_step_cap = None  # every verify step at k = 3
 
     def __init__(self) -> None:
         super().__init__(lambda r: 3)

@@ -84,9 +84,7 @@ def build(name: str, ctx: ModeContext) -> DepthSource:
     if name.startswith("static-k"):
         return Static(int(name.removeprefix("static-k")))
     if name == VLLM:
-        schedule = BatchSchedule(depth_table(ctx.costs, marginals(ctx.profile, ctx.workload)))
-        schedule.first_step_cap = None  # vLLM's own scheduler drafts the step's depth
-        return schedule
+        return BatchSchedule(depth_table(ctx.costs, marginals(ctx.profile, ctx.workload)))
     if name == BENCH_SCHEDULE:
         from bench.modes import BATCH_SCHEDULE
 

@@ -92,8 +92,6 @@ class TierSlot:
 class EmaTiers(EngineWide):
     """SGLang-style adaptive depth: one `TierSlot` per batch-size key."""
 
-    first_step_cap: int | None = None  # another engine: drafts at the step's depth
-
     def __init__(self, max_k: int, initial: int = INITIAL_STEPS) -> None:
         self.keys = sorted(DEFAULT_SLOTS)
         self.slots = [

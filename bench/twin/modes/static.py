@@ -18,18 +18,12 @@ from bench.twin.engine import LiveRequest, Plan
 from bench.twin.requests import TwinRequest
 from engine.interface import EngineStep, RequestOutcome
 
-#: `engine/vllm/batch_depth.py`: `DepthRule.first_step_cap`'s default.
-FIRST_STEP_CAP = 1
-
 
 class EngineWide:
     """Base of the modes that run one depth for every request in a step."""
 
     drafter = True
     engine_wide = True
-    #: The gateway's engine drafts once in a step of prefills only (`DepthSource`); the
-    #: modes that stand for other engines (vLLM's schedule, SGLang, TensorRT-LLM) set None.
-    first_step_cap: int | None = FIRST_STEP_CAP
     observes = False
     #: Every request keeps its plan's k for its life, the step runs at the deepest of them,
     #: and the mode reads nothing of the run (`verified`, `observe_step`, `finish` do

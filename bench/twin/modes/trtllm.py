@@ -40,8 +40,6 @@ def break_even_rate(profile: Profile, k: int) -> float:
 class AcceptanceGate(EngineWide):
     """Engine-wide depth `k` until the rolling acceptance rate trips the gate."""
 
-    first_step_cap: int | None = None  # another engine: drafts at the step's depth
-
     def __init__(self, k: int, threshold: float, window: int = WINDOW) -> None:
         self.k = k
         self.threshold = threshold
