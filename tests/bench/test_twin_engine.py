@@ -57,6 +57,29 @@ def test_one_request_time_and_tokens_by_hand() -> None:
     assert result.steps == 3
 
 
+def test_the_fixed_depth_replay_matches_the_step_by_step_engine() -> None:
+    """`engine_fixed` (static and fixed per-request modes) gives the records `simulate`
+    gives step by step."""
+    workload = load_workload(FIXTURES / "workload_small.json")
+    requests = build_requests(workload, 5)
+    for k in (0, 1, 3):
+        for clients in (1, 3):
+            stepwise_static = Static(k)
+            stepwise_static.fixed_depths = False
+            pairs = [
+                (Static(k), stepwise_static),
+                (
+                    PerRequestDepths(lambda r, k=k: k + r.index % 2, fixed_depths=True),
+                    PerRequestDepths(lambda r, k=k: k + r.index % 2),
+                ),
+            ]
+            for fixed_source, stepwise in pairs:
+                fixed = _run(requests, fixed_source, clients=clients)
+                full = _run(requests, stepwise, clients=clients)
+                assert fixed.records == full.records
+                assert fixed.makespan_s == pytest.approx(full.makespan_s)
+
+
 def test_no_spec_engine_pays_no_drafter() -> None:
     result = _run([_request(0, [0, 3, 3])], NoSpec())
     assert result.makespan_s == pytest.approx((10 * 0.1 + 2 * 10.0) / 1000)
