@@ -69,11 +69,15 @@ class Live:
 
     def totals(self) -> tuple[int, int, int, int]:
         """(decode steps, verify steps, drafts made, drafts accepted) so far."""
-        hist, dhist = self.hists()
-        steps = sum(dhist)
-        drafted = sum(d * n for d, n in enumerate(dhist))
-        accepted = sum(a * n for a, n in enumerate(hist))
-        return steps, steps - dhist[0], drafted, accepted
+        return _totals(*self.hists())
+
+
+def _totals(hist: list[int], dhist: list[int]) -> tuple[int, int, int, int]:
+    """`Live.totals` from its histograms (`Live.hists`)."""
+    steps = sum(dhist)
+    drafted = sum(d * n for d, n in enumerate(dhist))
+    accepted = sum(a * n for a, n in enumerate(hist))
+    return steps, steps - dhist[0], drafted, accepted
 
 
 def outcome_of(live: Live, last_t: float) -> RequestOutcome:
@@ -86,7 +90,7 @@ def outcome_of(live: Live, last_t: float) -> RequestOutcome:
     depth = w - 1
     joint = live.joint
     hist, dhist = live.hists()
-    steps, verify, drafted, accepted = live.totals()
+    steps, verify, drafted, accepted = _totals(hist, dhist)
     deepest = max((d for d in range(1, depth + 1) if dhist[d]), default=0)
     trim = max(k, deepest)
     accepted_pos = tuple(sum(hist[d + 1 :]) for d in range(depth))[:trim] if verify else ()

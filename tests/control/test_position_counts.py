@@ -6,6 +6,8 @@ that accepted position d - 1 drafted position d; the joint count can."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from engine.interface import RequestOutcome, SpeculationOutcome
@@ -43,14 +45,7 @@ def test_the_joint_count_gives_the_trials_of_each_position() -> None:
 def test_without_the_joint_count_the_marginals_overcount_a_mixed_request() -> None:
     steps = [(1, 1)] * 6 + [(1, 0)] * 4 + [(2, 2)] * 3 + [(2, 1)] * 3 + [(2, 0)] * 4
     spec = _steps(steps)
-    marginal = SpeculationOutcome(
-        spec.k,
-        spec.verify_steps,
-        spec.draft_tokens,
-        spec.accepted_tokens,
-        spec.accepted_per_position,
-        spec.drafted_per_position,
-    )
+    marginal = replace(spec, tried_per_position=())
     # min(accepted at 1, drafted at 2) = min(12, 10): p_2 read as 0.3 instead of 0.5.
     assert position_counts(marginal, 2) == ([12, 3], [20, 10])
 
@@ -58,12 +53,5 @@ def test_without_the_joint_count_the_marginals_overcount_a_mixed_request() -> No
 def test_one_depth_throughout_gives_the_same_trials_either_way() -> None:
     steps = [(3, 3), (3, 1), (3, 0), (3, 2), (3, 3)]
     spec = _steps(steps)
-    marginal = SpeculationOutcome(
-        spec.k,
-        spec.verify_steps,
-        spec.draft_tokens,
-        spec.accepted_tokens,
-        spec.accepted_per_position,
-        spec.drafted_per_position,
-    )
+    marginal = replace(spec, tried_per_position=())
     assert position_counts(spec, 3) == position_counts(marginal, 3) == ([4, 3, 2], [5, 4, 3])

@@ -41,6 +41,11 @@ HOLDER = textwrap.dedent(
 )
 
 
+def _alive(processes: list[psutil.Process]) -> list[psutil.Process]:
+    """Those still running (a zombie has exited, awaiting its reaper)."""
+    return [p for p in processes if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
 def test_sigterm_shuts_the_engine_core_and_workers_down() -> None:
     holder = subprocess.Popen(
         [sys.executable, "-c", HOLDER],
@@ -60,10 +65,10 @@ def test_sigterm_shuts_the_engine_core_and_workers_down() -> None:
         holder.send_signal(signal.SIGTERM)
         holder.wait(timeout=60)
         deadline = time.monotonic() + 30
-        alive = [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+        alive = _alive(children)
         while alive and time.monotonic() < deadline:
             time.sleep(0.2)
-            alive = [c for c in alive if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+            alive = _alive(alive)
         assert not alive, [(c.pid, c.name()) for c in alive]
     finally:
         if holder.poll() is None:
