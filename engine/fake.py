@@ -16,7 +16,8 @@ contract tests as `VLLMEngine` (tests/engine/contract.py). What it simulates:
 * As `VLLMEngine` does for the gateway's serving layer, a request carrying the
   gateway's id (`GATEWAY_ID_ARG` in `extra`) hands its outcome to `on_outcome`
   before its last chunk is yielded, and one carrying `SPEC_CAP_ARG` lowers the
-  requests already running to at most that depth as it is added.
+  requests already running to at most that depth as it is added. A voter of the step
+  rule (`engine.step_rule`) runs at the rule's depth for its class alone, at most its k.
 """
 
 from __future__ import annotations
@@ -39,6 +40,13 @@ from engine.interface import (
     RequestOutcome,
     SpeculationOutcome,
     StepListener,
+)
+from engine.step_rule import (
+    SPEC_COSTS_ARG,
+    SPEC_VOTE_ARG,
+    StepCostTable,
+    StepVote,
+    vote_step_depth,
 )
 
 #: Called with (gateway id, outcome) as a request carrying the gateway's id finishes.
@@ -147,6 +155,10 @@ class FakeEngine:
     def lossless_sampling(self) -> bool:
         return True
 
+    @property
+    def one_depth_per_step(self) -> bool:
+        return False  # each request runs at its own depth
+
     def acceptance_for(self, prompt: str) -> tuple[float, ...]:
         for script in self.config.scripts:
             if script.marker in prompt:
@@ -170,13 +182,23 @@ class FakeEngine:
         if isinstance(cap, int):
             for running in self._running.values():
                 running.k = min(running.k, cap)
-        state = _Running(max(0, min(request.k, self.max_depth)))
+        state = _Running(self._depth_of(request))
         self._running[request.request_id] = state
         try:
             async for chunk in self._stream(request, prompt, prompt_tokens, state):
                 yield chunk
         finally:
             self._running.pop(request.request_id, None)
+
+    def _depth_of(self, request: GenerateRequest) -> int:
+        """Its k, or for a voter (`engine.step_rule`) the rule's depth for its class alone
+        at admission, at most its k: the fake runs each request on its own, not in steps."""
+        k = max(0, min(request.k, self.max_depth))
+        vote = StepVote.from_arg(request.extra.get(SPEC_VOTE_ARG))
+        costs = StepCostTable.from_arg(request.extra.get(SPEC_COSTS_ARG))
+        if k == 0 or vote is None or costs is None:
+            return k
+        return min(k, vote_step_depth([vote], costs, len(self._running) + 1, False))
 
     async def _stream(
         self, request: GenerateRequest, prompt: str, prompt_tokens: int, state: _Running

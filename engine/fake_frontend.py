@@ -66,6 +66,7 @@ from engine.protocol import (
     ResponsesRequest,
     ToolCall,
 )
+from engine.step_rule import StepArgs
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,13 +138,19 @@ class FakeFrontend:
         return ModelList(data=[card])
 
     async def chat(
-        self, request: ChatCompletionRequest, *, k: int, gateway_id: str, cap: int | None = None
+        self,
+        request: ChatCompletionRequest,
+        *,
+        k: int,
+        gateway_id: str,
+        cap: int | None = None,
+        step: StepArgs | None = None,
     ) -> ChatResult:
         if request.model and request.model != self.served_model_name:
             raise not_found(request.model, self.served_model_name)
         prompt = chat_prompt(request)
         asked = request.max_completion_tokens or request.max_tokens
-        job = self._job(f"chatcmpl-{gateway_id}", prompt, request, asked, k, gateway_id, cap)
+        job = self._job(f"chatcmpl-{gateway_id}", prompt, request, asked, k, gateway_id, cap, step)
         call = forced_tool_call(request, gateway_id)
         if _is_stream_request(request):
             return self._chat_stream(request, job, call)
@@ -163,14 +170,20 @@ class FakeFrontend:
         )
 
     async def completion(
-        self, request: CompletionRequest, *, k: int, gateway_id: str, cap: int | None = None
+        self,
+        request: CompletionRequest,
+        *,
+        k: int,
+        gateway_id: str,
+        cap: int | None = None,
+        step: StepArgs | None = None,
     ) -> CompletionResult:
         if request.model and request.model != self.served_model_name:
             raise not_found(request.model, self.served_model_name)
         prompt = self._completion_prompt(request)
         # vLLM runs prompt i of a completion as engine request `cmpl-<id>-<i>`.
         job = self._job(
-            f"cmpl-{gateway_id}-0", prompt, request, request.max_tokens, k, gateway_id, cap
+            f"cmpl-{gateway_id}-0", prompt, request, request.max_tokens, k, gateway_id, cap, step
         )
         if _is_stream_request(request):
             return self._completion_stream(request, job)
@@ -184,7 +197,13 @@ class FakeFrontend:
         )
 
     async def responses(
-        self, request: ResponsesRequest, *, k: int, gateway_id: str, cap: int | None = None
+        self,
+        request: ResponsesRequest,
+        *,
+        k: int,
+        gateway_id: str,
+        cap: int | None = None,
+        step: StepArgs | None = None,
     ) -> ResponsesResult:
         """vLLM's Responses answer (`engine.fake_responses`), under `resp_<gateway id>`."""
         if request.model and request.model != self.served_model_name:
@@ -192,7 +211,7 @@ class FakeFrontend:
         request.request_id = f"resp_{gateway_id}"
         prompt = responses_prompt(request)
         asked = request.max_output_tokens
-        job = self._job(f"resp_{gateway_id}_0", prompt, request, asked, k, gateway_id, cap)
+        job = self._job(f"resp_{gateway_id}_0", prompt, request, asked, k, gateway_id, cap, step)
         answer = FakeResponse(request, self.served_model_name, job)
         if request.stream:
             return answer.stream(self._engine.generate(job))
@@ -220,6 +239,7 @@ class FakeFrontend:
         k: int,
         gateway_id: str,
         cap: int | None,
+        step: StepArgs | None,
     ) -> GenerateRequest:
         """The engine request, after vLLM's length checks (`vllm.renderers.params`)."""
         prompt_tokens = self.count_tokens(prompt)
@@ -248,6 +268,8 @@ class FakeFrontend:
         extra: dict[str, object] = {SPEC_DEPTH_ARG: k, GATEWAY_ID_ARG: gateway_id}
         if cap is not None:
             extra[SPEC_CAP_ARG] = cap
+        if step is not None:  # the fake engine runs each request at its own k
+            extra.update(step.extra_args())
         return GenerateRequest(
             request_id=engine_id,
             prompt=prompt,

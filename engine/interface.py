@@ -223,6 +223,13 @@ class Engine(Protocol):
         target's own; where it does not, the gateway runs sampled requests at k = 0."""
         ...
 
+    @property
+    def one_depth_per_step(self) -> bool:
+        """Whether every drafting request of a step verifies the step's one depth (CUDA's
+        FULL decode graphs, `engine.vllm.batch_depth`): where so, the gateway's `step_rule`
+        setting `auto` lets the engine pick that depth (`engine.step_rule`)."""
+        ...
+
     def generate(self, request: GenerateRequest) -> AsyncIterator[GenerationChunk]:
         """Stream one request's output; the final chunk has `finished` and `outcome`."""
         ...

@@ -20,7 +20,9 @@ The contract, beyond the signatures:
   callback the backend was built with before the reply's last chunk is produced
   (vLLM: `VLLMEngine.started(..., on_outcome=...)`).
 * `k` is the request's depth; `cap`, where set, lowers the requests already in
-  the engine to at most that depth as this one is added (`SPEC_CAP_ARG`).
+  the engine to at most that depth as this one is added (`SPEC_CAP_ARG`); `step`,
+  where set, makes k a bound and the request a voter in the engine's step-depth rule
+  (`engine.step_rule`). A backend whose engine runs no such rule ignores `step`.
 """
 
 from __future__ import annotations
@@ -38,9 +40,12 @@ from engine.protocol import (
     ResponsesRequest,
     ResponsesResponse,
 )
+from engine.step_rule import SPEC_COSTS_ARG, SPEC_VOTE_ARG, StepArgs
 
 #: Keys of `vllm_xargs` reserved for the gateway; a client may never set them.
-RESERVED_XARGS = frozenset({SPEC_DEPTH_ARG, SPEC_CAP_ARG, GATEWAY_ID_ARG})
+RESERVED_XARGS = frozenset(
+    {SPEC_DEPTH_ARG, SPEC_CAP_ARG, GATEWAY_ID_ARG, SPEC_VOTE_ARG, SPEC_COSTS_ARG}
+)
 
 ChatResult = ChatCompletionResponse | AsyncIterator[str]
 CompletionResult = CompletionResponse | AsyncIterator[str]
@@ -78,19 +83,37 @@ class ServingPort(Protocol):
         ...
 
     async def chat(
-        self, request: ChatCompletionRequest, *, k: int, gateway_id: str, cap: int | None = None
+        self,
+        request: ChatCompletionRequest,
+        *,
+        k: int,
+        gateway_id: str,
+        cap: int | None = None,
+        step: StepArgs | None = None,
     ) -> ChatResult:
         """Answer a chat request at depth k under the gateway's id."""
         ...
 
     async def completion(
-        self, request: CompletionRequest, *, k: int, gateway_id: str, cap: int | None = None
+        self,
+        request: CompletionRequest,
+        *,
+        k: int,
+        gateway_id: str,
+        cap: int | None = None,
+        step: StepArgs | None = None,
     ) -> CompletionResult:
         """Answer a completion request at depth k under the gateway's id."""
         ...
 
     async def responses(
-        self, request: ResponsesRequest, *, k: int, gateway_id: str, cap: int | None = None
+        self,
+        request: ResponsesRequest,
+        *,
+        k: int,
+        gateway_id: str,
+        cap: int | None = None,
+        step: StepArgs | None = None,
     ) -> ResponsesResult:
         """Answer a Responses API request at depth k under the gateway's id; the answer's
         id is `resp_<gateway id>`, its one engine request `resp_<gateway id>_0`."""

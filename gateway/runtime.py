@@ -205,6 +205,13 @@ def real_runtime_factory(
     return factory
 
 
+def step_rule_on(settings: ControllerSettings, engine: Engine) -> bool:
+    """`step_rule` resolved: `auto` is on where the engine verifies one depth per step."""
+    if settings.step_rule == "auto":
+        return engine.max_depth > 0 and engine.one_depth_per_step
+    return settings.step_rule == "on"
+
+
 async def _control_plane(
     stack: AsyncExitStack,
     settings: GatewaySettings,
@@ -227,7 +234,11 @@ async def _control_plane(
     events = FanOutEvents(LoggingEvents(), MetricsEvents(metrics), SpanEvents())
     controller = Controller(controller_settings, max_depth=engine.max_depth, events=events)
     calibration = await assembly.calibration(engine, controller, controller_settings)
-    plane = ControlPlane(controller, overrides=FlagOverrides(view.overrides_for))
+    plane = ControlPlane(
+        controller,
+        overrides=FlagOverrides(view.overrides_for),
+        step_rule=step_rule_on(controller_settings, engine),
+    )
     admin, store = await assembly.shared_state(stack, settings, connection, controller)
     telemetry = GatewayTelemetry(metrics, settings.served_model_name)
     keys = await KeyLimits.start(stack, settings, registry, connection)

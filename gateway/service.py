@@ -111,7 +111,7 @@ class InferenceService:
         """k = 0 where speculation would change what the request samples: a sampled
         request (`sampling`, its temperature's bucket; "" when greedy) on an engine
         whose sampled speculation is not lossless."""
-        if planned.k > 0 and sampling and not self._frontend.lossless_sampling:
+        if planned.engine_k > 0 and sampling and not self._frontend.lossless_sampling:
             return planned.without_speculation(SAMPLED_NOT_EXACT)
         return planned
 
@@ -143,7 +143,9 @@ class InferenceService:
             "chatcmpl-",
             planned,
             bool(request.stream),
-            lambda gid: self._frontend.chat(request, k=planned.k, gateway_id=gid, cap=planned.cap),
+            lambda gid: self._frontend.chat(
+                request, k=planned.engine_k, gateway_id=gid, cap=planned.cap, step=planned.step
+            ),
             request,
             tenant=tenant,
             reserve=tokens + self._max_tokens(asked),
@@ -170,7 +172,7 @@ class InferenceService:
             planned,
             bool(request.stream),
             lambda gid: self._frontend.responses(
-                request, k=planned.k, gateway_id=gid, cap=planned.cap
+                request, k=planned.engine_k, gateway_id=gid, cap=planned.cap, step=planned.step
             ),
             request,
             tenant=tenant,
@@ -223,7 +225,7 @@ class InferenceService:
             planned,
             bool(request.stream),
             lambda gid: self._frontend.completion(
-                request, k=planned.k, gateway_id=gid, cap=planned.cap
+                request, k=planned.engine_k, gateway_id=gid, cap=planned.cap, step=planned.step
             ),
             request,
             tenant=tenant,

@@ -40,13 +40,15 @@ UPPER_BOUND_NOTE = (
     "controller can reach, not a strict bound."
 )
 STEP_NOTE = (
-    "`adaptive-step`: the real control plane learns each class's acceptance online as in "
-    "`adaptive`, but the engine verifies one depth per step (as vLLM's CUDA engine does), "
-    "chosen by `gateway.control.step_depth` from the live estimates of the classes in the "
-    "step and the controller's step costs, with the guard that no request's tokens per "
-    "unit time fall below the same step at depth 0; `adaptive-step-free`: the same rule "
-    "without the guard. No hindsight. Their settling figure is each class's own vote (the "
-    "depth the rule gives the class alone at its load)."
+    "`adaptive-step`: the gateway with its `step_rule` on (the default, `auto`, where the "
+    "engine verifies one depth per step, as vLLM's CUDA engine does): the real control "
+    "plane learns each class's acceptance online as in `adaptive`, and each request sends "
+    "its class's estimates and the controller's step costs to the engine, whose scheduler "
+    "sets each step's depth with `engine.step_rule.vote_step_depth` (the same code runs "
+    "here), with the guard that no request's tokens per unit time fall below the same "
+    "step at depth 0; `adaptive-step-free`: the same rule without the guard. No "
+    "hindsight. Their settling figure is each class's own vote (the depth the rule gives "
+    "the class alone at its load)."
 )
 
 

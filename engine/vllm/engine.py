@@ -42,6 +42,7 @@ from engine.interface import (
     StepListener,
 )
 from engine.settings import EngineSettings
+from engine.vllm.batch_depth import BatchDepthPolicy, rule_for
 from engine.vllm.depth_zero_params import serve_depth_zero_params
 from engine.vllm.engine_args import engine_args
 from engine.vllm.expand_fix import ExpandState
@@ -123,6 +124,13 @@ class VLLMEngine:
     @property
     def max_depth(self) -> int:
         return self._max_depth
+
+    @property
+    def one_depth_per_step(self) -> bool:
+        from vllm.platforms import current_platform
+
+        rule = rule_for(self._llm.vllm_config, current_platform.device_type)
+        return rule.max_depth > 0 and rule.policy is BatchDepthPolicy.UNIFORM
 
     @property
     def lossless_sampling(self) -> bool:

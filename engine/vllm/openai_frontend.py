@@ -38,6 +38,7 @@ from engine.protocol import (
     ResponsesRequest,
     ResponsesResponse,
 )
+from engine.step_rule import StepArgs
 from engine.vllm.control_tokens import ControlTokenGuard, guard_chat_template
 from engine.vllm.errors import framed_events, raising, refused
 
@@ -210,20 +211,30 @@ class OpenAIFrontend:
         return bool(model_type == "gpt_oss")
 
     @staticmethod
-    def _stamp(request: SampledRequest, k: int, gateway_id: str, cap: int | None) -> None:
+    def _stamp(
+        request: SampledRequest, k: int, gateway_id: str, cap: int | None, step: StepArgs | None
+    ) -> None:
         xargs: dict[str, Any] = dict(request.vllm_xargs or {})
         xargs[SPEC_DEPTH_ARG] = k
         xargs[GATEWAY_ID_ARG] = gateway_id
         if cap is not None:
             xargs[SPEC_CAP_ARG] = cap
+        if step is not None:
+            xargs.update(step.extra_args())
         request.vllm_xargs = xargs
         request.request_id = gateway_id
 
     async def chat(
-        self, request: ChatCompletionRequest, *, k: int, gateway_id: str, cap: int | None = None
+        self,
+        request: ChatCompletionRequest,
+        *,
+        k: int,
+        gateway_id: str,
+        cap: int | None = None,
+        step: StepArgs | None = None,
     ) -> ChatResult:
         """Run a chat request at depth k; `cap`: lower the requests in flight to it first."""
-        self._stamp(request, k, gateway_id, cap)
+        self._stamp(request, k, gateway_id, cap, step)
         with _client_errors():
             result = await self._state.openai_serving_chat.create_chat_completion(
                 request, _trace_carrier() if self.engine_traces else None
@@ -232,9 +243,15 @@ class OpenAIFrontend:
         return answer
 
     async def completion(
-        self, request: CompletionRequest, *, k: int, gateway_id: str, cap: int | None = None
+        self,
+        request: CompletionRequest,
+        *,
+        k: int,
+        gateway_id: str,
+        cap: int | None = None,
+        step: StepArgs | None = None,
     ) -> CompletionResult:
-        self._stamp(request, k, gateway_id, cap)
+        self._stamp(request, k, gateway_id, cap, step)
         with _client_errors():
             self._split_prompt(request)
             serving = self._state.openai_serving_completion
@@ -244,7 +261,13 @@ class OpenAIFrontend:
         return answer
 
     async def responses(
-        self, request: ResponsesRequest, *, k: int, gateway_id: str, cap: int | None = None
+        self,
+        request: ResponsesRequest,
+        *,
+        k: int,
+        gateway_id: str,
+        cap: int | None = None,
+        step: StepArgs | None = None,
     ) -> ResponsesResult:
         """Run a Responses API request at depth k through vLLM's `OpenAIServingResponses`.
 
@@ -252,7 +275,7 @@ class OpenAIFrontend:
         `vllm_xargs` on as `SamplingParams.extra_args`. The answer's id is the request's
         (`resp_<gateway id>`); vLLM runs it as engine request `resp_<gateway id>_0`.
         """
-        self._stamp(request, k, gateway_id, cap)
+        self._stamp(request, k, gateway_id, cap, step)
         request.request_id = f"resp_{gateway_id}"
         serving = self._state.openai_serving_responses
         with _client_errors():

@@ -44,6 +44,11 @@ block, which with the CPU's 128-token blocks gives a repeated 920-token prompt
 `python -m bench.prefix_cache`). k > 0 hits keep the drop, which is why the CPU
 default block is 32 tokens (`engine.vllm.engine`).
 
+A request may carry a vote for the step-depth rule (`engine.vllm.step_votes`): then its
+k is a bound, and the step's voters run at the rule's depth. A step whose voters the
+rule holds at depth 0 still drafts one token (verified by none): the drafter's KV must
+stay complete for the deeper steps that may follow, which a depth-0 step skips.
+
 Both also time each step for the gateway's cost model (`engine.vllm.step_clock`): the
 period and what the step scheduled ride in the step's own scheduler stats.
 
@@ -66,6 +71,7 @@ from vllm.v1.request import Request
 from engine.interface import SPEC_CAP_ARG, SPEC_DEPTH_ARG, depth_arg
 from engine.vllm.batch_depth import DepthRule, rule_for
 from engine.vllm.step_clock import StepClock
+from engine.vllm.step_votes import StepVotes
 
 #: Appended to a k = 0 request's cache salt: its blocks lack drafter KV (see above).
 DEPTH_ZERO_SALT = "specgw:k0"
@@ -89,7 +95,7 @@ def _depth_arg(request: Request, key: str, max_depth: int) -> int | None:
     return None if value is None else min(value, max_depth)
 
 
-class _DepthCap:
+class _DepthCap(StepVotes):
     """Shared logic; mixed in before the vLLM scheduler class it specialises."""
 
     num_spec_tokens: int
@@ -113,6 +119,7 @@ class _DepthCap:
             self.dynamic_sd_lookup = [self.num_spec_tokens] * (max_seqs + 1)
         self._depth_zero_hits_whole_blocks()
         self._step_clock = StepClock()
+        self._init_votes()
 
     def _depth_rule(self) -> DepthRule:
         """The engine's batch-depth rule, from the platform and the resolved config."""
@@ -136,6 +143,7 @@ class _DepthCap:
     def add_request(self, request: Request) -> None:
         new = request.request_id not in self.requests
         if self.num_spec_tokens > 0 and new:
+            self._take_costs(request)
             cap = requested_cap(request, self.num_spec_tokens)
             if cap is not None:
                 self._cap_in_flight(cap)
@@ -221,12 +229,18 @@ class _DepthCap:
             for req_id in scheduler_output.num_scheduled_tokens
             if (request := self.requests.get(req_id)) is not None
         ]
-        wanted = [self._depth(request) for request in scheduled]
         rule = self.specgw_depth_rule
-        depth = min(scheduler_output.num_spec_tokens_to_schedule, rule.step_depth(wanted))
         # Before this step's update: a request still prefilling has prompt tokens left.
-        if all(r.num_computed_tokens < r.num_prompt_tokens for r in scheduled):
+        prefilling = [r.num_computed_tokens < r.num_prompt_tokens for r in scheduled]
+        self._voted = self._vote_depth(scheduled, any(prefilling))
+        wanted = [self._step_k(request) for request in scheduled]
+        depth = min(scheduler_output.num_spec_tokens_to_schedule, rule.step_depth(wanted))
+        if all(prefilling):
             depth = rule.first_step_depth(depth)
+        if self._voted == 0 and depth == 0:
+            # Voters may run deeper in a later step, from drafter KV that a depth-0 step
+            # would skip (`engine.vllm.draft_skip`): draft once, verify none.
+            depth = 1
         scheduler_output.num_spec_tokens_to_schedule = depth
         self._specgw_step = depth
         if rule.is_mixed(wanted):
@@ -234,7 +248,7 @@ class _DepthCap:
 
     def _cap_drafts(self, request: Request) -> None:
         """Cut a request's drafts (or placeholders) to what the rule gives it this step."""
-        allowed = self.specgw_depth_rule.drafts_for(self._depth(request), self._specgw_step)
+        allowed = self.specgw_depth_rule.drafts_for(self._step_k(request), self._specgw_step)
         if len(request.spec_token_ids) > allowed:
             request.spec_token_ids = list(request.spec_token_ids[:allowed])
 

@@ -89,6 +89,10 @@ class Controller:
         self._outcomes = 0
 
     @property
+    def settings(self) -> ControllerSettings:
+        return self._s
+
+    @property
     def cost_model(self) -> CostModel:
         return self._cost
 
@@ -267,7 +271,7 @@ class Controller:
     # ---- reports and sharing ---------------------------------------------------------
     def acceptance_of(self, class_id: str) -> tuple[float, ...] | None:
         """A live class's p_1..p_K as the policy reads them (None: not a live class);
-        read-only, for a step-depth rule (`gateway.control.step_depth`)."""
+        read-only, for the step-depth rule (`engine.step_rule`)."""
         state = self._states.get(class_id)
         return None if state is None else state.estimator.profile().p
 

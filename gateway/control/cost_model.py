@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from engine.interface import RequestOutcome
+from engine.step_rule import StepCostTable
 from gateway.control import cost_sharing
 from gateway.control.cost_first_token import FirstTokenPrices
 from gateway.control.cost_steps import (
@@ -88,6 +89,8 @@ class CostModel:
         self._bucket_versions: dict[int, int] = {}
         #: Per bucket: the relative costs, then first-token costs, at the last bump.
         self._versioned: dict[int, tuple[float, ...]] = {}
+        #: The step-cost table and the bucket versions it was built at (`step_table`).
+        self._table: tuple[tuple[int, ...], StepCostTable] | None = None
 
     # ---- evidence --------------------------------------------------------------------
     def observe(
@@ -158,6 +161,19 @@ class CostModel:
         """Time to the first token at k = 0..K, in steps at k = 0 of this bucket
         (`FirstTokenPrices.in_steps`; empty without calibration)."""
         return self._first.in_steps(batch_bucket(batch), self._steps)
+
+    def step_table(self) -> StepCostTable:
+        """Every bucket's relative decode costs and first-token prices, for the engine's
+        step-depth rule (`engine.step_rule`); rebuilt only when a bucket's version moves."""
+        versions = tuple(self._bucket_versions.get(b, 0) for b in BUCKETS)
+        if self._table is None or self._table[0] != versions:
+            table = StepCostTable(
+                BUCKETS,
+                tuple(self.relative_costs_in(b) for b in BUCKETS),
+                tuple(self.first_token(b) for b in BUCKETS),
+            )
+            self._table = (versions, table)
+        return self._table[1]
 
     def prefill_steps(self, bucket: int) -> float:
         """One cold prompt token's prefill in steps at k = 0 of this bucket (0: unknown)."""

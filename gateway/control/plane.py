@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 from engine.interface import EngineStep, RequestOutcome
+from engine.step_rule import StepArgs, StepVote
 from gateway.control.batch_load import BatchLoad, BatchMeans, Ticket
 from gateway.control.classify import RequestClass
 from gateway.control.controller import Controller
@@ -57,6 +58,10 @@ class Plan(NamedTuple):
     anchor: int | None = None
     #: Its k is an operator's (`SpeculationDecision.fixed`): no newcomer lowers it.
     fixed: bool = False
+    #: With the step rule on: its class's vote and the step costs, sent to the engine,
+    #: whose scheduler then sets its depth per step, at most `bound` (None: k is its depth).
+    step: StepArgs | None = None
+    bound: int = 0
 
 
 class PlannedRequest:
@@ -83,6 +88,16 @@ class PlannedRequest:
         return self.plan.cap
 
     @property
+    def engine_k(self) -> int:
+        """The k the engine is sent: the step rule's bound for a voter, else k."""
+        plan = self.plan
+        return plan.bound if plan.step is not None else plan.k
+
+    @property
+    def step(self) -> StepArgs | None:
+        return self.plan.step
+
+    @property
     def label(self) -> str:
         return self.plan.label
 
@@ -103,7 +118,7 @@ class PlannedRequest:
         its outcome, a k = 0 run, so its class's statistics stay honest."""
         if self._ticket is not None:
             raise RuntimeError("a request's depth is fixed once it entered the engine")
-        plan = self.plan._replace(k=0, reason=reason, gains=())
+        plan = self.plan._replace(k=0, reason=reason, gains=(), step=None)
         return PlannedRequest(self._plane, plan, self._prompt_tokens)
 
     def enter(self) -> None:
@@ -134,8 +149,11 @@ class ControlPlane:
         overrides: Overrides | None = None,
         identities: IdentityCache | None = None,
         clock: Callable[[], float] = time.monotonic,
+        step_rule: bool = False,
     ) -> None:
         self.controller = controller
+        #: The engine sets each step's depth from the requests' votes (`engine.step_rule`).
+        self.step_rule = step_rule
         self._overrides = overrides
         self._identities = identities or IdentityCache()
         #: The engine batch the requests run in, for the cost model and the batch rules.
@@ -185,8 +203,25 @@ class ControlPlane:
             decision.anchor,
             decision.fixed,
         )
+        if self.step_rule and not decision.fixed:
+            plan = self._with_vote(plan, o)
         planned = PlannedRequest(self, plan, prompt_tokens)
         return planned.without_speculation(unserved) if unserved else planned
+
+    def _with_vote(self, plan: Plan, o: ControlOverrides | None) -> Plan:
+        """The plan with its class's vote for the engine's step rule: the class's live
+        p_1..p_K, the plane's probe depth where it explores, bound by K and the flags."""
+        controller = self.controller
+        decision = plan.decision
+        acceptance = controller.acceptance_of(plan.class_id)
+        if decision is None or not acceptance or (o is not None and not o.enabled):
+            return plan
+        bound = controller.settings.max_k if o is None else min(o.k_max, controller.settings.max_k)
+        if bound <= 0:
+            return plan
+        probe = decision.k if decision.explored else 0
+        step = StepArgs(StepVote(acceptance, probe), controller.cost_model.step_table())
+        return plan._replace(step=step, bound=bound)
 
     def plan_chat(
         self,
@@ -258,7 +293,24 @@ class ControlPlane:
         and are not filed. Returns whether the step was filed.
         """
         batch = self.batch
+        if self.step_rule:
+            return self._observe_voted_step(step)
         filed = batch.in_flight > 0 and step.decoded_only(batch.in_flight, batch.step_tokens())
         if filed:
             self.controller.observe_step(step.decode_requests, batch.deepest, step.seconds)
+        return filed
+
+    def _observe_voted_step(self, step: EngineStep) -> bool:
+        """With the step rule the engine picks the depth: a decode-only step of the
+        requests in flight in which each verified the same d drafts ran at depth d."""
+        requests = step.decode_requests
+        drafts = step.decode_tokens - requests
+        filed = (
+            requests > 0
+            and step.prefill_requests == 0
+            and requests == self.batch.in_flight
+            and drafts % requests == 0
+        )
+        if filed:
+            self.controller.observe_step(requests, drafts // requests, step.seconds)
         return filed

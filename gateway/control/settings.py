@@ -44,6 +44,17 @@ class ControllerSettings(BaseSettings):
         description="k of the `controller-mode: static` flag, and of a new class with no "
         "similar class where `cold_start` is `default`.",
     )
+    step_rule: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="`on`: send each request's class acceptance and the step costs to the "
+        "engine, whose scheduler then sets one depth per step for the whole batch (the "
+        "step-depth rule, `engine.step_rule`): the most expected tokens per unit of step "
+        "cost, no request slower than at depth 0; the request's k becomes a bound (K, or "
+        "the flags' k_max; an operator's pin stays its depth). `auto`: on where the engine "
+        "verifies one depth per step anyway (CUDA with FULL decode graphs, "
+        "`Engine.one_depth_per_step`), off elsewhere. `python -m bench twin` compares it "
+        "(`adaptive-step`) with per-request depths (`adaptive`).",
+    )
     cold_start: Literal["prior", "default"] = Field(
         "default",
         description="k of a new class with no similar class: `prior` = the policy's best k "

@@ -23,6 +23,7 @@ from engine.interface import (
     GenerateRequest,
     RequestOutcome,
 )
+from engine.step_rule import StepArgs, StepCostTable, StepVote
 from engine.vllm.engine import VLLMEngine
 from tests.engine.contract import CONTRACT, collect
 from tests.engine.engines import (
@@ -363,3 +364,38 @@ async def _greedy_request(engine: VLLMEngine, request: GenerateRequest) -> Greed
 @pytest.mark.parametrize("check", sorted(CONTRACT))
 async def test_contract(engine: VLLMEngine, check: str) -> None:
     await CONTRACT[check](engine)
+
+
+def _voter(
+    rid: str, prompt: str, bound: int, vote: StepVote, costs: StepCostTable
+) -> GenerateRequest:
+    extra = StepArgs(vote, costs).extra_args()
+    return GenerateRequest(
+        request_id=rid, prompt=prompt, max_tokens=MAX_TOKENS, k=bound, extra=extra
+    )
+
+
+async def test_the_step_rule_sets_a_voters_depth_in_the_engine(
+    engine: VLLMEngine, reference: dict[str, list[int]]
+) -> None:
+    """A voter's k is a bound; the scheduler runs it at the step rule's depth from the
+    vote and costs it carries (`engine.vllm.step_votes`): cheap drafts and a strong
+    class, its bound; drafts at twice a step's price and a 10 % class, none (the guard),
+    with the drafter still run (one draft a step, no skipped step). Greedy output exact."""
+    cheap = StepCostTable((1, 256), ((1.0, 1.1, 1.2, 1.3, 1.4),) * 2, ((), ()))
+    dear = StepCostTable((1, 256), ((1.0, 2.0, 3.0, 4.0, 5.0),) * 2, ((), ()))
+    strong, weak = StepVote((0.9, 0.85, 0.8, 0.75)), StepVote((0.1, 0.1, 0.1, 0.1))
+    prompt = GREEDY_PROMPTS[0]
+    tokens, outcome = await _greedy_request(engine, _voter("vote-strong", prompt, 2, strong, cheap))
+    assert tokens == reference[prompt]
+    spec = outcome.speculation
+    assert spec.verify_steps > 0
+    assert spec.draft_tokens in (2 * spec.verify_steps, 2 * spec.verify_steps - 1)
+    skips = await engine.drafter_skips()
+    tokens, outcome = await _greedy_request(engine, _voter("vote-weak", prompt, 4, weak, dear))
+    assert tokens == reference[prompt]
+    assert (outcome.speculation.verify_steps, outcome.speculation.draft_tokens) == (0, 0)
+    assert await engine.drafter_skips() == skips  # the drafter ran in every step
+    # Without a vote the same k verifies its drafts: the vote, not k, held it at 0.
+    _, plain = await _greedy(engine, prompt, 4, "vote-none")
+    assert plain.speculation.verify_steps > 0

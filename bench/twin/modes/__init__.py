@@ -2,9 +2,9 @@
 
 `nospec`, `static-k0..K` (`static`), `vllm-schedule` (`vllm_schedule`),
 `sglang-adaptive` (`sglang`), `trtllm-threshold` (`trtllm`), `adaptive` and
-`adaptive-floor` (`adaptive`: the gateway's control plane), `adaptive-step` (`adaptive_step`:
-the control plane's estimates, one depth per step from `gateway.control.step_depth`;
-`adaptive-step-free` without its guard),
+`adaptive-floor` (`adaptive`: the gateway's control plane), `adaptive-step`
+(`adaptive_step`: the gateway with its `step_rule` on, one depth per step from
+`engine.step_rule`; `adaptive-step-free` without its guard),
 `upper-bound`
 (`upper_bound`); `oracle` (`oracle`) is built from the static runs' results.
 `batch-schedule` is the real-engine benchmark's fixed vLLM schedule

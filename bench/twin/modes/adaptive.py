@@ -89,9 +89,10 @@ class AdaptiveControl(EngineWide):
         seed: int,
         floor: float = 0.0,
         trace: Trace | None = None,
+        step_rule: bool = False,
     ) -> None:
         self.events = TwinEvents(clock)
-        self.plane = build_plane(costs, clock, seed, floor, self.events)
+        self.plane = build_plane(costs, clock, seed, floor, self.events, step_rule)
         self._clock = clock
         self._workload = workload
         self._trace = trace
@@ -175,6 +176,7 @@ def build_plane(
     seed: int,
     floor: float = 0.0,
     events: ControlEvents | None = None,
+    step_rule: bool = False,
 ) -> ControlPlane:
     """A calibrated control plane as the gateway builds one, on the twin's clock."""
     settings = controller_settings(costs.max_k)
@@ -190,4 +192,6 @@ def build_plane(
     overrides: ControlOverrides = overrides_from_flags(FlagValues())
     if floor > 0:
         overrides = replace(overrides, batch_floor=floor)
-    return ControlPlane(controller, overrides=lambda _cid, _label: overrides, clock=clock)
+    return ControlPlane(
+        controller, overrides=lambda _cid, _label: overrides, clock=clock, step_rule=step_rule
+    )

@@ -1,29 +1,25 @@
-"""The gateway's controller with one depth per step chosen for the whole batch.
+"""The gateway with the step rule on: one depth per step, chosen for the whole batch.
 
-`adaptive-step`: every arriving request still goes through the real control plane
-(`AdaptiveControl`: classification, `Controller.decide`, the batch it enters,
-`finish(outcome)`), so the controller keeps learning each class's acceptance
-online; but the engine verifies one depth per step, as vLLM's CUDA engine does
-(`engine/vllm/batch_depth.py`), and that depth comes from the step-depth rule
-(`gateway.control.step_depth.choose_step_depth`) over the requests in the step:
-each request's class's live estimates p_1..p_K (`Controller.acceptance_of`) and
-the controller's relative step costs at that batch size
-(`CostModel.relative_costs`), plus, in a step that newcomers enter, their first
-drafts at that depth (`CostModel.first_token`: the engine drafts every newcomer's
-first chain at the step's depth), with the guard that no request loses by the
-depth (`GUARD`); a step of one class holding one of the plane's probes (`explored`) runs
-at least at the probe's depth, so positions past the class's vote keep getting trials. No
-hindsight: the rule reads only what the controller has learned.
+`adaptive-step`: the control plane runs with `ControllerSettings.step_rule` on, as
+the gateway does where the engine verifies one depth per step: every arriving
+request goes through it (`AdaptiveControl`: classification, `Controller.decide`,
+the batch it enters, `finish(outcome)`), and its plan carries its class's vote (the
+live p_1..p_K at admission, the plane's probe depth where it explores) and the step
+costs of the cost model at that moment (`Plan.step`, `engine.step_rule.StepArgs`).
+Each step's depth is then what the engine's scheduler computes from those same
+inputs (`engine.step_rule.vote_step_depth`, called by `engine.vllm.step_votes`):
+the voters of the step, the newest step costs, whether newcomers enter, with the
+guard that no request loses by the depth (`GUARD`, `None` in `adaptive-step-free`).
+No hindsight: the rule reads only what the controller has learned.
 
 Every request drafts the step's depth (the drafter prefills every prompt: Model
-Runner V2 drafts the step's depth for the whole batch); the rule would leave out
-only a request with p_1 = 0, which the controller's Beta prior never estimates.
-Each decode-only step is filed in the cost model at its batch and depth
-(`Controller.observe_step`), as the engine's step clock would file it; the
-plane's own filing matches steps to per-request depths, which this engine does
-not run. A record's k (and its class's choice) is the depth the rule gives its
-class alone at its arrival's load: the class's own vote, which settles as the
-controller learns; the steps it ran in follow the batch.
+Runner V2 drafts the step's depth for the whole batch). Steps are filed in the cost
+model by the plane (`ControlPlane.observe_step`: a decode-only step of the requests
+in flight, each verifying the same d drafts, ran at d), as the gateway files them.
+A record's k (and its class's choice) is the depth the rule gives its class alone
+at its arrival's load: its vote, which settles as the controller learns; the steps
+it ran in follow the batch. Not modelled: the one draft a step whose voters the rule
+holds at depth 0 still asks for on the V1 runner (it keeps the drafter's KV whole).
 """
 
 from __future__ import annotations
@@ -36,16 +32,13 @@ from bench.twin.modes.adaptive import AdaptiveControl, Trace
 from bench.twin.requests import TwinRequest
 from bench.twin.schema import Workload
 from engine.interface import EngineStep
-from gateway.control.settings import ControllerSettings
-from gateway.control.step_depth import choose_step_depth
+from engine.step_rule import GUARD, StepCostTable, StepVote, vote_step_depth
 
-#: No request's tokens per unit time at the step's depth below this share of the same
-#: step at depth 0 (`choose_step_depth`'s `floor`): speculation is never a request's loss.
-GUARD = 1.0
+__all__ = ["GUARD", "AdaptiveStep"]
 
 
 class AdaptiveStep(AdaptiveControl):
-    """Per-step depths from the step-depth rule on the controller's live estimates."""
+    """Per-step depths from the engine's step rule on the plane's votes and costs."""
 
     engine_wide = True
 
@@ -58,33 +51,26 @@ class AdaptiveStep(AdaptiveControl):
         guard: float | None = GUARD,
         trace: Trace | None = None,
     ) -> None:
-        super().__init__(workload, costs, clock, seed, trace=trace)
-        self._controller = self.plane.controller
+        super().__init__(workload, costs, clock, seed, trace=trace, step_rule=True)
         self._guard = guard
-        self._depth = 0
-        #: The rule's last inputs and answer (`_same_inputs`).
-        self._last: tuple[list[tuple[Sequence[float], int]], Sequence[float]] = ([], ())
+        self._max_k = costs.max_k
+        #: The newest step costs a request brought (the engine keeps the newest).
+        self._table: StepCostTable | None = None
+        #: The rule's last inputs (table, batch, newcomers, votes) and answer.
+        self._last: tuple[StepCostTable, int, bool, list[StepVote]] | tuple[()] = ()
         self._last_depth = 0
         #: Requests entered since the last step: they prefill (and draft first) in the next.
         self._newcomers = 0
-        #: A class the controller does not hold (evicted): the prior's P(accept 1).
-        self._prior = (ControllerSettings().prior_accept,)
-
-    def _acceptance(self, class_id: str) -> Sequence[float]:
-        return self._controller.acceptance_of(class_id) or self._prior
 
     def arrive(self, request: TwinRequest, running: int, queued: int) -> Plan:
         plan = super().arrive(request, running, queued)
-        planned = plan.handle[1]
-        costs = self._controller.cost_model.relative_costs(running + 1)
-        acceptance = self._acceptance(planned.class_id)
-        solo = choose_step_depth([(acceptance, 1)], costs, self._guard).depth
-        decision = planned.plan.decision
-        if decision is not None and decision.explored and planned.k > solo:
-            # The plane's probe keeps its depth (`step_depth`): a class whose steps never
-            # run past its vote would never try, and so never re-learn, the deeper positions.
-            return Plan(planned.k, None, plan.handle, solo)
-        return Plan(solo, None, plan.handle, solo)
+        step = plan.handle[1].step
+        if step is None:
+            return plan
+        self._table = step.costs
+        solo = vote_step_depth([step.vote], step.costs, running + 1, False, None, self._guard)
+        # A probe of the plane's exploration asks for its depth: alone in its step it gets it.
+        return Plan(max(solo, min(step.vote.probe, self._max_k)), None, plan.handle, solo)
 
     def prefills_drafter(self, k: int) -> bool:
         return True
@@ -94,52 +80,36 @@ class AdaptiveStep(AdaptiveControl):
         self._newcomers += 1
 
     def step_depth(self, batch: int, running: Sequence[LiveRequest] = ()) -> int:
-        counts: dict[str, int] = {}  # insertion order: the batch's, so deterministic
-        probe = 0
+        table = self._table
+        if table is None:
+            return max((live.plan.k for live in running), default=0)
+        votes: list[StepVote] = []
         for live in running:
-            plan = live.plan
-            class_id = plan.handle[1].class_id
-            counts[class_id] = counts.get(class_id, 0) + 1
-            if plan.k > probe and plan.k != plan.chosen:
-                probe = plan.k
-        groups = [(self._acceptance(c), n) for c, n in counts.items()]
-        costs = self._step_costs(batch)
-        if not self._same_inputs(groups, costs):
-            self._last = (groups, costs)
-            self._last_depth = choose_step_depth(groups, costs, self._guard).depth
-        # A probe runs the step at its depth only where its class is the whole step: in
-        # a mixed batch every request would pay for it (c(B, probe) against c(B, d)), and
-        # there the other classes' deeper votes already try those positions.
-        self._depth = max(self._last_depth, probe) if len(counts) == 1 else self._last_depth
-        return self._depth
+            step = live.plan.handle[1].step
+            if step is not None:
+                votes.append(step.vote)
+        newcomers = self._newcomers > 0
+        if not self._same(table, batch, newcomers, votes):
+            self._last = (table, batch, newcomers, votes)
+            self._last_depth = vote_step_depth(votes, table, batch, newcomers, None, self._guard)
+        return self._last_depth
 
-    def _same_inputs(
-        self, groups: list[tuple[Sequence[float], int]], costs: Sequence[float]
+    def _same(
+        self, table: StepCostTable, batch: int, newcomers: bool, votes: list[StepVote]
     ) -> bool:
-        """Whether the rule's inputs are the last call's: the same estimate and cost
-        objects (the controller replaces them, never mutates them, when evidence moves)
-        with the same counts. Most steps repeat the last one's inputs."""
-        last_groups, last_costs = self._last
+        """Whether the rule's inputs are the last call's: the plane builds one vote per
+        request and replaces (never mutates) its cost table, so identity is equality."""
+        if not self._last:
+            return False
+        last_table, last_batch, last_newcomers, last_votes = self._last
         return (
-            costs is last_costs
-            and len(groups) == len(last_groups)
-            and all(a is b and n == m for (a, n), (b, m) in zip(groups, last_groups, strict=True))
+            table is last_table
+            and batch == last_batch
+            and newcomers == last_newcomers
+            and len(votes) == len(last_votes)
+            and all(a is b for a, b in zip(votes, last_votes, strict=True))
         )
 
-    def _step_costs(self, batch: int) -> Sequence[float]:
-        """The step's relative cost at each depth: the decode step, plus the newcomers'
-        first drafts at that depth where any entered (`CostModel.first_token`: time to
-        the first token at depth d over depth 0, in steps at k = 0)."""
-        model = self._controller.cost_model
-        costs = model.relative_costs(batch)
-        first = model.first_token(batch) if self._newcomers else ()
-        if len(first) != len(costs):
-            return costs
-        return [c + max(f - first[0], 0.0) for c, f in zip(costs, first, strict=True)]
-
     def observe_step(self, step: EngineStep) -> None:
-        if self._trace is not None:
-            self._trace.events.append(("step", self._clock.now, step))
         self._newcomers = 0
-        if step.prefill_requests == 0 and step.decode_requests > 0:
-            self._controller.observe_step(step.decode_requests, self._depth, step.seconds)
+        super().observe_step(step)

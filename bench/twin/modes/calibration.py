@@ -101,6 +101,10 @@ class TwinCalibrationEngine:
     def lossless_sampling(self) -> bool:
         return True
 
+    @property
+    def one_depth_per_step(self) -> bool:
+        return self._costs.uniform
+
     def on_step(self, listener: StepListener | None) -> None:
         self._listener = listener
 

@@ -7,8 +7,19 @@ import random
 
 import pytest
 
+from engine.step_rule import (
+    SPEC_COSTS_ARG,
+    SPEC_VOTE_ARG,
+    StepArgs,
+    StepCostTable,
+    StepDepth,
+    StepVote,
+    choose_step_depth,
+    expected_tokens,
+    vote_step_depth,
+)
+from gateway.control.cost_steps import BUCKETS, batch_bucket
 from gateway.control.depth_profile import DepthProfile
-from gateway.control.step_depth import StepDepth, choose_step_depth, expected_tokens
 
 
 def _brute_force(
@@ -103,3 +114,84 @@ def test_expected_tokens_is_the_depth_profiles() -> None:
 def test_a_step_needs_a_positive_cost_at_depth_zero() -> None:
     with pytest.raises(ValueError, match="c\\(B, 0\\) > 0"):
         choose_step_depth([([0.5], 1)], [0.0, 1.0])
+
+
+# ---- the engine's side: votes, the cost table, the probe rule ---------------------------
+def _table(rows: dict[int, tuple[float, ...]]) -> StepCostTable:
+    return StepCostTable(tuple(rows), tuple(rows.values()), tuple(() for _ in rows))
+
+
+def test_the_table_reads_the_cost_models_buckets() -> None:
+    """Batch B reads the smallest bucket >= B, the last above it: `batch_bucket`."""
+    table = StepCostTable(
+        BUCKETS, tuple((1.0, float(b)) for b in BUCKETS), tuple(() for _ in BUCKETS)
+    )
+    for batch in range(1, 600):
+        assert table.costs(batch, False)[1] == batch_bucket(batch)
+
+
+def test_newcomers_add_their_first_drafts_at_each_depth() -> None:
+    table = StepCostTable((1,), ((1.0, 1.2, 1.4),), ((3.0, 3.5, 4.5),))
+    assert table.costs(1, False) == (1.0, 1.2, 1.4)
+    assert table.costs(1, True) == (1.0, 1.7, 2.9)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        None,
+        [],
+        {"buckets": [1], "decode": [[1.0, 1.1]]},  # no first-token rows
+        {"buckets": [2, 1], "decode": [[1.0], [1.0]], "first": [[], []]},  # unsorted
+        {"buckets": [1], "decode": [[0.0, 1.0]], "first": [[]]},  # c(B, 0) = 0
+        {"buckets": [1], "decode": [["x"]], "first": [[]]},
+    ],
+)
+def test_a_malformed_table_is_refused(raw: object) -> None:
+    assert StepCostTable.from_arg(raw) is None
+
+
+def test_table_and_vote_survive_their_wire_form() -> None:
+    table = _table({1: (1.0, 1.1, 1.3), 4: (1.0, 1.2, 1.5)})
+    vote = StepVote((0.8, 0.6), probe=2)
+    args = StepArgs(vote, table).extra_args()
+    assert StepCostTable.from_arg(args[SPEC_COSTS_ARG]) == table
+    assert StepVote.from_arg(args[SPEC_VOTE_ARG]) == vote
+
+
+@pytest.mark.parametrize(
+    "raw", [None, {}, {"p": []}, {"p": [1.5]}, {"p": ["a"]}, {"p": [0.5], "probe": "2"}]
+)
+def test_a_malformed_vote_is_refused(raw: object) -> None:
+    assert StepVote.from_arg(raw) is None
+
+
+def test_votes_group_by_class_and_match_the_rule() -> None:
+    table = _table({8: (1.0, 1.15, 1.3, 1.5)})
+    strong, weak = (0.9, 0.8, 0.7), (0.3, 0.2, 0.1)
+    votes = [StepVote(strong)] * 3 + [StepVote(weak)]
+    want = choose_step_depth([(strong, 3), (weak, 1)], table.costs(4, False)).depth
+    assert vote_step_depth(votes, table, 4, False) == want
+    assert vote_step_depth([], table, 4, False) == 0
+
+
+def test_only_allowed_depths_are_chosen() -> None:
+    table = _table({1: (1.0, 1.05, 1.1, 2.0)})
+    vote = StepVote((0.9, 0.9, 0.9))
+    assert vote_step_depth([vote], table, 1, False) == 2
+    assert vote_step_depth([vote], table, 1, False, allowed=(1, 3)) in (1, 3)
+    assert vote_step_depth([vote], table, 1, False, allowed=(3,)) in (0, 3)
+
+
+def test_a_probe_sets_the_depth_only_where_its_class_is_the_whole_step() -> None:
+    table = _table({4: (1.0, 1.1, 1.2, 1.3, 1.4)})
+    chat = (0.7, 0.3, 0.2, 0.1)
+    base = vote_step_depth([StepVote(chat)], table, 2, False)
+    assert base < 4
+    probe = StepVote(chat, probe=4)
+    assert vote_step_depth([probe, StepVote(chat)], table, 2, False) == 4
+    assert vote_step_depth([probe], table, 1, False, allowed=(1, 2)) == base  # 4 not allowed
+    other = StepVote((0.6, 0.3, 0.2, 0.1))
+    mixed = vote_step_depth([probe, other], table, 2, False)
+    assert mixed == vote_step_depth([StepVote(chat), other], table, 2, False)
+    assert vote_step_depth([StepVote(chat, probe=9)], table, 1, False) == 4  # clamped to K

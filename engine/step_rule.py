@@ -1,0 +1,237 @@
+"""One depth per engine step, chosen for the whole batch: the step-depth rule.
+
+Pure Python: the scheduler runs it in the engine core (`engine.vllm.scheduler`), the
+gateway's control plane builds its inputs (`gateway.control.step_votes`), and the
+twin runs the same code in virtual time (`bench.twin.modes.adaptive_step`).
+
+On CUDA the engine verifies one depth d per step (every drafting request verifies
+d, the others none; `engine/vllm/batch_depth.py`), and the step's time is the batch's
+at that depth, c(B, d). A per-request k from each class's own argmax ignores that
+the deepest vote sets everyone's cost. This rule instead picks, per step,
+
+    d* = argmax_d  sum_r E_r(d) / c(B, d),   E_r(d) = 1 + sum_{j<=d} prod_{i<=j} p_{r,i}
+
+(the expected tokens of a chain of d drafts, `DepthProfile.expected_tokens`), with
+request r drafting at d when that gains it anything (E_r(d) > 1) and verifying
+none otherwise. Requests of one class share p, so the batch comes as groups
+(acceptance vector, count): O(G K) for G groups, O(B K) at worst.
+
+Guard (`floor`): no request may lose by the step's depth, E_r(d) / c(B, d) >=
+floor / c(B, 0): its tokens per unit time at d against the same step at depth 0.
+A class whose acceptance makes every d > 0 a loss thus holds the whole batch at 0
+(its null yardstick), and a weak class caps how deep its batch-mates go. `floor`
+None turns the guard off (pure throughput). Ties go to the shallower depth.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+#: A depth must beat the best so far by this relative margin (ties to the shallower).
+TIE = 1e-12
+#: The guard the engine runs the rule with (`floor`): no request's tokens per unit time
+#: at the step's depth below the same step's at depth 0; speculation is never its loss.
+GUARD = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class StepDepth:
+    """The rule's answer: the step's depth, who drafts, and the expected tokens per cost."""
+
+    depth: int
+    #: Per group (or request), in input order: it verifies `depth` drafts (else none).
+    drafts: tuple[bool, ...]
+    #: Expected tokens of the step over its cost (the cost's unit: seconds or relative).
+    rate: float
+
+
+def expected_tokens(p: Sequence[float], max_depth: int) -> list[float]:
+    """E[tokens | d] for d = 0..max_depth; positions beyond `p` take its last value."""
+    out = [1.0]
+    chain = 1.0
+    last = p[-1] if p else 0.0
+    for d in range(max_depth):
+        chain *= p[d] if d < len(p) else last
+        out.append(out[-1] + chain)
+    return out
+
+
+def choose_step_depth(
+    groups: Sequence[tuple[Sequence[float], int]],
+    costs: Sequence[float],
+    floor: float | None = 1.0,
+) -> StepDepth:
+    """The step's depth for `groups` of (p_1..p_K, requests) at step costs `costs`
+    (c(B, d) for d = 0..K, any unit; only ratios matter). Module docstring."""
+    if not costs or costs[0] <= 0:
+        raise ValueError("step costs need c(B, 0) > 0")
+    max_depth = len(costs) - 1
+    gains = [expected_tokens(p, max_depth) for p, _ in groups]
+    live = [(g, n) for g, (_, n) in zip(gains, groups, strict=True) if n > 0]
+    if not live:
+        return StepDepth(0, tuple(False for _ in groups), 0.0)
+    requests = sum(n for _, n in live)
+    best, best_rate = 0, requests / costs[0]
+    for d in range(1, max_depth + 1):
+        cost = costs[d]
+        if cost <= 0:
+            continue
+        tokens = 0.0
+        worst = float("inf")
+        for group, n in live:
+            tokens += n * group[d]
+            worst = min(worst, group[d])
+        if floor is not None and worst * costs[0] < floor * cost:
+            continue
+        rate = tokens / cost
+        if rate > best_rate * (1 + TIE):
+            best, best_rate = d, rate
+    drafts = tuple(
+        best > 0 and n > 0 and g[best] > 1.0 for g, (_, n) in zip(gains, groups, strict=True)
+    )
+    return StepDepth(best, drafts, best_rate)
+
+
+# ---- what travels to the engine --------------------------------------------------------
+#: `SamplingParams.extra_args` key of a request's vote (`StepVote.to_arg`). Gateway-only.
+SPEC_VOTE_ARG = "specgw_vote"
+#: `SamplingParams.extra_args` key of the step costs (`StepCostTable.to_arg`) as the
+#: gateway's cost model had them when the request was admitted. Gateway-only.
+SPEC_COSTS_ARG = "specgw_costs"
+
+
+@dataclass(frozen=True, slots=True)
+class StepVote:
+    """A request's part in the step rule: its class's live p_1..p_K and, where the
+    control plane explores a deeper depth for the class, that depth (`probe`)."""
+
+    acceptance: tuple[float, ...]
+    probe: int = 0
+
+    def to_arg(self) -> dict[str, Any]:
+        return {"p": list(self.acceptance), "probe": self.probe}
+
+    @classmethod
+    def from_arg(cls, value: object) -> StepVote | None:
+        """The vote in `value` (what `to_arg` wrote), None when malformed: such a request
+        keeps its own k as its step depth, as if it carried no vote."""
+        if not isinstance(value, Mapping):
+            return None
+        p, probe = value.get("p"), value.get("probe", 0)
+        if not isinstance(p, list | tuple) or not p or not isinstance(probe, int):
+            return None
+        try:
+            acceptance = tuple(float(x) for x in p)
+        except (TypeError, ValueError):
+            return None
+        if not all(0.0 <= x <= 1.0 for x in acceptance):
+            return None
+        return cls(acceptance, max(0, probe))
+
+
+@dataclass(frozen=True, slots=True)
+class StepCostTable:
+    """c(B, d) / c(B, 0) for d = 0..K per batch bucket, and the time to the first token
+    at each d in steps at depth 0 (empty rows: not calibrated).
+
+    Buckets are powers of two; batch B reads the smallest bucket >= B, the last one
+    above it: the cost model's own bucketing (`gateway.control.cost_steps.batch_bucket`).
+    """
+
+    buckets: tuple[int, ...]
+    decode: tuple[tuple[float, ...], ...]
+    first: tuple[tuple[float, ...], ...]
+
+    def row(self, batch: int) -> int:
+        for i, bucket in enumerate(self.buckets):
+            if batch <= bucket:
+                return i
+        return len(self.buckets) - 1
+
+    def costs(self, batch: int, newcomers: bool) -> tuple[float, ...]:
+        """The step's relative cost at each depth: the decode step, plus, in a step that
+        newcomers enter, their first drafts at that depth (the drafter drafts every
+        newcomer's first chain at the step's depth)."""
+        i = self.row(batch)
+        decode = self.decode[i]
+        first = self.first[i] if newcomers else ()
+        if len(first) != len(decode):
+            return decode
+        return tuple(c + max(f - first[0], 0.0) for c, f in zip(decode, first, strict=True))
+
+    def to_arg(self) -> dict[str, Any]:
+        return {
+            "buckets": list(self.buckets),
+            "decode": [list(r) for r in self.decode],
+            "first": [list(r) for r in self.first],
+        }
+
+    @classmethod
+    def from_arg(cls, value: object) -> StepCostTable | None:
+        """The table in `value`, None when malformed (the engine keeps its last one)."""
+        if not isinstance(value, Mapping):
+            return None
+        try:
+            buckets = tuple(int(b) for b in value["buckets"])
+            decode = tuple(tuple(float(c) for c in r) for r in value["decode"])
+            first = tuple(tuple(float(c) for c in r) for r in value["first"])
+        except (KeyError, TypeError, ValueError):
+            return None
+        if (
+            not buckets
+            or len(decode) != len(buckets)
+            or len(first) != len(buckets)
+            or list(buckets) != sorted(set(buckets))
+            or any(not r or r[0] <= 0 for r in decode)
+        ):
+            return None
+        return cls(buckets, decode, first)
+
+
+@dataclass(frozen=True, slots=True)
+class StepArgs:
+    """What a voter sends the engine: its vote and the step costs of its admission."""
+
+    vote: StepVote
+    costs: StepCostTable
+
+    def extra_args(self) -> dict[str, Any]:
+        """The `SamplingParams.extra_args` entries that carry them."""
+        return {SPEC_VOTE_ARG: self.vote.to_arg(), SPEC_COSTS_ARG: self.costs.to_arg()}
+
+
+def vote_step_depth(
+    votes: Sequence[StepVote],
+    table: StepCostTable,
+    batch: int,
+    newcomers: bool,
+    allowed: Collection[int] | None = None,
+    floor: float | None = 1.0,
+) -> int:
+    """The step's depth for the voters in it: `choose_step_depth` over their classes
+    (votes with equal acceptance form one group) at the table's costs for `batch`.
+
+    `allowed`: the depths the engine can run as one step (a FULL decode graph); the
+    others are never chosen. A probe runs the step at its depth only where its class
+    is the whole step: in a mixed batch every request would pay for it, and there the
+    other classes' deeper votes already try those positions.
+    """
+    if not votes:
+        return 0
+    costs = list(table.costs(batch, newcomers))
+    if allowed is not None:
+        costs = [c if d == 0 or d in allowed else 0.0 for d, c in enumerate(costs)]
+    counts: dict[tuple[float, ...], int] = {}
+    probe = 0
+    for vote in votes:
+        counts[vote.acceptance] = counts.get(vote.acceptance, 0) + 1
+        probe = max(probe, vote.probe)
+    depth = choose_step_depth(list(counts.items()), costs, floor).depth
+    if len(counts) == 1 and probe > depth:
+        max_depth = len(costs) - 1
+        target = min(probe, max_depth)
+        deeper = [d for d in range(target, max_depth + 1) if allowed is None or d in allowed]
+        depth = min(deeper, default=depth)
+    return depth

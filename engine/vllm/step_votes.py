@@ -1,0 +1,86 @@
+"""The scheduler's side of the step-depth rule: votes and step costs in, a depth out.
+
+A request may carry a vote (`extra_args[SPEC_VOTE_ARG]`: its class's live acceptance
+p_1..p_K, `engine.step_rule.StepVote`) and the gateway's step costs
+(`extra_args[SPEC_COSTS_ARG]`; the newest that parse are kept). The voters of a step
+then run at the rule's depth (`engine.step_rule.vote_step_depth`), each at most its own
+k; under the uniform batch-depth rule only depths with a FULL decode graph are chosen.
+Mixed into `engine.vllm.scheduler`'s schedulers, which own k (`_depth`) and the depth rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from vllm.v1.request import Request
+
+from engine.step_rule import (
+    GUARD,
+    SPEC_COSTS_ARG,
+    SPEC_VOTE_ARG,
+    StepCostTable,
+    StepVote,
+    vote_step_depth,
+)
+from engine.vllm.batch_depth import BatchDepthPolicy, DepthRule
+
+
+class StepVotes:
+    """Votes, the newest step costs and the voters' depth of the step last scheduled."""
+
+    specgw_depth_rule: DepthRule
+    #: The request's k (`engine.vllm.scheduler._DepthCap._depth`).
+    _depth: Callable[[Request], int]
+
+    def _init_votes(self) -> None:
+        #: The newest step costs a request brought, raw and parsed.
+        self._costs_raw: object = None
+        self.specgw_costs: StepCostTable | None = None
+        #: The depth the rule gave the voters of the step last scheduled (None: no
+        #: voters, or no costs yet), and how many steps it chose each depth for.
+        self._voted: int | None = None
+        self.specgw_voted_steps: dict[int, int] = {}
+
+    def _take_costs(self, request: Request) -> None:
+        """Keep the step costs a newcomer carries, when they parse (else the last ones)."""
+        params = request.sampling_params
+        raw = params.extra_args.get(SPEC_COSTS_ARG) if params and params.extra_args else None
+        if raw is None or raw == self._costs_raw:
+            return
+        table = StepCostTable.from_arg(raw)
+        if table is not None:
+            self._costs_raw, self.specgw_costs = raw, table
+
+    def _vote(self, request: Request) -> StepVote | None:
+        # Cached on the request, as its k is: extra_args never change after admission.
+        if not hasattr(request, "_specgw_vote"):
+            params = request.sampling_params
+            raw = params.extra_args.get(SPEC_VOTE_ARG) if params and params.extra_args else None
+            request._specgw_vote = StepVote.from_arg(raw) if raw is not None else None  # type: ignore[attr-defined]
+        vote: StepVote | None = request._specgw_vote  # type: ignore[attr-defined]
+        return vote
+
+    def _step_k(self, request: Request) -> int:
+        """What the request asks of this step: its k, or for a voter at most the rule's depth."""
+        k = self._depth(request)
+        if self._voted is not None and k > 0 and self._vote(request) is not None:
+            return min(k, self._voted)
+        return k
+
+    def _vote_depth(self, scheduled: list[Request], newcomers: bool) -> int | None:
+        """The step rule's depth for the step's voters (None: none, or no costs yet)."""
+        table = self.specgw_costs
+        if table is None:
+            return None
+        votes = [
+            vote
+            for request in scheduled
+            if (vote := self._vote(request)) is not None and self._depth(request) > 0
+        ]
+        if not votes:
+            return None
+        rule = self.specgw_depth_rule
+        allowed = rule.captured if rule.policy is BatchDepthPolicy.UNIFORM else None
+        depth = vote_step_depth(votes, table, len(scheduled), newcomers, allowed, GUARD)
+        self.specgw_voted_steps[depth] = self.specgw_voted_steps.get(depth, 0) + 1
+        return depth

@@ -1,0 +1,128 @@
+"""ControlPlane with the step rule on: what a request sends the engine (its class's vote,
+the step costs, k as a bound) and how the engine's steps are filed."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from engine.interface import EngineStep
+from engine.step_rule import SPEC_COSTS_ARG, SPEC_VOTE_ARG
+from gateway.control.controller import Controller
+from gateway.control.decision import ControlOverrides
+from gateway.control.plane import ControlPlane
+from gateway.control.settings import ControllerSettings
+from gateway.runtime import step_rule_on
+from tests.control.test_plane import CHAT, Clock
+
+K = 4
+
+
+def _plane(overrides: ControlOverrides | None = None, step_rule: bool = True) -> ControlPlane:
+    clock = Clock()
+    settings = ControllerSettings(max_k=K)
+    controller = Controller(settings, max_depth=K, rng=random.Random(0), clock=clock)
+    return ControlPlane(
+        controller, overrides=lambda c, lbl: overrides, clock=clock, step_rule=step_rule
+    )
+
+
+def test_a_voter_sends_its_class_estimates_and_the_costs_with_k_as_a_bound() -> None:
+    plane = _plane()
+    planned = plane.plan_chat(CHAT, 100, running=0)
+    step = planned.step
+    assert step is not None
+    assert step.vote.acceptance == plane.controller.acceptance_of(planned.class_id)
+    assert len(step.vote.acceptance) == K
+    assert step.costs is plane.controller.cost_model.step_table()
+    assert planned.engine_k == K  # the bound; the plan's own k is still the decision's
+    args = step.extra_args()
+    assert set(args) == {SPEC_VOTE_ARG, SPEC_COSTS_ARG}
+    assert args[SPEC_COSTS_ARG]["buckets"][0] == 1
+
+
+def test_the_flags_bound_a_voter_and_an_operators_k_is_not_a_vote() -> None:
+    bounded = _plane(ControlOverrides(k_max=2)).plan_chat(CHAT, 100, running=0)
+    assert bounded.step is not None
+    assert bounded.engine_k == 2
+    pinned = _plane(ControlOverrides(pin_k=3)).plan_chat(CHAT, 100, running=0)
+    assert pinned.step is None
+    assert pinned.engine_k == 3
+    static = _plane(ControlOverrides(mode="static")).plan_chat(CHAT, 100, running=0)
+    assert static.step is None
+    off = _plane(ControlOverrides(enabled=False)).plan_chat(CHAT, 100, running=0)
+    assert off.step is None
+    assert off.engine_k == 0
+
+
+def test_without_speculation_drops_the_vote() -> None:
+    planned = _plane().plan_chat(CHAT, 100, running=0)
+    zero = planned.without_speculation("sampled-not-exact")
+    assert zero.step is None
+    assert zero.engine_k == 0
+    unserved = _plane().plan_chat(CHAT, 100, running=0, unserved="logit_bias")
+    assert unserved.step is None
+    assert unserved.engine_k == 0
+
+
+def test_off_by_default() -> None:
+    planned = _plane(step_rule=False).plan_chat(CHAT, 100, running=0)
+    assert planned.step is None
+    assert planned.engine_k == planned.k
+
+
+class _Engine:
+    def __init__(self, max_depth: int, uniform: bool) -> None:
+        self.max_depth = max_depth
+        self.one_depth_per_step = uniform
+
+
+@pytest.mark.parametrize(
+    ("setting", "max_depth", "uniform", "on"),
+    [
+        ("auto", 4, True, True),
+        ("auto", 4, False, False),
+        ("auto", 0, True, False),
+        ("on", 4, False, True),
+        ("off", 4, True, False),
+    ],
+)
+def test_auto_follows_the_engine(setting: str, max_depth: int, uniform: bool, on: bool) -> None:
+    settings = ControllerSettings.model_validate({"step_rule": setting})
+    assert step_rule_on(settings, _Engine(max_depth, uniform)) is on  # type: ignore[arg-type]
+    assert ControllerSettings().step_rule == "auto"
+
+
+def test_the_cost_table_is_rebuilt_only_when_a_bucket_moves() -> None:
+    model = _plane().controller.cost_model
+    first = model.step_table()
+    assert model.step_table() is first
+    for _ in range(40):
+        model.observe_step(4, 3, 0.05)
+        model.observe_step(4, 0, 0.02)
+    assert model.step_table() is not first
+    assert model.step_table().costs(4, False) == model.relative_costs(4)
+
+
+def _filed(plane: ControlPlane, bucket: int) -> list[float]:
+    """The forgetting weight of step times filed at each depth of `bucket`."""
+    for row in plane.controller.cost_model.report():
+        filed = row["filed"]
+        if row["batch_bucket"] == bucket and isinstance(filed, list):
+            return [float(x) for x in filed]
+    return [0.0] * (K + 1)
+
+
+def test_an_engine_step_is_filed_at_the_depth_every_request_verified() -> None:
+    plane = _plane()
+    for running in range(3):
+        plane.plan_chat(CHAT, 100, running=running).enter()
+    before = _filed(plane, 4)
+    assert plane.observe_step(EngineStep(0.03, 3, 3 * (1 + 2)))  # 3 requests at depth 2
+    after = _filed(plane, 4)
+    assert after[2] > before[2]
+    assert [a for d, a in enumerate(after) if d != 2] == [b for d, b in enumerate(before) if d != 2]
+    assert not plane.observe_step(EngineStep(0.03, 3, 3 + 4))  # depths differ: not one d
+    assert not plane.observe_step(EngineStep(0.03, 2, 2 * 3))  # not the batch in flight
+    assert not plane.observe_step(EngineStep(0.03, 3, 9, prefill_requests=1))

@@ -1,0 +1,140 @@
+"""The step-depth rule in the real vLLM schedulers, driven step by step without a model
+(`tests/engine/test_scheduler.py`'s harness): voters run at the rule's depth, each at
+most its own k; non-voters keep theirs; a depth-0 voter step still drafts once."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from vllm import SamplingParams
+from vllm.v1.request import Request
+
+from engine.interface import SPEC_DEPTH_ARG
+from engine.step_rule import (
+    GUARD,
+    SPEC_COSTS_ARG,
+    SPEC_VOTE_ARG,
+    StepCostTable,
+    StepVote,
+    vote_step_depth,
+)
+from engine.vllm.batch_depth import BatchDepthPolicy
+from engine.vllm.scheduler import AsyncSpecDepthScheduler, SpecDepthScheduler
+from tests.engine.test_scheduler import K, _run_step, _scheduler
+from tools.model.testing_models import TinyModels
+
+#: Each draft adds 10 % of a step at every batch size; no first-token prices.
+CHEAP = StepCostTable((1, 64), ((1.0, 1.1, 1.2, 1.3, 1.4),) * 2, ((), ()))
+#: Each draft doubles the step: only a near-certain class gains from drafting.
+DEAR = StepCostTable((1, 64), ((1.0, 2.0, 3.0, 4.0, 5.0),) * 2, ((), ()))
+STRONG = StepVote((0.9, 0.85, 0.8, 0.75))
+WEAK = StepVote((0.1, 0.1, 0.1, 0.1))
+
+
+def _request(
+    rid: str, k: int, vote: StepVote | None = None, costs: StepCostTable | None = None
+) -> Request:
+    extra: dict[str, Any] = {SPEC_DEPTH_ARG: k}
+    if vote is not None:
+        extra[SPEC_VOTE_ARG] = vote.to_arg()
+    if costs is not None:
+        extra[SPEC_COSTS_ARG] = costs.to_arg()
+    params = SamplingParams(max_tokens=50, temperature=0.0, extra_args=extra)
+    return Request(rid, list(range(10, 30)), params, None)
+
+
+def _drafts(sched: Any, steps: int) -> tuple[dict[str, list[int]], list[int]]:
+    """Drafts each request verified per step, and the drafts asked for per step."""
+    seen: dict[str, list[int]] = {rid: [] for rid in sched.requests}
+    asked = []
+    for _ in range(steps):
+        out = sched.schedule()
+        asked.append(out.num_spec_tokens_to_schedule)
+        for rid in out.num_scheduled_tokens:
+            seen[rid].append(len(out.scheduled_spec_decode_tokens.get(rid, [])))
+        _run_step(sched, out)
+    return seen, asked
+
+
+@pytest.mark.parametrize("cls", [SpecDepthScheduler, AsyncSpecDepthScheduler])
+def test_voters_run_at_the_rules_depth_bounded_by_their_k(cls: type[Any], tiny: TinyModels) -> None:
+    sched = _scheduler(cls, tiny)
+    sched.add_request(_request("strong", K, STRONG, CHEAP))
+    sched.add_request(_request("bounded", 2, STRONG))
+    want = vote_step_depth([STRONG, STRONG], CHEAP, 2, False, None, GUARD)
+    assert want == K  # cheap drafts, a strong class: the deepest depth pays
+    seen, asked = _drafts(sched, 5)
+    assert asked[2:] == [K] * 3
+    assert seen["strong"][2:] == [K] * 3
+    assert seen["bounded"][2:] == [2] * 3  # its k bounds it (per-request rule on the CPU)
+
+
+@pytest.mark.parametrize("cls", [SpecDepthScheduler, AsyncSpecDepthScheduler])
+def test_a_class_that_loses_by_drafting_holds_its_voters_at_zero(
+    cls: type[Any], tiny: TinyModels
+) -> None:
+    """The guard: drafts twice the step's price and a 10 % class: every d > 0 loses.
+    The step still drafts one token (so the drafter's KV stays whole), verified by none;
+    a non-voter beside them keeps its own k."""
+    sched = _scheduler(cls, tiny)
+    sched.add_request(_request("weak", K, WEAK, DEAR))
+    sched.add_request(_request("weak2", 3, WEAK))
+    assert vote_step_depth([WEAK, WEAK], DEAR, 2, False, None, GUARD) == 0
+    seen, asked = _drafts(sched, 4)
+    assert asked[1:] == [1] * 3
+    assert seen["weak"] == [0] * 4
+    assert seen["weak2"] == [0] * 4
+    assert sched.specgw_voted_steps.get(0, 0) >= 3
+    sched.add_request(_request("plain", 3))
+    seen, asked = _drafts(sched, 4)
+    assert asked[1:] == [3] * 3  # the non-voter's k sets the drafting depth
+    assert seen["plain"][2:] == [3] * 2
+    assert seen["weak"] == [0] * 4  # per-request rule: voters verify none
+
+
+@pytest.mark.parametrize("cls", [SpecDepthScheduler, AsyncSpecDepthScheduler])
+def test_without_costs_a_voter_runs_at_its_k_and_a_bad_table_is_not_kept(
+    cls: type[Any], tiny: TinyModels
+) -> None:
+    sched = _scheduler(cls, tiny)
+    broken = _request("a", 2, STRONG)
+    assert broken.sampling_params is not None
+    assert broken.sampling_params.extra_args is not None
+    broken.sampling_params.extra_args[SPEC_COSTS_ARG] = {"buckets": [1], "decode": [[0.0, 1.0]]}
+    sched.add_request(broken)
+    assert sched.specgw_costs is None
+    seen, _ = _drafts(sched, 4)
+    assert seen["a"][2:] == [2, 2]
+    assert sched.specgw_voted_steps == {}
+
+
+@pytest.mark.parametrize("cls", [SpecDepthScheduler, AsyncSpecDepthScheduler])
+def test_a_malformed_vote_leaves_the_request_its_own_k(cls: type[Any], tiny: TinyModels) -> None:
+    sched = _scheduler(cls, tiny)
+    request = _request("odd", 2, None, DEAR)
+    assert request.sampling_params is not None
+    assert request.sampling_params.extra_args is not None
+    request.sampling_params.extra_args[SPEC_VOTE_ARG] = {"p": ["x"], "probe": 0}
+    sched.add_request(request)
+    seen, _ = _drafts(sched, 4)
+    assert seen["odd"][2:] == [2, 2]  # DEAR would have held a voter at 0
+
+
+def test_under_the_uniform_rule_only_captured_depths_are_chosen(tiny: TinyModels) -> None:
+    """With FULL graphs for 1 + 1 and 1 + K only, a rule that would pick 2 or 3 picks a
+    captured depth, and every voter verifies it."""
+    sched = _scheduler(SpecDepthScheduler, tiny)
+    sched.specgw_depth_rule = replace(
+        sched.specgw_depth_rule, policy=BatchDepthPolicy.UNIFORM, captured=(1, K)
+    )
+    # Drafts dear past 2: the free rule picks 2 for a strong class.
+    table = StepCostTable((1, 64), ((1.0, 1.05, 1.1, 2.0, 3.0),) * 2, ((), ()))
+    assert vote_step_depth([STRONG], table, 1, False, None, GUARD) == 2
+    chosen = vote_step_depth([STRONG], table, 1, False, (1, K), GUARD)
+    assert chosen in (1, K)
+    sched.add_request(_request("a", K, STRONG, table))
+    seen, asked = _drafts(sched, 4)
+    assert asked[1:] == [chosen] * 3
+    assert seen["a"][2:] == [chosen] * 2
