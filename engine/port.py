@@ -40,11 +40,11 @@ from engine.protocol import (
     ResponsesRequest,
     ResponsesResponse,
 )
-from engine.step_rule import SPEC_COSTS_ARG, SPEC_VOTE_ARG, StepArgs
+from engine.step_rule import SPEC_COSTS_ARG, SPEC_NEWS_ARG, SPEC_VOTE_ARG, StepArgs
 
 #: Keys of `vllm_xargs` reserved for the gateway; a client may never set them.
 RESERVED_XARGS = frozenset(
-    {SPEC_DEPTH_ARG, SPEC_CAP_ARG, GATEWAY_ID_ARG, SPEC_VOTE_ARG, SPEC_COSTS_ARG}
+    {SPEC_DEPTH_ARG, SPEC_CAP_ARG, GATEWAY_ID_ARG, SPEC_VOTE_ARG, SPEC_COSTS_ARG, SPEC_NEWS_ARG}
 )
 
 ChatResult = ChatCompletionResponse | AsyncIterator[str]

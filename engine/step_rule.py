@@ -26,7 +26,7 @@ None turns the guard off (pure throughput). Ties go to the shallower depth.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 #: A depth must beat the best so far by this relative margin (ties to the shallower).
@@ -100,18 +100,22 @@ SPEC_VOTE_ARG = "specgw_vote"
 #: `SamplingParams.extra_args` key of the step costs (`StepCostTable.to_arg`) as the
 #: gateway's cost model had them when the request was admitted. Gateway-only.
 SPEC_COSTS_ARG = "specgw_costs"
+#: `SamplingParams.extra_args` key of other classes' newer estimates (`StepArgs.news`).
+SPEC_NEWS_ARG = "specgw_news"
 
 
 @dataclass(frozen=True, slots=True)
 class StepVote:
-    """A request's part in the step rule: its class's live p_1..p_K and, where the
-    control plane explores a deeper depth for the class, that depth (`probe`)."""
+    """A request's part in the step rule: its class's live p_1..p_K at admission, its
+    class (whose newer estimates later requests bring, `Estimates`) and, where the control
+    plane explores a deeper depth for the class, that depth (`probe`)."""
 
     acceptance: tuple[float, ...]
     probe: int = 0
+    class_id: str = ""
 
     def to_arg(self) -> dict[str, Any]:
-        return {"p": list(self.acceptance), "probe": self.probe}
+        return {"p": list(self.acceptance), "probe": self.probe, "class": self.class_id}
 
     @classmethod
     def from_arg(cls, value: object) -> StepVote | None:
@@ -119,16 +123,51 @@ class StepVote:
         keeps its own k as its step depth, as if it carried no vote."""
         if not isinstance(value, Mapping):
             return None
-        p, probe = value.get("p"), value.get("probe", 0)
-        if not isinstance(p, list | tuple) or not p or not isinstance(probe, int):
+        acceptance = _acceptance(value.get("p"))
+        probe, class_id = value.get("probe", 0), value.get("class", "")
+        if acceptance is None or not isinstance(probe, int) or not isinstance(class_id, str):
             return None
-        try:
-            acceptance = tuple(float(x) for x in p)
-        except (TypeError, ValueError):
-            return None
-        if not all(0.0 <= x <= 1.0 for x in acceptance):
-            return None
-        return cls(acceptance, max(0, probe))
+        return cls(acceptance, max(0, probe), class_id)
+
+
+def _acceptance(value: object) -> tuple[float, ...] | None:
+    """p_1..p_K from the wire: a non-empty list of probabilities, else None."""
+    if not isinstance(value, list | tuple) or not value:
+        return None
+    try:
+        acceptance = tuple(float(x) for x in value)
+    except (TypeError, ValueError):
+        return None
+    return acceptance if all(0.0 <= x <= 1.0 for x in acceptance) else None
+
+
+class Estimates:
+    """The newest p_1..p_K of each class, as the requests brought them.
+
+    A request lives seconds to minutes, and its class's estimates move under it (a drift,
+    the forgetting counts); each newcomer brings its own class's estimates and those of the
+    other classes in flight that moved since last sent (`StepArgs.news`), so every voter
+    is read at its class's newest, not its admission's (the twin: at concurrency 64 the
+    admission snapshot lost up to 3 % on the measured H100 profile,
+    `python -m bench twin`). At most MAX_CLASSES, the least recently updated dropped.
+    """
+
+    MAX_CLASSES = 4096
+
+    def __init__(self) -> None:
+        self._by_class: dict[str, tuple[float, ...]] = {}
+
+    def take(self, vote: StepVote, news: Mapping[str, tuple[float, ...]]) -> None:
+        by_class = self._by_class
+        for class_id, acceptance in (*news.items(), (vote.class_id, vote.acceptance)):
+            if class_id:
+                by_class.pop(class_id, None)
+                by_class[class_id] = acceptance
+        while len(by_class) > self.MAX_CLASSES:
+            del by_class[next(iter(by_class))]
+
+    def current(self, vote: StepVote) -> tuple[float, ...]:
+        return self._by_class.get(vote.class_id, vote.acceptance)
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,14 +231,31 @@ class StepCostTable:
 
 @dataclass(frozen=True, slots=True)
 class StepArgs:
-    """What a voter sends the engine: its vote and the step costs of its admission."""
+    """What a voter sends the engine: its vote, the step costs of its admission, and the
+    newer estimates of the other classes in flight (`Estimates`)."""
 
     vote: StepVote
     costs: StepCostTable
+    news: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
 
     def extra_args(self) -> dict[str, Any]:
         """The `SamplingParams.extra_args` entries that carry them."""
-        return {SPEC_VOTE_ARG: self.vote.to_arg(), SPEC_COSTS_ARG: self.costs.to_arg()}
+        args = {SPEC_VOTE_ARG: self.vote.to_arg(), SPEC_COSTS_ARG: self.costs.to_arg()}
+        if self.news:
+            args[SPEC_NEWS_ARG] = {c: list(p) for c, p in self.news.items()}
+        return args
+
+
+def news_from_arg(value: object) -> dict[str, tuple[float, ...]]:
+    """The classes' estimates in `value` (`StepArgs.extra_args`); malformed entries dropped."""
+    if not isinstance(value, Mapping):
+        return {}
+    news = {}
+    for class_id, raw in value.items():
+        acceptance = _acceptance(raw)
+        if isinstance(class_id, str) and class_id and acceptance is not None:
+            news[class_id] = acceptance
+    return news
 
 
 def vote_step_depth(
@@ -209,14 +265,16 @@ def vote_step_depth(
     newcomers: bool,
     allowed: Collection[int] | None = None,
     floor: float | None = 1.0,
+    estimates: Estimates | None = None,
 ) -> int:
     """The step's depth for the voters in it: `choose_step_depth` over their classes
     (votes with equal acceptance form one group) at the table's costs for `batch`.
 
     `allowed`: the depths the engine can run as one step (a FULL decode graph); the
-    others are never chosen. A probe runs the step at its depth only where its class
-    is the whole step: in a mixed batch every request would pay for it, and there the
-    other classes' deeper votes already try those positions.
+    others are never chosen. `estimates`: each voter read at its class's newest. A probe
+    runs the step at its depth only where its class is the whole step: in a mixed batch
+    every request would pay for it, and there the other classes' deeper votes already
+    try those positions.
     """
     if not votes:
         return 0
@@ -226,7 +284,8 @@ def vote_step_depth(
     counts: dict[tuple[float, ...], int] = {}
     probe = 0
     for vote in votes:
-        counts[vote.acceptance] = counts.get(vote.acceptance, 0) + 1
+        p = vote.acceptance if estimates is None else estimates.current(vote)
+        counts[p] = counts.get(p, 0) + 1
         probe = max(probe, vote.probe)
     depth = choose_step_depth(list(counts.items()), costs, floor).depth
     if len(counts) == 1 and probe > depth:

@@ -17,9 +17,12 @@ from vllm.v1.request import Request
 from engine.step_rule import (
     GUARD,
     SPEC_COSTS_ARG,
+    SPEC_NEWS_ARG,
     SPEC_VOTE_ARG,
+    Estimates,
     StepCostTable,
     StepVote,
+    news_from_arg,
     vote_step_depth,
 )
 from engine.vllm.batch_depth import BatchDepthPolicy, DepthRule
@@ -40,11 +43,18 @@ class StepVotes:
         #: voters, or no costs yet), and how many steps it chose each depth for.
         self._voted: int | None = None
         self.specgw_voted_steps: dict[int, int] = {}
+        #: Each class's newest estimates, as the voters brought them.
+        self.specgw_estimates = Estimates()
 
     def _take_costs(self, request: Request) -> None:
-        """Keep the step costs a newcomer carries, when they parse (else the last ones)."""
+        """Keep what a newcomer brings: the step costs, when they parse (else the last ones),
+        its class's estimates and the other classes' newer ones."""
         params = request.sampling_params
-        raw = params.extra_args.get(SPEC_COSTS_ARG) if params and params.extra_args else None
+        extra = params.extra_args if params is not None and params.extra_args else {}
+        vote = self._vote(request)
+        if vote is not None:
+            self.specgw_estimates.take(vote, news_from_arg(extra.get(SPEC_NEWS_ARG)))
+        raw = extra.get(SPEC_COSTS_ARG)
         if raw is None or raw == self._costs_raw:
             return
         table = StepCostTable.from_arg(raw)
@@ -81,6 +91,8 @@ class StepVotes:
             return None
         rule = self.specgw_depth_rule
         allowed = rule.captured if rule.policy is BatchDepthPolicy.UNIFORM else None
-        depth = vote_step_depth(votes, table, len(scheduled), newcomers, allowed, GUARD)
+        depth = vote_step_depth(
+            votes, table, len(scheduled), newcomers, allowed, GUARD, self.specgw_estimates
+        )
         self.specgw_voted_steps[depth] = self.specgw_voted_steps.get(depth, 0) + 1
         return depth

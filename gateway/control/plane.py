@@ -154,6 +154,9 @@ class ControlPlane:
         self.controller = controller
         #: The engine sets each step's depth from the requests' votes (`engine.step_rule`).
         self.step_rule = step_rule
+        #: Voters in flight per class, and the estimates last sent for each such class.
+        self._voting: dict[str, int] = {}
+        self._sent: dict[str, tuple[float, ...]] = {}
         self._overrides = overrides
         self._identities = identities or IdentityCache()
         #: The engine batch the requests run in, for the cost model and the batch rules.
@@ -220,8 +223,21 @@ class ControlPlane:
         if bound <= 0:
             return plan
         probe = decision.k if decision.explored else 0
-        step = StepArgs(StepVote(acceptance, probe), controller.cost_model.step_table())
+        vote = StepVote(acceptance, probe, plan.class_id)
+        step = StepArgs(vote, controller.cost_model.step_table(), self._news(plan.class_id))
         return plan._replace(step=step, bound=bound)
+
+    def _news(self, class_id: str) -> dict[str, tuple[float, ...]]:
+        """The estimates of the other classes in flight that moved since last sent (the
+        controller replaces a class's estimates when they move, never mutates them)."""
+        news = {}
+        sent = self._sent
+        for other in self._voting:
+            if other != class_id:
+                p = self.controller.acceptance_of(other)
+                if p is not None and p is not sent.get(other):
+                    news[other] = sent[other] = p
+        return news
 
     def plan_chat(
         self,
@@ -265,12 +281,22 @@ class ControlPlane:
 
     # ---- the request's life in the batch ---------------------------------------------
     def _enter(self, plan: Plan, prompt_tokens: int) -> Ticket:
+        if plan.step is not None:
+            self._voting[plan.class_id] = self._voting.get(plan.class_id, 0) + 1
+            self._sent[plan.class_id] = plan.step.vote.acceptance
         batch = self.batch
         if plan.cap is not None:
             batch.cap(plan.cap)  # what the engine does as the request is added
         return batch.enter(plan.k, plan.gains, prompt_tokens, plan.floor, plan.anchor, plan.fixed)
 
     def _finish(self, plan: Plan, ticket: Ticket, outcome: RequestOutcome | None) -> BatchMeans:
+        if plan.step is not None:
+            left = self._voting.get(plan.class_id, 1) - 1
+            if left > 0:
+                self._voting[plan.class_id] = left
+            else:
+                self._voting.pop(plan.class_id, None)
+                self._sent.pop(plan.class_id, None)
         ran_in = self.batch.leave(ticket)
         if outcome is not None and plan.cls is not None and plan.decision is not None:
             # The batch it ran in (means over its life), not the one at its end.

@@ -14,7 +14,7 @@ from gateway.control.decision import ControlOverrides
 from gateway.control.plane import ControlPlane
 from gateway.control.settings import ControllerSettings
 from gateway.runtime import step_rule_on
-from tests.control.test_plane import CHAT, Clock
+from tests.control.test_plane import CHAT, TOOLS, Clock, outcome
 
 K = 4
 
@@ -126,3 +126,29 @@ def test_an_engine_step_is_filed_at_the_depth_every_request_verified() -> None:
     assert not plane.observe_step(EngineStep(0.03, 3, 3 + 4))  # depths differ: not one d
     assert not plane.observe_step(EngineStep(0.03, 2, 2 * 3))  # not the batch in flight
     assert not plane.observe_step(EngineStep(0.03, 3, 9, prefill_requests=1))
+
+
+def test_a_voter_brings_the_newer_estimates_of_the_other_classes_in_flight() -> None:
+    plane = _plane()
+    chat = plane.plan_chat(CHAT, 100, running=0)
+    assert chat.step is not None
+    assert chat.step.vote.class_id == chat.class_id
+    chat.enter()
+    learner = plane.plan_chat(CHAT, 100, running=1)
+    learner.enter()
+    learner.finish(outcome(3, steps=10, accepted=0))  # chat's estimates move
+    moved = plane.controller.acceptance_of(chat.class_id)
+    assert moved != chat.step.vote.acceptance
+    tools = plane.plan_chat(TOOLS, 100, running=1)
+    assert tools.step is not None
+    assert tools.step.news == {chat.class_id: moved}
+    again = plane.plan_chat(TOOLS, 100, running=1)
+    assert again.step is not None
+    assert again.step.news == {}  # sent once
+    chat.finish(None)
+    learner2 = plane.plan_chat(CHAT, 100, running=0)
+    learner2.enter()
+    learner2.finish(outcome(3, steps=10, accepted=30))
+    late = plane.plan_chat(TOOLS, 100, running=0)
+    assert late.step is not None
+    assert late.step.news == {}  # chat no longer in flight

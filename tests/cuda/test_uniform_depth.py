@@ -18,6 +18,7 @@ from vllm.v1.request import Request
 from vllm.v1.structured_output import StructuredOutputManager
 
 from engine.interface import SPEC_DEPTH_ARG
+from engine.step_rule import SPEC_COSTS_ARG, SPEC_VOTE_ARG, StepCostTable, StepVote, vote_step_depth
 from engine.vllm.batch_depth import POLICY_OVERRIDE_KEY, BatchDepthPolicy
 from engine.vllm.scheduler import AsyncSpecDepthScheduler, AutoSpecDepthScheduler
 from tools.model.testing_models import TinyModels
@@ -138,3 +139,33 @@ def test_the_shared_placeholder_list_is_never_cut_in_place(policy: str, tiny: Ti
         # the only captured width here), every later one for K.
         first = sched.specgw_depth_rule.first_step_depth(K)
         assert len(shared) == (first if i == 0 else K)
+
+
+def _voter(rid: str, vote: StepVote, costs: StepCostTable | None = None) -> Request:
+    extra: dict[str, Any] = {SPEC_DEPTH_ARG: K, SPEC_VOTE_ARG: vote.to_arg()}
+    if costs is not None:
+        extra[SPEC_COSTS_ARG] = costs.to_arg()
+    params = SamplingParams(max_tokens=40, temperature=0.0, extra_args=extra)
+    return Request(rid, list(range(10, 30)), params, None)
+
+
+def test_voters_verify_the_step_rules_depth_among_the_captured_widths(tiny: TinyModels) -> None:
+    """The step rule on CUDA's scheduler: the voters' depth is the rule's, restricted to
+    the widths with a FULL decode graph (here 2 and K), every voter verifying it; a class
+    that would lose by any captured depth holds the step at 0 (the guard)."""
+    sched = _scheduler(tiny, "uniform")
+    sched.specgw_depth_rule = type(sched.specgw_depth_rule)(BatchDepthPolicy.UNIFORM, K, (2, K))
+    costs = StepCostTable((1, 16), ((1.0, 1.04, 1.08, 1.10, 1.5),) * 2, ((), ()))
+    strong, weak = StepVote((0.95, 0.9, 0.9, 0.3)), StepVote((0.05, 0.05, 0.05, 0.05))
+    assert vote_step_depth([strong, strong], costs, 2, False) == 3  # not a captured width
+    assert vote_step_depth([strong, strong], costs, 2, False, (2, K)) == 2
+    sched.add_request(_voter("a", strong, costs))
+    sched.add_request(_voter("b", strong))
+    steps = [_step(sched) for _ in range(3)]
+    assert steps[-1] == {"a": 2, "b": 2}
+    # A class that loses at every captured depth holds its step at 0 (the guard).
+    assert vote_step_depth([strong, strong, weak], costs, 3, False, (2, K)) == 0
+    sched.add_request(_voter("weak", weak))
+    steps = [_step(sched) for _ in range(3)]
+    assert steps[-1] == {"a": 0, "b": 0, "weak": 0}
+    assert set(sched.specgw_voted_steps) == {0, 2}

