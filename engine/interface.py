@@ -108,6 +108,15 @@ class EngineStep:
     prefill_requests: int = 0
     prefill_tokens: int = 0
 
+    def common_depth(self) -> int | None:
+        """The drafts each decoding request verified, where all verified the same number
+        (None: no decoding request, or their depths differed)."""
+        requests = self.decode_requests
+        drafts = self.decode_tokens - requests
+        if requests <= 0 or drafts < 0 or drafts % requests:
+            return None
+        return drafts // requests
+
     def decoded_only(self, requests: int, tokens: int) -> bool:
         """Whether the step prefilled nothing and decoded exactly `requests` requests
         scheduling `tokens` tokens: then it ran the batch the caller knows, and its

@@ -56,6 +56,7 @@ def replica_metrics(
     max_depth: int,
     drafter: str,
     vllm_version: str,
+    step_rule: bool = False,
 ) -> GatewayMetrics:
     """The replica's metrics, `specgw_build_info` set (`drafter`, `vllm_version` label it)."""
     metrics = GatewayMetrics(registry, max_depth=max_depth, flags=tuple(SPECS))
@@ -65,6 +66,7 @@ def replica_metrics(
         drafter=drafter,
         vllm_version=vllm_version,
         max_depth=max_depth,
+        step_rule=step_rule,
     )
     metrics.set_build_info(info)
     return metrics

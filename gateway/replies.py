@@ -7,7 +7,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from engine.interface import EngineDeadError, EngineError, RequestOutcome
+from engine.interface import EngineDeadError, EngineError, EngineStep, RequestOutcome
 from engine.protocol import ResponsesResponse
 from gateway.control.plane import Plan
 from gateway.errors import ErrorKind, GatewayError, from_engine
@@ -39,7 +39,7 @@ class Telemetry(Protocol):
 
     def request_shed(self, endpoint: str, error: GatewayError) -> None: ...
 
-    def engine_step(self, filed: bool) -> None: ...
+    def engine_step(self, filed: bool, step: EngineStep) -> None: ...
 
 
 @dataclass(slots=True)

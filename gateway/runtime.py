@@ -227,7 +227,10 @@ async def _control_plane(
     engine, frontend = slot.engine, slot.frontend
     assert frontend is not None
     registry = CollectorRegistry()
-    metrics = assembly.replica_metrics(registry, settings, engine.max_depth, drafter, vllm_version)
+    step_rule = step_rule_on(controller_settings, engine)
+    metrics = assembly.replica_metrics(
+        registry, settings, engine.max_depth, drafter, vllm_version, step_rule
+    )
     # Every Redis client (flags, class store, rate limits) gets the same credentials and TLS.
     connection = RedisConnection.from_settings(settings)
     view = await assembly.flag_view(stack, settings, connection)
@@ -237,7 +240,7 @@ async def _control_plane(
     plane = ControlPlane(
         controller,
         overrides=FlagOverrides(view.overrides_for),
-        step_rule=step_rule_on(controller_settings, engine),
+        step_rule=step_rule,
     )
     admin, store = await assembly.shared_state(stack, settings, connection, controller)
     telemetry = GatewayTelemetry(metrics, settings.served_model_name)

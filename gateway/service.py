@@ -80,7 +80,7 @@ class InferenceService:
         """One timed engine step (`Engine.on_step`) to the control plane."""
         filed = self._plane.observe_step(step)
         if self._telemetry is not None:
-            self._telemetry.engine_step(filed)
+            self._telemetry.engine_step(filed, step)
 
     def trace_with(self, tracer: Tracer) -> None:
         """Open each request's GenAI inference span on `tracer` (tracing is on)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 
+from engine.interface import EngineStep
 from gateway.errors import GatewayError
 from gateway.observability.metrics import GatewayMetrics
 from gateway.replies import Finished
@@ -67,8 +68,8 @@ class GatewayTelemetry:
         if outcome is not None and outcome.ttft_s > 0:
             self._metrics.record_gateway_ttft(label, clock.before_engine_s + outcome.ttft_s)
 
-    def engine_step(self, filed: bool) -> None:
-        self._metrics.record_engine_step(filed)
+    def engine_step(self, filed: bool, step: EngineStep) -> None:
+        self._metrics.record_engine_step(filed, step.common_depth(), step.decode_requests > 0)
 
     def request_shed(self, endpoint: str, error: GatewayError) -> None:
         """A request refused at the edge, before it was parsed: it has no class yet."""

@@ -123,7 +123,7 @@ class GatewayMetrics(ReplicaMetrics):
         self._declare_latencies(registry)
         self._declare_tokens(registry)
         self._declare_controller(registry)
-        super().__init__(registry, flags=flags)
+        super().__init__(registry, flags=flags, max_depth=max_depth)
 
     def _declare_latencies(self, r: CollectorRegistry) -> None:
         """Requests by outcome and their latencies and acceptance length, by class."""

@@ -38,6 +38,8 @@ class BuildInfo:
     drafter: str
     vllm_version: str
     max_depth: int
+    #: Whether the engine sets each step's depth from the requests' votes (`step_rule`).
+    step_rule: bool = False
 
     def labels(self) -> dict[str, str]:
         return {
@@ -46,13 +48,16 @@ class BuildInfo:
             "drafter": self.drafter,
             "vllm_version": self.vllm_version,
             "max_depth": str(self.max_depth),
+            "step_rule": "on" if self.step_rule else "off",
         }
 
 
 class ReplicaMetrics:
     """The replica-level families with their setters; `flags` bounds `specgw_flag_state`."""
 
-    def __init__(self, registry: CollectorRegistry, *, flags: Sequence[str] = ()) -> None:
+    def __init__(
+        self, registry: CollectorRegistry, *, flags: Sequence[str] = (), max_depth: int = 0
+    ) -> None:
         self.registry = registry
         self._flags = tuple(flags)
         r = registry
@@ -84,6 +89,16 @@ class ReplicaMetrics:
         #: Bound once: `record_engine_step` runs for every engine step.
         self._steps_filed = engine_steps.labels("true")
         self._steps_skipped = engine_steps.labels("false")
+        step_depth = Counter(
+            "specgw_engine_step_depth",
+            "Timed engine steps with decoding requests, by the drafts each of them verified "
+            "(`mixed`: their depths differed): the depths the engine ran, whoever chose them.",
+            ["depth"],
+            registry=r,
+        )
+        #: Bound once, 0..K and `mixed`.
+        self._step_depths = tuple(step_depth.labels(str(d)) for d in range(max_depth + 1))
+        self._steps_mixed = step_depth.labels("mixed")
         self.engine_state = Gauge(
             "specgw_engine_state",
             "1 for the engine's current state as the gateway sees it (ready, starting, hung, "
@@ -127,9 +142,19 @@ class ReplicaMetrics:
     def set_engine_ready(self, ready: bool) -> None:
         self.set_engine_state(EngineState.READY if ready else EngineState.STARTING)
 
-    def record_engine_step(self, filed: bool) -> None:
+    def record_engine_step(
+        self, filed: bool, depth: int | None = None, decoded: bool = False
+    ) -> None:
         """One timed engine step; the filed share says how well the cost model is fed::
 
         rate(specgw_engine_steps_total{filed="true"}[5m]) / rate(specgw_engine_steps_total[5m])
+
+        `decoded`: it had decoding requests, each verifying `depth` drafts (None: mixed).
         """
         (self._steps_filed if filed else self._steps_skipped).inc()
+        if decoded:
+            depths = self._step_depths
+            if depth is not None and depth < len(depths):
+                depths[depth].inc()
+            else:
+                self._steps_mixed.inc()

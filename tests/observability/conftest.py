@@ -65,8 +65,8 @@ def populate(metrics: GatewayMetrics) -> None:
     metrics.set_load(waiting=2, running=5)
     metrics.set_engine_state(EngineState.READY)
     metrics.set_build_info(BuildInfo("0.1.0", "specgw-default", "eagle3.1", "0.32.0", 4))
-    metrics.record_engine_step(True)
-    metrics.record_engine_step(False)
+    metrics.record_engine_step(True, 2, decoded=True)
+    metrics.record_engine_step(False, None, decoded=True)
 
 
 @pytest.fixture

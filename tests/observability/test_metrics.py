@@ -48,7 +48,7 @@ def test_every_gateway_family_is_prefixed_and_counters_end_in_total(
     families = list(text_string_to_metric_families(body.decode()))
     # prometheus-client also exposes a `<name>_created` gauge per counter/histogram.
     ours = [f for f in families if f.name.startswith("specgw_")]
-    assert len([f for f in ours if not f.name.endswith("_created")]) == 28
+    assert len([f for f in ours if not f.name.endswith("_created")]) == 29
     for family in ours:
         for sample in family.samples:
             if family.type == "counter":
@@ -163,6 +163,7 @@ def test_build_info_is_one_series_with_what_the_replica_runs(metrics: GatewayMet
         "drafter": "eagle3.1",
         "vllm_version": "0.32.0",
         "max_depth": "4",
+        "step_rule": "off",
     }
     assert sample_value(metrics, "specgw_build_info", **labels) == 1.0
     body = render_metrics(metrics.registry)[0].decode()
@@ -195,3 +196,23 @@ def test_admission_wait_and_gateway_ttft_are_their_own_series() -> None:
     assert sample_value(m, "specgw_admission_wait_seconds_sum", **c) == 1.5
     assert sample_value(m, "specgw_admission_wait_seconds_bucket", le="1.0", **c) == 0.0
     assert sample_value(m, "specgw_admission_wait_seconds_bucket", le="2.5", **c) == 1.0
+
+
+def test_engine_steps_count_by_the_depth_every_decoder_verified() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from engine.interface import EngineStep
+
+    m = GatewayMetrics(CollectorRegistry(), max_depth=4)
+    for step in (
+        EngineStep(0.01, 3, 3 * 3),  # three decoders at depth 2
+        EngineStep(0.01, 2, 2),  # depth 0
+        EngineStep(0.01, 2, 2 + 3),  # 0 and 3: mixed
+        EngineStep(0.01, 0, 0, prefill_requests=1, prefill_tokens=9),  # no decoder
+    ):
+        m.record_engine_step(False, step.common_depth(), step.decode_requests > 0)
+    value = m.registry.get_sample_value
+    assert value("specgw_engine_step_depth_total", {"depth": "2"}) == 1
+    assert value("specgw_engine_step_depth_total", {"depth": "0"}) == 1
+    assert value("specgw_engine_step_depth_total", {"depth": "mixed"}) == 1
+    assert value("specgw_engine_steps_total", {"filed": "false"}) == 4

@@ -162,10 +162,27 @@ def drift_dashboard() -> Dashboard:
                         "filed={{filed}}",
                     ),
                 ),
-                (0, 41, 24, 7),
+                (0, 41, 12, 7),
                 "Timed engine steps, by whether the step-cost model filed them: decode-only "
                 "steps whose batch the gateway knows. A filed share near 0 under load leaves "
                 "the depths priced at their start-up calibration.",
+                unit="short",
+                min=0,
+            ),
+            Panel(
+                "Engine steps/s by the depth they verified",
+                "timeseries",
+                (
+                    Target(
+                        f"sum by (depth) (rate(specgw_engine_step_depth_total{S}{RI}))",
+                        "depth={{depth}}",
+                    ),
+                ),
+                (12, 41, 12, 7),
+                "Steps with decoding requests, by the drafts each of them verified (`mixed`: "
+                "their depths differed). With the step rule on (specgw_build_info's step_rule "
+                "label) the engine picks one depth per step for the whole batch; a shift "
+                "toward 0 under load is the rule's guard at work.",
                 unit="short",
                 min=0,
             ),
