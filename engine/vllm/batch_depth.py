@@ -71,6 +71,10 @@ class DepthRule:
     max_depth: int
     captured: tuple[int, ...] = ()
     first_step_cap: int | None = 1
+    #: A depth-0 step skips the drafter (`engine.vllm.draft_skip`: the V1 runner), so a
+    #: request that may draft later must not sit out a step at 0; Model Runner V2 runs
+    #: its drafter's KV pass in every step.
+    zero_skips_drafter: bool = True
 
     def step_depth(self, wanted: Iterable[int]) -> int:
         """Drafts to ask the drafter for in a step whose requests want `wanted`."""
@@ -150,7 +154,7 @@ def rule_for(vllm_config: Any, device_type: str, schedule_depths: Iterable[int] 
     first = extra.get(FIRST_STEP_KEY, 1) if isinstance(extra, dict) else 1
     first_cap = None if first is None else max(1, int(first))
     captured = captured_depths(max_depth, schedule_depths, v2)
-    return DepthRule(policy, max_depth, captured, first_cap)
+    return DepthRule(policy, max_depth, captured, first_cap, zero_skips_drafter=not v2)
 
 
 __all__ = [

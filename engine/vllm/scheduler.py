@@ -45,9 +45,10 @@ block, which with the CPU's 128-token blocks gives a repeated 920-token prompt
 default block is 32 tokens (`engine.vllm.engine`).
 
 A request may carry a vote for the step-depth rule (`engine.vllm.step_votes`): then its
-k is a bound, and the step's voters run at the rule's depth. A step whose voters the
-rule holds at depth 0 still drafts one token (verified by none): the drafter's KV must
-stay complete for the deeper steps that may follow, which a depth-0 step skips.
+k is a bound, and the step's voters run at the rule's depth. Where a depth-0 step
+skips the drafter (the V1 runner), a step whose voters the rule holds at depth 0 still
+drafts one token (verified by none): the drafter's KV must stay complete for the deeper
+steps that may follow.
 
 Both also time each step for the gateway's cost model (`engine.vllm.step_clock`): the
 period and what the step scheduled ride in the step's own scheduler stats.
@@ -237,7 +238,7 @@ class _DepthCap(StepVotes):
         depth = min(scheduler_output.num_spec_tokens_to_schedule, rule.step_depth(wanted))
         if all(prefilling):
             depth = rule.first_step_depth(depth)
-        if self._voted == 0 and depth == 0:
+        if self._voted == 0 and depth == 0 and rule.zero_skips_drafter:
             # Voters may run deeper in a later step, from drafter KV that a depth-0 step
             # would skip (`engine.vllm.draft_skip`): draft once, verify none.
             depth = 1

@@ -122,7 +122,10 @@ def _config(mode: str, eager: bool = False, extra: dict[str, object] | None = No
 
 def test_rule_for_a_resolved_config() -> None:
     cuda = rule_for(_config("FULL_AND_PIECEWISE"), "cuda", {2, 4})
-    assert cuda == DepthRule(UNI, 4, (2, 4))
+    assert cuda == DepthRule(UNI, 4, (2, 4), zero_skips_drafter=False)  # V2 drafts each step
+    v1 = _config("FULL_AND_PIECEWISE")
+    v1.use_v2_model_runner = False  # type: ignore[attr-defined]
+    assert rule_for(v1, "cuda").zero_skips_drafter  # the V1 runner skips it at depth 0
     assert rule_for(_config("FULL_AND_PIECEWISE"), "cpu").policy is PER
     forced = rule_for(_config("NONE", extra={POLICY_OVERRIDE_KEY: "uniform"}), "cpu")
     assert forced.policy is UNI

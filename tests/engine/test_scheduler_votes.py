@@ -164,3 +164,16 @@ def test_a_newcomer_brings_newer_estimates_for_the_voters_in_flight(
     assert want < K
     assert seen["chat"][2:] == [want, want]
     assert seen["code"][2:] == [want, want]
+
+
+@pytest.mark.parametrize("cls", [SpecDepthScheduler, AsyncSpecDepthScheduler])
+def test_where_the_drafter_runs_at_depth_zero_anyway_a_zero_step_drafts_nothing(
+    cls: type[Any], tiny: TinyModels
+) -> None:
+    """Model Runner V2 runs its drafter's KV pass in every step: no draft is asked for."""
+    sched = _scheduler(cls, tiny)
+    sched.specgw_depth_rule = replace(sched.specgw_depth_rule, zero_skips_drafter=False)
+    sched.add_request(_request("weak", K, WEAK, DEAR))
+    seen, asked = _drafts(sched, 4)
+    assert asked[1:] == [0] * 3
+    assert seen["weak"] == [0] * 4
