@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pytest
 
 from bench.twin.costs import StepCosts
+from bench.twin.engine import Plan
 from bench.twin.modes.oracle import choose, static_depth
 from bench.twin.modes.sglang import EmaTiers, TierSlot
 from bench.twin.modes.trtllm import AcceptanceGate, break_even_rate
@@ -128,9 +129,12 @@ def test_mix_marginals_weight_classes_by_their_share_of_the_run() -> None:
 
 @dataclass
 class _Live:
+    """What the bound reads of a request in the engine (`bench.twin.engine.LiveRequest`)."""
+
     runs: bytes
     pos: int
     out: int
+    plan: Plan = field(default_factory=lambda: Plan(0))
 
 
 @pytest.mark.parametrize(
