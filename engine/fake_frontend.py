@@ -79,6 +79,8 @@ class FakeFrontendConfig:
     default_temperature: float = 1.0
     #: `max_tokens` of a request that sets none.
     default_max_tokens: int = 16
+    #: The min_p of a request that sets none (vLLM: the model's generation config).
+    default_min_p: float = 0.0
 
 
 @dataclass(slots=True)
@@ -127,6 +129,9 @@ class FakeFrontend:
         if request.temperature is None:
             return self._config.default_temperature
         return float(request.temperature)
+
+    def min_p_of(self, request: SampledRequest) -> float:
+        return self._config.default_min_p if request.min_p is None else float(request.min_p)
 
     def count_tokens(self, text: str) -> int:
         """The fake's tokens are words (`FakeEngine` counts a prompt the same way)."""
@@ -259,7 +264,8 @@ class FakeFrontend:
             )
         # vLLM's own check with a drafter (`engine.vllm.depth_zero_params`): k = 0 alone may.
         drafts = k > 0 and self._engine.max_depth > 0
-        if drafts and refused_with_drafts(request.logit_bias, request.min_p):
+        min_p = self._config.default_min_p if request.min_p is None else request.min_p
+        if drafts and refused_with_drafts(request.logit_bias, min_p):
             raise InvalidRequestError(VLLM_REFUSAL)
         max_tokens = asked if asked is not None else self._config.default_max_tokens
         max_tokens = min(max_tokens, context - prompt_tokens)

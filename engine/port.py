@@ -78,6 +78,11 @@ class ServingPort(Protocol):
         """The temperature the backend will sample this request at (its default filled in)."""
         ...
 
+    def min_p_of(self, request: SampledRequest) -> float:
+        """The min_p the backend will sample this request at (its default filled in: a
+        model's generation config may set one, which vLLM refuses beside drafts)."""
+        ...
+
     def count_tokens(self, text: str) -> int:
         """Tokens of plain text with the served tokenizer."""
         ...

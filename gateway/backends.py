@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import replace
 from typing import Any
 
 from engine.fake import FakeEngine, FakeEngineConfig
@@ -53,11 +54,13 @@ def fake_runtime_factory(
     controller_settings: ControllerSettings | None = None,
     *,
     engine_config: FakeEngineConfig | None = None,
+    frontend_config: FakeFrontendConfig | None = None,
 ) -> RuntimeFactory:
     """A runtime factory for `create_app` on `FakeEngine` and `FakeFrontend`.
 
     `engine_config` overrides what `fake_engine_config` derives (acceptance scripts,
-    step times): tests script the engine with it.
+    step times): tests script the engine with it; `frontend_config` the serving layer's
+    defaults (its served name is always the settings').
     """
     config = engine_config or fake_engine_config(engine_settings)
 
@@ -74,7 +77,10 @@ def fake_runtime_factory(
                 await engine.shutdown()
 
         async def build_frontend(engine: Any) -> ServingPort:
-            served = FakeFrontendConfig(served_model_name=settings.served_model_name)
+            served = replace(
+                frontend_config or FakeFrontendConfig(),
+                served_model_name=settings.served_model_name,
+            )
             return FakeFrontend(engine, served)
 
         slot = EngineSlot(start_engine, build_frontend)

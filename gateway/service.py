@@ -199,7 +199,7 @@ class InferenceService:
             running=admission.running,
             queued=admission.queued,
             sampling=sampling,
-            unserved=unserved_by_drafts(request.logit_bias, request.min_p),
+            unserved=unserved_by_drafts(request.logit_bias, self._frontend.min_p_of(request)),
         )
         return self._exact(planned, sampling), tokens
 
@@ -216,7 +216,7 @@ class InferenceService:
             running=admission.running,
             queued=admission.queued,
             sampling=sampling,
-            unserved=unserved_by_drafts(request.logit_bias, request.min_p),
+            unserved=unserved_by_drafts(request.logit_bias, self._frontend.min_p_of(request)),
         )
         planned = self._exact(planned, sampling)
         return await self._run(

@@ -186,6 +186,19 @@ class OpenAIFrontend:
             temperature = serving.default_sampling_params.get("temperature", 1.0)
         return float(temperature)
 
+    def min_p_of(self, request: SampledRequest) -> float:
+        """The min_p vLLM will sample this request at: the request's, else the model's
+        generation-config default (`ModelConfig.get_diff_sampling_param`), else 0."""
+        min_p = request.min_p
+        if min_p is None:
+            serving = (
+                self._state.openai_serving_completion
+                if isinstance(request, CompletionRequest)
+                else self._state.openai_serving_chat
+            )
+            min_p = serving.default_sampling_params.get("min_p", 0.0)
+        return float(min_p)
+
     @property
     def lossless_sampling(self) -> bool:
         """Whether speculation leaves a sampled request's output distribution unchanged

@@ -215,6 +215,8 @@ async def sampling_defaults_and_token_counts(h: PortHarness) -> None:
     assert port.temperature_of(_chat(port, temperature=0.3)) == pytest.approx(0.3)
     unset = ChatCompletionRequest.model_validate({"model": "m", "messages": MESSAGES})
     assert port.temperature_of(unset) >= 0.0
+    assert port.min_p_of(_chat(port, min_p=0.2)) == pytest.approx(0.2)
+    assert port.min_p_of(unset) == 0.0  # neither test model's generation config sets one
     assert isinstance(port.lossless_sampling, bool)
     assert port.harmony_messages is False  # neither backend serves gpt-oss in tests
     short, longer = port.count_tokens("rivers run"), port.count_tokens("rivers run to the sea")

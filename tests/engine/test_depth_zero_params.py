@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -31,6 +32,7 @@ from vllm.v1.worker.gpu_input_batch import InputBatch
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
 from engine.interface import SPEC_DEPTH_ARG
+from engine.protocol import ChatCompletionRequest
 from engine.vllm.batch_depth import BatchDepthPolicy, DepthRule
 from engine.vllm.depth_zero_params import (
     VLLM_REFUSAL,
@@ -39,6 +41,7 @@ from engine.vllm.depth_zero_params import (
     never_drafts,
     refused_with_drafts,
 )
+from engine.vllm.openai_frontend import OpenAIFrontend
 from engine.vllm.scheduler import SpecDepthScheduler
 from tests.engine.test_scheduler import K, _request, _run_step, _scheduler
 from tools.model.testing_models import TinyModels
@@ -219,3 +222,27 @@ def test_a_depth_zero_request_is_never_raised(tiny: TinyModels) -> None:
         _run_step(sched, out)
     assert drafts == [0] * 5
     assert sched._depth(sched.requests["biased"]) == 0
+
+
+def test_a_generation_config_min_p_reaches_the_serving_defaults(tiny: TinyModels) -> None:
+    """vLLM fills a request's unset min_p from the model's generation config (or
+    `override_generation_config`) through `get_diff_sampling_param`, which its serving
+    layer keeps as `default_sampling_params`: what `OpenAIFrontend.min_p_of` reads, so
+    the gateway plans such requests at k = 0 instead of meeting vLLM's refusal."""
+    config = EngineArgs(
+        model=str(tiny.target), override_generation_config={"min_p": 0.05}
+    ).create_model_config()
+    assert config.get_diff_sampling_param().get("min_p") == 0.05
+    frontend = object.__new__(OpenAIFrontend)
+    serving = SimpleNamespace(default_sampling_params=config.get_diff_sampling_param())
+    frontend._state = SimpleNamespace(  # type: ignore[attr-defined]
+        openai_serving_chat=serving, openai_serving_completion=serving
+    )
+    request = ChatCompletionRequest.model_validate(
+        {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    )
+    assert frontend.min_p_of(request) == 0.05
+    own = ChatCompletionRequest.model_validate(
+        {"model": "m", "messages": [{"role": "user", "content": "hi"}], "min_p": 0.0}
+    )
+    assert frontend.min_p_of(own) == 0.0

@@ -20,6 +20,7 @@ import pytest_asyncio
 from fastapi import FastAPI
 
 from engine.fake import FakeEngine, FakeEngineConfig
+from engine.fake_frontend import FakeFrontendConfig
 from engine.settings import EngineSettings
 from gateway.app import create_app
 from gateway.auth import digest
@@ -86,10 +87,14 @@ async def serve_in_process(
     settings: GatewaySettings | None = None,
     controller: ControllerSettings | None = None,
     engine: FakeEngineConfig | None = None,
+    frontend: FakeFrontendConfig | None = None,
 ) -> AsyncIterator[InProcessGateway]:
     """The app started (lifespan entered) and a client on it; stopped on exit."""
     factory = fake_runtime_factory(
-        EngineSettings(backend="fake"), controller or QUICK_START, engine_config=engine
+        EngineSettings(backend="fake"),
+        controller or QUICK_START,
+        engine_config=engine,
+        frontend_config=frontend,
     )
     app = create_app(settings or gateway_settings(), factory)
     async with app.router.lifespan_context(app):

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 
 from engine.fake import FakeEngine, FakeEngineConfig
-from engine.fake_frontend import FakeFrontend
+from engine.fake_frontend import FakeFrontend, FakeFrontendConfig
 from engine.interface import InvalidRequestError
 from engine.protocol import ChatCompletionRequest, CompletionRequest
 from engine.vllm.depth_zero_params import VLLM_REFUSAL
-from tests.unit.conftest import MESSAGES, MODEL, InProcessGateway
+from tests.unit.conftest import MESSAGES, MODEL, InProcessGateway, serve_in_process
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -83,3 +83,30 @@ async def test_the_gateway_plans_them_at_k0_with_its_reason(
     )
     finishes = [c.choices[0].finish_reason async for c in stream if c.choices]
     assert finishes[-1] == "length"
+
+
+async def test_a_min_p_the_model_sets_by_default_plans_k0_too() -> None:
+    """A model's generation config may set min_p (vLLM fills it into every request that
+    sets none, then refuses it beside drafts): the plan reads the filled-in value."""
+    frontend = FakeFrontendConfig(default_min_p=0.05)
+    async with serve_in_process(frontend=frontend) as gw:
+        client = gw.client()
+        reply = await client.chat.completions.with_raw_response.create(
+            model=MODEL,
+            messages=MESSAGES,  # type: ignore[arg-type]
+            max_tokens=4,
+            temperature=0,
+        )
+        assert reply.headers["x-specgw-k"] == "0"
+        explicit = await client.chat.completions.with_raw_response.create(
+            model=MODEL,
+            messages=MESSAGES,  # type: ignore[arg-type]
+            max_tokens=4,
+            temperature=0,
+            extra_body={"min_p": 0.0},
+        )
+        assert int(explicit.headers["x-specgw-k"]) > 0  # the request's own 0 wins
+    fake = FakeFrontend(FakeEngine(FakeEngineConfig(max_depth=4)), frontend)
+    assert fake.min_p_of(_chat_request()) == 0.05
+    with pytest.raises(InvalidRequestError):  # what the gateway would have run into
+        await fake.chat(_chat_request(), k=2, gateway_id="x")
