@@ -14,7 +14,7 @@ context goes with each request, so vLLM's `llm_request` span joins the gateway's
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -176,28 +176,28 @@ class OpenAIFrontend:
     def temperature_of(self, request: SampledRequest) -> float:
         """The temperature vLLM will sample this request at: the request's, else the
         model's generation-config default, else 1.0 (below vLLM's 1e-5: greedy)."""
-        temperature = request.temperature
-        if temperature is None:
-            serving = (
-                self._state.openai_serving_completion
-                if isinstance(request, CompletionRequest)
-                else self._state.openai_serving_chat
-            )
-            temperature = serving.default_sampling_params.get("temperature", 1.0)
-        return float(temperature)
+        if request.temperature is not None:
+            return float(request.temperature)
+        return float(self._defaults(request).get("temperature", 1.0))
 
     def min_p_of(self, request: SampledRequest) -> float:
         """The min_p vLLM will sample this request at: the request's, else the model's
-        generation-config default (`ModelConfig.get_diff_sampling_param`), else 0."""
-        min_p = request.min_p
-        if min_p is None:
-            serving = (
-                self._state.openai_serving_completion
-                if isinstance(request, CompletionRequest)
-                else self._state.openai_serving_chat
-            )
-            min_p = serving.default_sampling_params.get("min_p", 0.0)
-        return float(min_p)
+        generation-config default, else 0."""
+        if request.min_p is not None:
+            return float(request.min_p)
+        return float(self._defaults(request).get("min_p", 0.0))
+
+    def _defaults(self, request: SampledRequest) -> Mapping[str, Any]:
+        """The sampling defaults vLLM fills into a request that sets none: the model's
+        generation config (`ModelConfig.get_diff_sampling_param`), as its serving keeps them."""
+        state = self._state
+        serving = (
+            state.openai_serving_completion
+            if isinstance(request, CompletionRequest)
+            else state.openai_serving_chat
+        )
+        defaults: Mapping[str, Any] = serving.default_sampling_params
+        return defaults
 
     @property
     def lossless_sampling(self) -> bool:
