@@ -229,14 +229,16 @@ class ControlPlane:
 
     def _news(self, class_id: str) -> dict[str, tuple[float, ...]]:
         """The estimates of the other classes in flight that moved since last sent (the
-        controller replaces a class's estimates when they move, never mutates them)."""
+        controller replaces a class's estimates when they move, never mutates them).
+        Sent means entered the engine (`_enter`): a request refused before then leaves
+        them to the next one."""
         news = {}
         sent = self._sent
         for other in self._voting:
             if other != class_id:
                 p = self.controller.acceptance_of(other)
                 if p is not None and p is not sent.get(other):
-                    news[other] = sent[other] = p
+                    news[other] = p
         return news
 
     def plan_chat(
@@ -281,9 +283,13 @@ class ControlPlane:
 
     # ---- the request's life in the batch ---------------------------------------------
     def _enter(self, plan: Plan, prompt_tokens: int) -> Ticket:
-        if plan.step is not None:
+        step = plan.step
+        if step is not None:
             self._voting[plan.class_id] = self._voting.get(plan.class_id, 0) + 1
-            self._sent[plan.class_id] = plan.step.vote.acceptance
+            self._sent[plan.class_id] = step.vote.acceptance
+            for other, acceptance in step.news.items():
+                if other in self._voting:
+                    self._sent[other] = acceptance
         batch = self.batch
         if plan.cap is not None:
             batch.cap(plan.cap)  # what the engine does as the request is added

@@ -139,10 +139,15 @@ def test_a_voter_brings_the_newer_estimates_of_the_other_classes_in_flight() -> 
     learner.finish(outcome(3, steps=10, accepted=0))  # chat's estimates move
     moved = plane.controller.acceptance_of(chat.class_id)
     assert moved != chat.step.vote.acceptance
+    refused = plane.plan_chat(TOOLS, 100, running=1)  # planned, never entered
+    assert refused.step is not None
+    assert refused.step.news == {chat.class_id: moved}
+    refused.finish(None)
     tools = plane.plan_chat(TOOLS, 100, running=1)
     assert tools.step is not None
-    assert tools.step.news == {chat.class_id: moved}
-    again = plane.plan_chat(TOOLS, 100, running=1)
+    assert tools.step.news == {chat.class_id: moved}  # the refused one never sent it
+    tools.enter()
+    again = plane.plan_chat(TOOLS, 100, running=2)
     assert again.step is not None
     assert again.step.news == {}  # sent once
     chat.finish(None)
