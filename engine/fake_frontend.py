@@ -264,8 +264,7 @@ class FakeFrontend:
             )
         # vLLM's own check with a drafter (`engine.vllm.depth_zero_params`): k = 0 alone may.
         drafts = k > 0 and self._engine.max_depth > 0
-        min_p = self._config.default_min_p if request.min_p is None else request.min_p
-        if drafts and refused_with_drafts(request.logit_bias, min_p):
+        if drafts and refused_with_drafts(request.logit_bias, self.min_p_of(request)):
             raise InvalidRequestError(VLLM_REFUSAL)
         max_tokens = asked if asked is not None else self._config.default_max_tokens
         max_tokens = min(max_tokens, context - prompt_tokens)

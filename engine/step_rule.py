@@ -1,8 +1,8 @@
 """One depth per engine step, chosen for the whole batch: the step-depth rule.
 
 Pure Python: the scheduler runs it in the engine core (`engine.vllm.scheduler`), the
-gateway's control plane builds its inputs (`gateway.control.step_votes`), and the
-twin runs the same code in virtual time (`bench.twin.modes.adaptive_step`).
+gateway's control plane builds its inputs (`ControlPlane._with_vote`), and the twin
+runs the same code in virtual time (`bench.twin.modes.adaptive_step`).
 
 On CUDA the engine verifies one depth d per step (every drafting request verifies
 d, the others none; `engine/vllm/batch_depth.py`), and the step's time is the batch's

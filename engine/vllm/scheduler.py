@@ -144,7 +144,7 @@ class _DepthCap(StepVotes):
     def add_request(self, request: Request) -> None:
         new = request.request_id not in self.requests
         if self.num_spec_tokens > 0 and new:
-            self._take_costs(request)
+            self._take_step_args(request)
             cap = requested_cap(request, self.num_spec_tokens)
             if cap is not None:
                 self._cap_in_flight(cap)

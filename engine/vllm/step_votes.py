@@ -46,7 +46,7 @@ class StepVotes:
         #: Each class's newest estimates, as the voters brought them.
         self.specgw_estimates = Estimates()
 
-    def _take_costs(self, request: Request) -> None:
+    def _take_step_args(self, request: Request) -> None:
         """Keep what a newcomer brings: the step costs, when they parse (else the last ones),
         its class's estimates and the other classes' newer ones."""
         params = request.sampling_params

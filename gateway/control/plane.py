@@ -335,14 +335,12 @@ class ControlPlane:
     def _observe_voted_step(self, step: EngineStep) -> bool:
         """With the step rule the engine picks the depth: a decode-only step of the
         requests in flight in which each verified the same d drafts ran at depth d."""
-        requests = step.decode_requests
-        drafts = step.decode_tokens - requests
-        filed = (
-            requests > 0
-            and step.prefill_requests == 0
-            and requests == self.batch.in_flight
-            and drafts % requests == 0
-        )
-        if filed:
-            self.controller.observe_step(requests, drafts // requests, step.seconds)
-        return filed
+        depth = step.common_depth()
+        if (
+            depth is None
+            or step.prefill_requests > 0
+            or step.decode_requests != self.batch.in_flight
+        ):
+            return False
+        self.controller.observe_step(step.decode_requests, depth, step.seconds)
+        return True
