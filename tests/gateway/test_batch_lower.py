@@ -94,7 +94,8 @@ def completion_beside_chats(gw: GatewayProcess, client: openai.OpenAI, model: st
     final = rest[-1]
     spec = (final.model_extra or {}).get("speculation")
     assert isinstance(spec, dict), final
-    assert final.usage is not None and final.usage.completion_tokens == TOKENS
+    assert final.usage is not None
+    assert final.usage.completion_tokens == TOKENS
     caps = tuple(int(to) for _, to in LOWERS.findall(gw.log_path.read_text()[logged:]))
     return Run(
         k=int(raw.headers["x-specgw-k"]),
