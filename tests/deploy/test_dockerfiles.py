@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import re
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -128,3 +129,17 @@ def test_dockerignore_sends_only_the_package(path: Path) -> None:
     assert copied <= allowed
     assert ".venv" not in allowed
     assert ".git" not in allowed
+
+
+@pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: p.name)
+def test_images_install_every_package(path: Path) -> None:
+    """Every package pyproject ships is copied before `pip install .`: a package left out
+    installs silently without it (the CLI's `model` commands come from `tools`)."""
+    pyproject = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    found = pyproject["tool"]["setuptools"]["packages"]["find"]
+    shipped = {p.rstrip("*") for p in found["include"]}
+    copied = set()
+    for ins in _parse(path).structure:
+        if ins["instruction"] == "COPY" and "--from" not in ins["value"]:
+            copied |= {p.rstrip("/") for p in ins["value"].split()[:-1]}
+    assert shipped <= copied, f"{path.name} leaves out {sorted(shipped - copied)}"
