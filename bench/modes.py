@@ -24,6 +24,7 @@ not part of `make bench`), each in its own process as `adaptive` is:
 |---|---|
 | `adaptive-nolower` | adaptive, `batch-lower` false |
 | `adaptive-noride` | adaptive, `batch-ride` false |
+| `adaptive-step` | adaptive, step rule on (`SPECGW_CONTROL_STEP_RULE=on`; off on CPU by default) |
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ from bench.gateway_proc import GatewayConfig
 BATCH_SCHEDULE: list[list[int]] = [[1, 1, 4], [2, 4, 3], [5, 8, 2], [9, 1024, 1]]
 BATCH_SCHEDULE_FIELD = "spec_tokens_per_batch_size"
 BATCH_SCHEDULE_ENV = "SPECGW_ENGINE_SPEC_TOKENS_PER_BATCH_SIZE"
+#: The controller setting that turns the engine's step-depth rule on for `adaptive-step`.
+STEP_RULE_ENV = "SPECGW_CONTROL_STEP_RULE"
 #: `batch-floor` of the adaptive-floor mode: the claim "no class below 0.98x".
 FLOOR = 0.98
 
@@ -94,13 +97,17 @@ def default_modes(max_depth: int, batch_schedule: bool = True) -> list[Mode]:
 def ab_modes(max_depth: int) -> list[Mode]:
     """The adaptive controller with one mechanism off: run only when named (`--mode`)."""
     adaptive = {"controller-mode": "adaptive", "pin-k": -1}
+    step = GatewayConfig("spec-step", drafter=True, max_depth=max_depth, env={STEP_RULE_ENV: "on"})
     return [
-        Mode(
-            f"adaptive-no{name}",
-            GatewayConfig(f"spec-no{name}", drafter=True, max_depth=max_depth),
-            {**adaptive, f"batch-{name}": False},
-        )
-        for name in ("lower", "ride")
+        *(
+            Mode(
+                f"adaptive-no{name}",
+                GatewayConfig(f"spec-no{name}", drafter=True, max_depth=max_depth),
+                {**adaptive, f"batch-{name}": False},
+            )
+            for name in ("lower", "ride")
+        ),
+        Mode("adaptive-step", step, adaptive),
     ]
 
 

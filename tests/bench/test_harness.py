@@ -329,6 +329,9 @@ def test_modes_cover_no_spec_static_depths_and_adaptive() -> None:
     assert [m.name for m in chosen] == ["adaptive", "adaptive-nolower"]
     assert chosen[1].flags["batch-lower"] is False
     assert chosen[1].flags["controller-mode"] == "adaptive"
+    step = select_modes(modes, ["adaptive-step"], ab)[0]
+    assert step.gateway.env == {"SPECGW_CONTROL_STEP_RULE": "on"}
+    assert step.flags == {"controller-mode": "adaptive", "pin-k": -1}
     own = [m.gateway.name for m in ab]
     assert len(set(own)) == len(own)
     assert not set(own) & {m.gateway.name for m in modes}
