@@ -107,6 +107,8 @@ class EngineWatch:
         self._poke = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.state: EngineState | None = None
+        #: When the engine last turned hung (None while it is not).
+        self._hung_since: float | None = None
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())
@@ -138,8 +140,15 @@ class EngineWatch:
             if self.state is not None:
                 log.warning("engine %s -> %s%s", self.state, state, self._why(state, now))
             self.state = state
+            self._hung_since = now if state is EngineState.HUNG else None
             self._publish(state)
         return state
+
+    def hung_for_s(self, now: float | None = None) -> float:
+        """Seconds the engine has been hung without a break (0 when it is not)."""
+        if self._hung_since is None:
+            return 0.0
+        return (time.monotonic() if now is None else now) - self._hung_since
 
     def overdue_s(self, now: float | None = None) -> float:
         """Seconds the canary in flight is past its deadline (0 when none is)."""

@@ -112,6 +112,18 @@ class Runtime:
             # Give the relays a moment to send their error events before teardown.
             await self.admission.drain(2.0)
 
+    async def hung_past_bound(self) -> str | None:
+        """Why liveness fails for a hung engine (`liveness_hung_s`), else None."""
+        bound = self.settings.liveness_hung_s
+        if self.watch is None or bound <= 0:
+            return None
+        state, health = await self.watch.check()
+        hung_s = self.watch.hung_for_s()
+        if state is not EngineState.HUNG or hung_s < bound:
+            return None
+        why = self.watch.describe(state, health)
+        return f"engine hung for {hung_s:.0f} s (bound {bound:g} s): {why}"
+
     async def readiness(self) -> dict[str, Any]:
         if self.watch is not None:
             state, health = await self.watch.check()

@@ -83,6 +83,14 @@ class GatewaySettings(BaseSettings):
         description="A canary unanswered for this long marks the engine hung: /ready 503, "
         "specgw_engine_ready 0.",
     )
+    liveness_hung_s: float = Field(
+        120.0,
+        ge=0,
+        le=86_400,
+        description="An engine hung (a canary unanswered, or admitted work stalled) this "
+        "long fails liveness: /health 503, so the orchestrator restarts the replica; "
+        "0 = never (a hung engine is then only reported).",
+    )
     # Connection bounds at the HTTP edge (gateway.connections): slow or hostile clients.
     header_timeout_s: float = Field(
         10.0,

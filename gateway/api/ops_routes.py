@@ -8,15 +8,24 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 router = APIRouter()
 
 
-@router.get("/health", responses={503: {"description": "The engine core is dead"}})
+@router.get(
+    "/health",
+    responses={503: {"description": "The engine core is dead, or hung past the bound"}},
+)
 async def health(request: Request) -> JSONResponse:
-    """Liveness: the process serves HTTP and the engine core is alive (even if busy)."""
+    """Liveness: the process serves HTTP and the engine core is alive (even if busy) and
+    not hung for longer than `liveness_hung_s`: a core that stopped answering is not
+    restarted in process (vLLM offers no way to abandon a wedged core and its workers
+    cleanly), so the orchestrator restarts the replica."""
     runtime = getattr(request.app.state, "runtime", None)
     if runtime is None:
         return JSONResponse({"status": "starting"})
     health = await runtime.engine.health()
     if not health.alive:
         return JSONResponse({"status": "dead", "detail": health.detail}, status_code=503)
+    hung = await runtime.hung_past_bound()
+    if hung is not None:
+        return JSONResponse({"status": "hung", "detail": hung}, status_code=503)
     return JSONResponse({"status": "ok"})
 
 

@@ -1,6 +1,7 @@
 """On the real gateway with no traffic: vLLM's EngineCore process stopped (SIGSTOP) makes
-`/ready` 503 and `specgw_engine_ready` 0 within 15 s, SIGCONT brings both back; the core
-killed reads 0 within 15 s, until the supervisor has replaced it.
+`/ready` 503 and `specgw_engine_ready` 0 within 15 s, and `/health` 503 once it has been
+hung for `liveness_hung_s`; SIGCONT brings all three back; the core killed reads 0
+within 15 s, until the supervisor has replaced it.
 
 The same behaviour on the fake backend, in milliseconds: tests/unit/test_engine_watch.py.
 """
@@ -21,12 +22,18 @@ pytestmark = [pytest.mark.engine, pytest.mark.timeout(900)]
 
 #: What the issue asks of an operator's view: found within 15 s, without a request.
 BOUND_S = 15.0
+#: Hung this long fails liveness (`liveness_hung_s`; 120 s by default).
+LIVENESS_HUNG_S = 6.0
 
 
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
     gw = start_gateway(
-        tmp_path_factory.mktemp("idle-hang"), {"SPECGW_CONTROL_CALIBRATE_BATCHES": "[]"}
+        tmp_path_factory.mktemp("idle-hang"),
+        {
+            "SPECGW_CONTROL_CALIBRATE_BATCHES": "[]",
+            "SPECGW_LIVENESS_HUNG_S": str(LIVENESS_HUNG_S),
+        },
     )
     yield gw
     stop_gateway(gw)
@@ -47,6 +54,13 @@ def observe(gw: GatewayProcess) -> tuple[int, float, str]:
         metrics = http.get("/metrics").text
     line = next(s for s in metrics.splitlines() if s.startswith("specgw_engine_ready "))
     return ready.status_code, float(line.split()[1]), ready.json()["detail"]["engine_state"]
+
+
+def liveness(gw: GatewayProcess) -> tuple[int, str]:
+    """(/health status, its `status` field), as the kubelet's liveness probe sees it."""
+    with httpx.Client(base_url=gw.base_url, timeout=5) as http:
+        reply = http.get("/health")
+    return reply.status_code, str(reply.json()["status"])
 
 
 def wait_until(gw: GatewayProcess, want: tuple[int, float], timeout_s: float) -> tuple[float, str]:
@@ -78,10 +92,18 @@ def test_a_stopped_engine_core_is_found_with_no_traffic(gateway: GatewayProcess)
         # It stays not ready while stopped (no flapping back on a later tick).
         time.sleep(3)
         assert observe(gateway) == (503, 0.0, "hung")
+        # Live while hung for less than the bound, then not: the orchestrator restarts it.
+        assert liveness(gateway) == (200, "ok")
+        hung_at = time.monotonic()
+        while liveness(gateway)[0] == 200:
+            assert time.monotonic() - hung_at < LIVENESS_HUNG_S + 5, "liveness never failed"
+            time.sleep(0.25)
+        assert liveness(gateway) == (503, "hung")
     finally:
         core.resume()  # SIGCONT
     back, state = wait_until(gateway, (200, 1.0), BOUND_S)
     assert state == "ready"
+    assert liveness(gateway) == (200, "ok")
     print(f"stopped -> not ready in {took:.1f} s; continued -> ready in {back:.1f} s")
     reply = gateway.client().completions.create(
         model="specgw-default", prompt="Count to three:", max_tokens=4

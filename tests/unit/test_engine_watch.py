@@ -224,3 +224,38 @@ async def test_a_canary_to_a_replaced_engine_is_dropped() -> None:
     state, _ = await watch.check()
     assert state is EngineState.READY
     await watch.close()
+
+
+async def test_an_engine_hung_past_the_bound_fails_liveness() -> None:
+    """Hung: /ready 503 at once; /health only once hung for `liveness_hung_s` without a
+    break (the orchestrator then restarts the replica), and 200 again once it answers."""
+    async with serve_in_process(gateway_settings(**FAST_CANARY, liveness_hung_s=1.0)) as gw:
+        watch = gw.runtime.watch
+        assert watch is not None
+        gw.engine.wedge()
+        await eventually(lambda: watch.state is EngineState.HUNG)
+        early = await gw.http.get("/health")
+        assert early.status_code == 200, early.json()
+        assert (await gw.http.get("/ready")).status_code == 503
+        await asyncio.sleep(1.1)
+        late = await gw.http.get("/health")
+        assert late.status_code == 503
+        assert late.json()["status"] == "hung"
+        assert "no answer to the canary" in late.json()["detail"]
+        gw.engine.resume()
+        await eventually(lambda: watch.state is EngineState.READY)
+        assert watch.hung_for_s() == 0.0
+        assert (await gw.http.get("/health")).json() == {"status": "ok"}
+
+
+async def test_with_the_bound_off_a_hung_engine_stays_live() -> None:
+    async with serve_in_process(gateway_settings(**FAST_CANARY, liveness_hung_s=0)) as gw:
+        watch = gw.runtime.watch
+        assert watch is not None
+        gw.engine.wedge()
+        await eventually(lambda: watch.state is EngineState.HUNG)
+        await asyncio.sleep(0.5)
+        assert watch.hung_for_s() >= 0.5
+        assert (await gw.http.get("/health")).status_code == 200
+        gw.engine.resume()
+        await eventually(lambda: watch.state is EngineState.READY)
