@@ -5,7 +5,8 @@
 Engines on the same target, alternated A B B A ... (A B C C B A with --variants; one at a
 time, never two on the cores): A has no drafter; B is the speculative engine (EAGLE 3.1
 drafter, K = --max-depth); C, where asked for, the speculative engine with its prefill-only
-steps drafting at full depth (`engine.vllm.batch_depth.FIRST_STEP_KEY` off).
+steps drafting at full depth (`engine.vllm.batch_depth.FIRST_STEP_KEY` off), or with every
+step that prefills drafting once (`PREFILL_STEP_KEY` 1).
 Each turn starts its engine, runs the benchmark's family prompts (`bench.families`, long
 context included; greedy, `ignore_eos`, a unique first block so no prefix hit) at each
 concurrency from that many closed-loop clients (concurrency 1: each request alone;
@@ -32,7 +33,7 @@ from typing import Any
 
 from bench.floor_abba import abba_order
 from bench.floor_profile import _one, prompts
-from engine.vllm.batch_depth import FIRST_STEP_KEY
+from engine.vllm.batch_depth import FIRST_STEP_KEY, PREFILL_STEP_KEY
 
 #: Turn figures: {(concurrency, depth): (median TTFT s, median TPOT s)}; depth -1 = no drafter.
 Figures = dict[tuple[int, int], tuple[float, float]]
@@ -45,6 +46,8 @@ VARIANTS: dict[str, tuple[bool, dict[str, Any]]] = {
     "speculative": (True, {}),
     # What the engine did before a prefill-only step asked for one draft.
     "first step at full depth": (True, {"additional_config": {FIRST_STEP_KEY: None}}),
+    # A step prefilling beside decoding requests drafts once too (`prefill_step_depth`).
+    "prefill steps at depth 1": (True, {"additional_config": {PREFILL_STEP_KEY: 1}}),
 }
 
 

@@ -89,6 +89,15 @@ class EngineSettings(BaseSettings):
     gpu_memory_utilization: float = Field(
         0.9, gt=0, le=1, description="Share of GPU memory vLLM may use (GPU only)."
     )
+    prefill_step_depth: int | None = Field(
+        None,
+        ge=1,
+        le=64,
+        description="Most drafts in a step where a request prefills beside decoding ones: "
+        "a newcomer's first token waits for the step's draft passes, so a cap shortens "
+        "its TTFT at the cost of the decoders' next verify (`DepthRule.prefill_step_depth`"
+        "); null = the step's depth.",
+    )
     extra_args: dict[str, Any] = Field(
         default_factory=dict,
         description="Further vLLM engine arguments as JSON (e.g. "

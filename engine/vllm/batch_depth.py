@@ -61,6 +61,10 @@ POLICY_OVERRIDE_KEY = "specgw_batch_depth"
 #: `additional_config` key: the most drafts asked for in a step whose requests are all
 #: still prefilling (`DepthRule.first_step_depth`; default 1, null = no cap).
 FIRST_STEP_KEY = "specgw_first_step_depth"
+#: `additional_config` key: the most drafts asked for in a step in which any request is
+#: still prefilling, decoding requests beside it or not (`DepthRule.prefill_step_depth`;
+#: default null = no cap: only all-prefill steps are capped).
+PREFILL_STEP_KEY = "specgw_prefill_step_depth"
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +75,8 @@ class DepthRule:
     max_depth: int
     captured: tuple[int, ...] = ()
     first_step_cap: int | None = 1
+    #: The same cap for a step that also decodes (None: such a step runs its depth).
+    prefill_step_cap: int | None = None
     #: A depth-0 step skips the drafter (`engine.vllm.draft_skip`: the V1 runner), so a
     #: request that may draft later must not sit out a step at 0; Model Runner V2 runs
     #: its drafter's KV pass in every step.
@@ -94,7 +100,22 @@ class DepthRule:
         gives up E(k) - E(1) tokens once. Under the uniform rule the depth is the
         shallowest with a FULL decode graph, so that second step keeps its graph.
         """
-        cap = self.first_step_cap
+        return self._capped(step_depth, self.first_step_cap)
+
+    def prefill_step_depth(self, step_depth: int) -> int:
+        """Drafts to ask for in a step in which some request is prefilling beside others
+        that decode.
+
+        The newcomer's first token (or its next prompt chunk) leaves only after the
+        step's draft passes, so a deep batch puts K - 1 of them on its time to the first
+        token; capped, the decoding requests verify fewer drafts in their next step
+        (E(k) - E(cap) tokens each, once per such step) and the step is that much
+        shorter. A trade of throughput for TTFT, off unless configured
+        (`PREFILL_STEP_KEY`).
+        """
+        return self._capped(step_depth, self.prefill_step_cap)
+
+    def _capped(self, step_depth: int, cap: int | None) -> int:
         if cap is None or step_depth <= cap:
             return step_depth
         if self.policy is BatchDepthPolicy.PER_REQUEST:
@@ -153,13 +174,23 @@ def rule_for(vllm_config: Any, device_type: str, schedule_depths: Iterable[int] 
     v2 = bool(getattr(vllm_config, "use_v2_model_runner", False))
     first = extra.get(FIRST_STEP_KEY, 1) if isinstance(extra, dict) else 1
     first_cap = None if first is None else max(1, int(first))
+    prefill = extra.get(PREFILL_STEP_KEY) if isinstance(extra, dict) else None
+    prefill_cap = None if prefill is None else max(1, int(prefill))
     captured = captured_depths(max_depth, schedule_depths, v2)
-    return DepthRule(policy, max_depth, captured, first_cap, zero_skips_drafter=not v2)
+    return DepthRule(
+        policy,
+        max_depth,
+        captured,
+        first_cap,
+        prefill_cap,
+        zero_skips_drafter=not v2,
+    )
 
 
 __all__ = [
     "FIRST_STEP_KEY",
     "POLICY_OVERRIDE_KEY",
+    "PREFILL_STEP_KEY",
     "UNIFORM_DECODE_MODES",
     "BatchDepthPolicy",
     "DepthRule",

@@ -13,6 +13,7 @@ from vllm.engine.arg_utils import AsyncEngineArgs
 from vllm.platforms import current_platform
 
 from engine.settings import EngineSettings
+from engine.vllm.batch_depth import PREFILL_STEP_KEY
 
 #: Default block size where vLLM's is too coarse for EAGLE's prefix-cache rule:
 #: a hit recomputes its last matched block, 128 tokens on vLLM's CPU platform.
@@ -63,5 +64,7 @@ def engine_args(settings: EngineSettings) -> AsyncEngineArgs:
         kwargs["tensor_parallel_size"] = settings.tensor_parallel_size
     if settings.gpu_memory_utilization != 0.9:
         kwargs["gpu_memory_utilization"] = settings.gpu_memory_utilization
+    if settings.prefill_step_depth is not None:
+        kwargs["additional_config"] = {PREFILL_STEP_KEY: settings.prefill_step_depth}
     kwargs.update(settings.extra_args)
     return AsyncEngineArgs(**kwargs)

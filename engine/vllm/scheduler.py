@@ -20,7 +20,10 @@ runs the drafter's single KV-sync pass and no autoregressive draft steps.
 
 A step whose requests are all still prefilling asks for one draft, not the step's
 depth (`DepthRule.first_step_depth`): its drafts would be verified only in the next
-step, yet the first token waits for them (`python -m bench.floor_parity`).
+step, yet the first token waits for them (`python -m bench.floor_parity`). Configured, a
+step that prefills beside decoding requests is capped likewise
+(`DepthRule.prefill_step_depth`), trading the decoders' next verify for the newcomer's
+first token.
 
 A request may also carry `extra_args[SPEC_CAP_ARG]` = c: when it is added, every
 request already in the scheduler is lowered to at most depth c for the rest of its
@@ -238,6 +241,8 @@ class _DepthCap(StepVotes):
         depth = min(scheduler_output.num_spec_tokens_to_schedule, rule.step_depth(wanted))
         if all(prefilling):
             depth = rule.first_step_depth(depth)
+        elif any(prefilling):
+            depth = rule.prefill_step_depth(depth)
         if self._voted == 0 and depth == 0 and rule.zero_skips_drafter:
             # Voters may run deeper in a later step, from drafter KV that a depth-0 step
             # would skip (`engine.vllm.draft_skip`): draft once, verify none.

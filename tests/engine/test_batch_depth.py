@@ -10,6 +10,7 @@ import pytest
 from engine.vllm.batch_depth import (
     FIRST_STEP_KEY,
     POLICY_OVERRIDE_KEY,
+    PREFILL_STEP_KEY,
     BatchDepthPolicy,
     DepthRule,
     captured_depths,
@@ -94,6 +95,24 @@ def test_a_prefill_only_step_asks_for_one_draft(
     assert DepthRule(PER, 4, captured).first_step_depth(step) == per_request
     assert DepthRule(UNI, 4, captured).first_step_depth(step) == uniform
     assert DepthRule(PER, 4, captured, None).first_step_depth(step) == step  # cap off
+
+
+@pytest.mark.parametrize(
+    ("cap", "step", "per_request", "uniform"),
+    [(None, 4, 4, 4), (1, 4, 1, 2), (1, 1, 1, 1), (2, 4, 2, 2), (3, 4, 3, 4)],
+)
+def test_a_prefill_step_cap(cap: int | None, step: int, per_request: int, uniform: int) -> None:
+    """Off by default; on, the cap (per request) or the shallowest captured width at or
+    above it (uniform: captured 2 and 4 here)."""
+    captured = (2, 4)
+    assert DepthRule(PER, 4, captured).prefill_step_depth(step) == step
+    assert DepthRule(PER, 4, captured, 1, cap).prefill_step_depth(step) == per_request
+    assert DepthRule(UNI, 4, captured, 1, cap).prefill_step_depth(step) == uniform
+
+
+def test_the_prefill_step_cap_from_the_config() -> None:
+    assert rule_for(_config("NONE"), "cpu").prefill_step_cap is None
+    assert rule_for(_config("NONE", extra={PREFILL_STEP_KEY: 1}), "cpu").prefill_step_cap == 1
 
 
 def test_the_first_step_cap_from_the_config() -> None:

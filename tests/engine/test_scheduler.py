@@ -22,6 +22,7 @@ from vllm.v1.structured_output import StructuredOutputManager
 
 from engine.interface import SPEC_CAP_ARG, SPEC_DEPTH_ARG
 from engine.settings import EngineSettings
+from engine.vllm.batch_depth import PREFILL_STEP_KEY
 from engine.vllm.engine_args import engine_args
 from engine.vllm.scheduler import (
     AsyncSpecDepthScheduler,
@@ -152,6 +153,31 @@ def test_a_prefill_only_step_drafts_once_and_a_mixed_one_keeps_its_depth(
     assert len(out.scheduled_spec_decode_tokens["late"]) == 2  # drafted in a full step
 
 
+@pytest.mark.parametrize("cls", [SpecDepthScheduler, AsyncSpecDepthScheduler])
+def test_a_prefill_step_cap_holds_a_mixed_step_too(cls: type[Any], tiny: TinyModels) -> None:
+    """Configured (`prefill_step_cap`), a step in which a newcomer prefills beside a
+    decoding request drafts once, and the decoder verifies one draft in the next step,
+    then its k again."""
+    sched = _scheduler(cls, tiny)
+    sched.specgw_depth_rule = replace(sched.specgw_depth_rule, prefill_step_cap=1)
+    sched.add_request(_request("first", 3))
+    for _ in range(2):  # its prefill step, then its first decode step
+        _run_step(sched, sched.schedule())
+    sched.add_request(_request("late", 2))
+    out = sched.schedule()  # "late" prefills beside "first" decoding
+    assert out.num_spec_tokens_to_schedule == 1
+    assert len(out.scheduled_spec_decode_tokens["first"]) == 3  # drafted before "late" came
+    _run_step(sched, out)
+    out = sched.schedule()
+    assert len(out.scheduled_spec_decode_tokens["first"]) == 1
+    assert len(out.scheduled_spec_decode_tokens["late"]) == 1
+    assert out.num_spec_tokens_to_schedule == 3
+    _run_step(sched, out)
+    out = sched.schedule()
+    assert len(out.scheduled_spec_decode_tokens["first"]) == 3
+    assert len(out.scheduled_spec_decode_tokens["late"]) == 2
+
+
 def test_the_first_step_cap_can_be_turned_off(tiny: TinyModels) -> None:
     sched = _scheduler(SpecDepthScheduler, tiny)
     sched.specgw_depth_rule = replace(sched.specgw_depth_rule, first_step_cap=None)
@@ -261,6 +287,13 @@ def test_cpu_blocks_default_to_32_tokens_and_a_setting_wins(tiny: TinyModels) ->
     assert engine_args(settings.model_copy(update={"block_size": 64})).block_size == 64
     extra = settings.model_copy(update={"extra_args": {"block_size": 128}})
     assert engine_args(extra).block_size == 128
+
+
+def test_the_prefill_step_depth_setting_reaches_the_rule(tiny: TinyModels) -> None:
+    settings = EngineSettings(model=tiny.target, drafter=tiny.drafter)
+    assert engine_args(settings).additional_config in (None, {})
+    capped = settings.model_copy(update={"prefill_step_depth": 1})
+    assert engine_args(capped).additional_config == {PREFILL_STEP_KEY: 1}
 
 
 @pytest.mark.parametrize("async_scheduling", [False, True])
