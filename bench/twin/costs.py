@@ -33,6 +33,8 @@ class StepCosts:
     noise: tuple[float, ...] = (1.0,)
     #: Per-request depths verify the step's deepest k, k = 0 none (`Profile.batch_depth`).
     uniform: bool = False
+    #: A step at depth 0 skips the drafter (`Profile.zero_skips_drafter`).
+    zero_skips_drafter: bool = False
 
     @classmethod
     def of(cls, profile: Profile, max_running: int) -> StepCosts:
@@ -50,6 +52,7 @@ class StepCosts:
             profile.prefill_ms_per_token.drafter / 1000.0,
             tuple(profile.first_token_extra(k) / 1000.0 for k in range(k_max + 1)),
             uniform=profile.batch_depth == "uniform",
+            zero_skips_drafter=profile.zero_skips_drafter,
         )
 
     def with_noise(self, sigma: float, seed: int) -> StepCosts:

@@ -90,6 +90,9 @@ class DepthSource(Protocol):
     engine_wide: bool
     #: Wants `observe_step` with each step and `finish` with a full `RequestOutcome`.
     observes: bool
+    #: Engine-wide modes whose depth-0 steps still draft one where depth 0 skips the
+    #: drafter (`bench.twin.modes.static.EngineWide.drafts_once_at_zero`).
+    drafts_once_at_zero: bool
 
     def arrive(self, request: TwinRequest, running: int, queued: int) -> Plan: ...
 
@@ -234,7 +237,12 @@ def _step(
                     depth = k
             if costs.uniform:
                 drafts = drafting * depth
-        seconds = costs.spec[b][depth] if source.drafter else costs.no_spec[b]
+        if not source.drafter:
+            seconds = costs.no_spec[b]
+        elif depth == 0 and engine_wide and source.drafts_once_at_zero:
+            seconds = costs.spec[b][1 if costs.zero_skips_drafter else 0]
+        else:
+            seconds = costs.spec[b][depth]
     else:
         seconds = 0.0
     if newcomers:

@@ -86,6 +86,11 @@ class Profile(_Strict):
     #: `uniform`, every drafting request the step's deepest k, k = 0 none (CUDA with
     #: FULL decode graphs, vLLM's default).
     batch_depth: Literal["per-request", "uniform"] = "per-request"
+    #: A step at depth 0 skips the drafter, so `batch_stats` k = 0 holds no drafter work
+    #: (vLLM's V1 runner with the gateway's draft skip, as on the CPU); false where a
+    #: depth-0 step still runs the drafter's KV pass (Model Runner V2, CUDA's default).
+    #: The step rule's depth-0 steps then draft one (`engine/vllm/scheduler.py`).
+    zero_skips_drafter: bool = False
     notes: str = ""
 
     @field_validator("batch_stats")

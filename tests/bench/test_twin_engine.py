@@ -278,3 +278,30 @@ def test_a_uniform_profile_verifies_the_steps_deepest_k_for_every_drafting_reque
             assert by_index[0].draft_tokens == drafts * by_index[0].verify_steps
             assert by_index[0].accepted_tokens == by_index[0].draft_tokens
             assert by_index[2].draft_tokens == 0
+
+
+class _HeldAtZero(Static):
+    """An engine-wide source that holds its voters at depth 0 (as the step rule may)."""
+
+    drafts_once_at_zero = True
+
+    def __init__(self) -> None:
+        super().__init__(0)
+        self.fixed_depths = False
+
+
+@pytest.mark.parametrize(("skips", "step_ms"), [(True, 13.0), (False, 11.0)])
+def test_a_step_rule_step_at_depth_0_drafts_one_where_depth_0_skips_the_drafter(
+    skips: bool, step_ms: float
+) -> None:
+    """The engine's scheduler drafts one (verified by none) in such a step where depth 0
+    skips the drafter, so it costs the profile's depth-1 step (11 + 2 ms here); a plain
+    static k = 0 does not."""
+    costs = replace(COSTS, zero_skips_drafter=skips)
+    one = _request(0, [0, 3, 3])
+    held = simulate([one], _HeldAtZero(), costs, VirtualClock())
+    static = simulate([one], Static(0), costs, VirtualClock())
+    prefill = 10 * 0.15  # the drafter prefills (k = 0 steps, engine-wide: no first drafts)
+    assert held.makespan_s == pytest.approx((prefill + 2 * step_ms) / 1000)
+    assert static.makespan_s == pytest.approx((prefill + 2 * 11.0) / 1000)
+    assert held.records[0].verify_steps == 0

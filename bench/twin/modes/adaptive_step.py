@@ -20,8 +20,9 @@ model by the plane (`ControlPlane.observe_step`: a decode-only step of the reque
 in flight, each verifying the same d drafts, ran at d), as the gateway files them.
 A record's k (and its class's choice) is the depth the rule gives its class alone
 at its arrival's load: its vote, which settles as the controller learns; the steps
-it ran in follow the batch. Not modelled: the one draft a step whose voters the rule
-holds at depth 0 still asks for on the V1 runner (it keeps the drafter's KV whole).
+it ran in follow the batch. A step whose voters the rule holds at depth 0 costs a
+depth-1 step where the profile's depth 0 skips the drafter (the V1 runner: the engine
+drafts one, verified by none, to keep the drafter's KV whole; `drafts_once_at_zero`).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class AdaptiveStep(AdaptiveControl):
     """Per-step depths from the engine's step rule on the plane's votes and costs."""
 
     engine_wide = True
+    drafts_once_at_zero = True
 
     def __init__(
         self,

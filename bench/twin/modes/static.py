@@ -30,6 +30,10 @@ class EngineWide:
     #: nothing): the engine may replay it without asking it per step
     #: (`bench.twin.engine_fixed`).
     fixed_depths = False
+    #: Its depth-0 steps hold requests that may draft in a later step (the step rule's
+    #: votes): where depth 0 skips the drafter (`StepCosts.zero_skips_drafter`) the
+    #: engine then drafts one, verified by none, and the step costs depth 1.
+    drafts_once_at_zero = False
 
     def step_depth(self, batch: int, running: Sequence[LiveRequest] = ()) -> int:
         raise NotImplementedError
