@@ -175,6 +175,13 @@ def main(
         float | None, typer.Option(help="k = 0's cost over an engine without drafter (vLLM).")
     ] = None,
     name: Annotated[str | None, typer.Option(help="Profile name (default: file stem).")] = None,
+    zero_skips_drafter: Annotated[
+        bool,
+        typer.Option(
+            help="A depth-0 step skips the drafter (vLLM's V1 runner, as on the CPU); "
+            "off for Model Runner V2 (CUDA's default)."
+        ),
+    ] = False,
 ) -> None:
     """Write a twin cost profile from /admin/costs or from vLLM's profiler output."""
     from bench.twin.schema import Profile
@@ -186,7 +193,7 @@ def main(
         data = from_vllm_profile(body, prefill_ms_per_token, drafter_ms_per_token, no_spec_overhead)
     else:
         raise typer.BadParameter("give exactly one of --admin-costs and --vllm-profile")
-    profile = {"name": name or out.stem, **data}
+    profile = {"name": name or out.stem, **data, "zero_skips_drafter": zero_skips_drafter}
     Profile.model_validate(profile)
     out.write_text(json.dumps(profile, indent=2) + "\n")
     typer.echo(f"wrote {out}: batch sizes {', '.join(str(b) for b in data['batch_stats'])}")

@@ -362,6 +362,10 @@ def test_profile_from_admin_costs(tmp_path: Path) -> None:
     assert profile.batch_stats == {1: {0: 10.0, 1: 14.0, 2: 17.0}, 4: {0: 20.0, 1: 30.0, 2: 40.0}}
     assert profile.first_token_extra_ms == {1: 6.0, 2: 7.0}
     assert (profile.prefill_ms_per_token.target, profile.max_k) == (0.2, 2)
+    assert not profile.zero_skips_drafter  # Model Runner V2 unless told
+    cpu = tmp_path / "cpu.json"
+    build_profile.main(out=cpu, admin_costs=str(tmp_path / "costs.json"), zero_skips_drafter=True)
+    assert load_profile(cpu).zero_skips_drafter
 
 
 def test_profile_from_admin_costs_needs_a_calibration() -> None:
