@@ -41,6 +41,7 @@ LISTED: dict[str, Any] = {
     "engine.served_model_name": "served-by-vllm",
     "engine.extra_args": {"enable_prefix_caching": True},
     "engine.spec_tokens_per_batch_size": [[1, 4, 2], [5, 64, 1]],
+    "engine.prefill_step_depth": 1,
     "control.policy": "goodput",  # the only policy: set, and seen as set
     "control.policy_params": {"hysteresis": 0.1},
     "control.calibrate_batches": [1, 2],

@@ -49,6 +49,9 @@ class _OpsRuntime:
         health = await self.engine.health()
         return {"ready": health.ready, "detail": {"engine": health.detail or "ready"}}
 
+    async def hung_past_bound(self) -> str | None:
+        return None
+
 
 @asynccontextmanager
 async def _runtime(_: GatewaySettings) -> AsyncIterator[_OpsRuntime]:
