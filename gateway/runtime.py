@@ -112,17 +112,22 @@ class Runtime:
             # Give the relays a moment to send their error events before teardown.
             await self.admission.drain(2.0)
 
-    async def hung_past_bound(self) -> str | None:
-        """Why liveness fails for a hung engine (`liveness_hung_s`), else None."""
+    async def liveness(self) -> tuple[str, str | None]:
+        """`/health`'s status and detail from one health call: `dead` when the engine
+        core is gone, `hung` when hung for `liveness_hung_s` without a break, else `ok`."""
+        watch = self.watch
+        if watch is None:
+            health = await self.engine.health()
+            return ("ok", None) if health.alive else ("dead", health.detail)
+        state, health = await watch.check()
+        if not health.alive:
+            return "dead", health.detail
         bound = self.settings.liveness_hung_s
-        if self.watch is None or bound <= 0:
-            return None
-        state, health = await self.watch.check()
-        hung_s = self.watch.hung_for_s()
-        if state is not EngineState.HUNG or hung_s < bound:
-            return None
-        why = self.watch.describe(state, health)
-        return f"engine hung for {hung_s:.0f} s (bound {bound:g} s): {why}"
+        hung_s = watch.hung_for_s()
+        if bound <= 0 or state is not EngineState.HUNG or hung_s < bound:
+            return "ok", None
+        why = watch.describe(state, health)
+        return "hung", f"engine hung for {hung_s:.0f} s (bound {bound:g} s): {why}"
 
     async def readiness(self) -> dict[str, Any]:
         if self.watch is not None:

@@ -239,8 +239,8 @@ def _step(
                 drafts = drafting * depth
         if not source.drafter:
             seconds = costs.no_spec[b]
-        elif depth == 0 and engine_wide and source.drafts_once_at_zero:
-            seconds = costs.spec[b][1 if costs.zero_skips_drafter else 0]
+        elif depth == 0 and source.drafts_once_at_zero and costs.zero_skips_drafter:
+            seconds = costs.spec[b][1]
         else:
             seconds = costs.spec[b][depth]
     else:

@@ -162,8 +162,10 @@ def rule_for(vllm_config: Any, device_type: str, schedule_depths: Iterable[int] 
     """
     spec = getattr(vllm_config, "speculative_config", None)
     max_depth = int(getattr(spec, "num_speculative_tokens", 0) or 0) if spec else 0
-    extra = getattr(vllm_config, "additional_config", None) or {}
-    forced = extra.get(POLICY_OVERRIDE_KEY) if isinstance(extra, dict) else None
+    extra = getattr(vllm_config, "additional_config", None)
+    if not isinstance(extra, dict):
+        extra = {}
+    forced = extra.get(POLICY_OVERRIDE_KEY)
     if forced is not None:
         policy = BatchDepthPolicy(forced)
     else:
@@ -172,19 +174,20 @@ def rule_for(vllm_config: Any, device_type: str, schedule_depths: Iterable[int] 
         eager = bool(getattr(vllm_config.model_config, "enforce_eager", False))
         policy = select_policy(device_type, mode_name, eager)
     v2 = bool(getattr(vllm_config, "use_v2_model_runner", False))
-    first = extra.get(FIRST_STEP_KEY, 1) if isinstance(extra, dict) else 1
-    first_cap = None if first is None else max(1, int(first))
-    prefill = extra.get(PREFILL_STEP_KEY) if isinstance(extra, dict) else None
-    prefill_cap = None if prefill is None else max(1, int(prefill))
     captured = captured_depths(max_depth, schedule_depths, v2)
     return DepthRule(
         policy,
         max_depth,
         captured,
-        first_cap,
-        prefill_cap,
+        _cap(extra.get(FIRST_STEP_KEY, 1)),
+        _cap(extra.get(PREFILL_STEP_KEY)),
         zero_skips_drafter=not v2,
     )
+
+
+def _cap(value: Any) -> int | None:
+    """A step cap from `additional_config`: null = none, else at least one draft."""
+    return None if value is None else max(1, int(value))
 
 
 __all__ = [

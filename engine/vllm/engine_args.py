@@ -64,7 +64,10 @@ def engine_args(settings: EngineSettings) -> AsyncEngineArgs:
         kwargs["tensor_parallel_size"] = settings.tensor_parallel_size
     if settings.gpu_memory_utilization != 0.9:
         kwargs["gpu_memory_utilization"] = settings.gpu_memory_utilization
-    if settings.prefill_step_depth is not None:
-        kwargs["additional_config"] = {PREFILL_STEP_KEY: settings.prefill_step_depth}
     kwargs.update(settings.extra_args)
+    if settings.prefill_step_depth is not None:
+        # Beside, not under, an `additional_config` in `extra_args` (its own key wins).
+        extra = dict(kwargs.get("additional_config") or {})
+        extra.setdefault(PREFILL_STEP_KEY, settings.prefill_step_depth)
+        kwargs["additional_config"] = extra
     return AsyncEngineArgs(**kwargs)

@@ -20,12 +20,9 @@ async def health(request: Request) -> JSONResponse:
     runtime = getattr(request.app.state, "runtime", None)
     if runtime is None:
         return JSONResponse({"status": "starting"})
-    health = await runtime.engine.health()
-    if not health.alive:
-        return JSONResponse({"status": "dead", "detail": health.detail}, status_code=503)
-    hung = await runtime.hung_past_bound()
-    if hung is not None:
-        return JSONResponse({"status": "hung", "detail": hung}, status_code=503)
+    status, detail = await runtime.liveness()
+    if status != "ok":
+        return JSONResponse({"status": status, "detail": detail}, status_code=503)
     return JSONResponse({"status": "ok"})
 
 

@@ -22,7 +22,7 @@ from vllm.v1.structured_output import StructuredOutputManager
 
 from engine.interface import SPEC_CAP_ARG, SPEC_DEPTH_ARG
 from engine.settings import EngineSettings
-from engine.vllm.batch_depth import PREFILL_STEP_KEY
+from engine.vllm.batch_depth import FIRST_STEP_KEY, PREFILL_STEP_KEY
 from engine.vllm.engine_args import engine_args
 from engine.vllm.scheduler import (
     AsyncSpecDepthScheduler,
@@ -294,6 +294,9 @@ def test_the_prefill_step_depth_setting_reaches_the_rule(tiny: TinyModels) -> No
     assert engine_args(settings).additional_config in (None, {})
     capped = settings.model_copy(update={"prefill_step_depth": 1})
     assert engine_args(capped).additional_config == {PREFILL_STEP_KEY: 1}
+    # Beside an operator's additional_config in extra_args, not replaced by it.
+    both = capped.model_copy(update={"extra_args": {"additional_config": {FIRST_STEP_KEY: 2}}})
+    assert engine_args(both).additional_config == {FIRST_STEP_KEY: 2, PREFILL_STEP_KEY: 1}
 
 
 @pytest.mark.parametrize("async_scheduling", [False, True])

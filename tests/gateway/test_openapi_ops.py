@@ -49,8 +49,9 @@ class _OpsRuntime:
         health = await self.engine.health()
         return {"ready": health.ready, "detail": {"engine": health.detail or "ready"}}
 
-    async def hung_past_bound(self) -> str | None:
-        return None
+    async def liveness(self) -> tuple[str, str | None]:
+        health = await self.engine.health()
+        return ("ok", None) if health.alive else ("dead", health.detail)
 
 
 @asynccontextmanager
