@@ -12,14 +12,21 @@
   rides a deeper batch counts at its class's choice). The controller keeps a depth
   per class and batch bucket (`ClassState.buckets`), so a class at a mixed load
   settles per bucket: a stretch's figure is its slowest bucket with at least
-  `SETTLE_MIN` requests.
+  `SETTLE_MIN` requests;
+- near-best settling: the same rule on whether each request's chosen depth is within
+  `NEAR_SHARE` of its class's best at its load, by the steady goodput
+  E[tokens | k] / step cost(k, batch) on the request's true acceptance (the workload's,
+  phase shifts applied) and the profile's median step costs. Where two depths are
+  within a percent of each other, a learning controller moves between them on noise,
+  which the strict figure counts as unsettled; this one asks whether the class runs
+  where it should.
 """
 
 from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from bench.twin.records import RequestRecord, RunResult
@@ -27,6 +34,8 @@ from bench.twin.requests import Segment
 from gateway.control.cost_model import batch_bucket
 
 TAIL_SHARE = 0.9
+#: A depth whose steady goodput is within this share of the class's best is near-best.
+NEAR_SHARE = 0.01
 #: Requests of a class at one batch bucket in a stretch for its settling to count.
 SETTLE_MIN = 10
 
@@ -99,22 +108,44 @@ def settle_after(ks: Sequence[int], tail_share: float = TAIL_SHARE) -> int:
     return len(ks)
 
 
+def near_after(near: Sequence[bool], tail_share: float = TAIL_SHARE) -> int:
+    """Requests of a class until from then on `tail_share` of its depths are near-best."""
+    for i in range(len(near)):
+        rest = near[i:]
+        if sum(rest) >= tail_share * len(rest):
+            return i
+    return len(near)
+
+
 def settle_points(
-    records: Sequence[RequestRecord], cuts: Sequence[Segment], class_names: Sequence[str]
+    records: Sequence[RequestRecord],
+    cuts: Sequence[Segment],
+    class_names: Sequence[str],
+    goodput: Callable[[RequestRecord], Sequence[float]] | None = None,
 ) -> list[dict[str, Any]]:
     """Per stretch, in order: its label, first request, and per class the requests until
-    its chosen depth settled there."""
-    chosen: dict[tuple[int, int, int], list[tuple[int, int]]] = defaultdict(list)
+    its chosen depth settled there; with `goodput` (a request's steady goodput per depth
+    at its load), until its chosen depths stayed near-best instead."""
+    chosen: dict[tuple[int, int, int], list[tuple[int, RequestRecord]]] = defaultdict(list)
     for r in records:
-        chosen[(r.segment, r.class_index, batch_bucket(r.load))].append((r.index, r.chosen))
+        chosen[(r.segment, r.class_index, batch_bucket(r.load))].append((r.index, r))
     by_stretch: list[dict[str, int]] = [{} for _ in cuts]
-    for (segment, cls, _), pairs in sorted(chosen.items()):
+    for (segment, cls, _), pairs in sorted(chosen.items(), key=lambda item: item[0]):
         if len(pairs) < SETTLE_MIN:
             continue
-        ks = [k for _, k in sorted(pairs)]
+        ordered = [r for _, r in sorted(pairs, key=lambda pair: pair[0])]
+        if goodput is None:
+            n = settle_after([r.chosen for r in ordered])
+        else:
+            n = near_after([_near(goodput(r), r.chosen) for r in ordered])
         name = class_names[cls]
-        by_stretch[segment][name] = max(by_stretch[segment].get(name, 0), settle_after(ks))
+        by_stretch[segment][name] = max(by_stretch[segment].get(name, 0), n)
     return [
         {"stretch": cut.label, "start": cut.start, "classes": classes}
         for cut, classes in zip(cuts, by_stretch, strict=True)
     ]
+
+
+def _near(goodput: Sequence[float], k: int) -> bool:
+    best = max(goodput)
+    return goodput[min(k, len(goodput) - 1)] >= (1.0 - NEAR_SHARE) * best

@@ -56,12 +56,33 @@ class CaseRun:
     cells: dict[str, dict[int, dict[str, dict[str, Any]]]] = field(default_factory=dict)
     #: arrival -> seed -> mode -> stretches in order (`metrics.settle_points`).
     settle: dict[str, dict[int, dict[str, list[dict[str, Any]]]]] = field(default_factory=dict)
+    #: The same for near-best settling (`metrics.settle_points` with a goodput).
+    near_settle: dict[str, dict[int, dict[str, list[dict[str, Any]]]]] = field(default_factory=dict)
     #: arrival -> seed -> mode -> notes (drift alarms, the gate's trip, the schedule).
     notes: dict[str, dict[int, dict[str, dict[str, Any]]]] = field(default_factory=dict)
     #: arrival -> "class/phase" -> depth (first seed).
     oracle_choice: dict[str, dict[str, int]] = field(default_factory=dict)
     #: arrival -> mode -> records (first seed, `PLOTTED` modes and the deepest static).
     records: dict[str, dict[str, list[RequestRecord]]] = field(default_factory=dict)
+
+
+def steady_goodput(
+    requests: Sequence[TwinRequest], costs: StepCosts, max_k: int
+) -> Callable[[RequestRecord], tuple[float, ...]]:
+    """A finished request's steady goodput E[tokens | k] / step cost(k, its load) for
+    k = 0..max_k, on its true acceptance and the median step costs (`metrics`: near-best
+    settling)."""
+    acceptance = {r.index: r.acceptance for r in requests}
+
+    def goodput(record: RequestRecord) -> tuple[float, ...]:
+        row = costs.spec[max(1, min(record.load, len(costs.spec) - 1))]
+        expected, chain = [1.0], 1.0
+        for p in acceptance[record.index][:max_k]:
+            chain *= p
+            expected.append(expected[-1] + chain)
+        return tuple(expected[k] / row[k] for k in range(len(expected)))
+
+    return goodput
 
 
 def check_classes(workload: Workload, requests: Sequence[TwinRequest]) -> None:
@@ -140,6 +161,7 @@ def run_case(
         costs = median_costs.with_noise(case.step_noise, seed)
         requests = build_requests(workload, seed)
         check_classes(workload, requests)
+        goodput = steady_goodput(requests, median_costs, profile.max_k)
         for arrival in workload.arrivals:
             label = arrival.label
             times = arrival_times(arrival, len(requests), seed)
@@ -170,6 +192,8 @@ def run_case(
                 if mode in CONTROLLED:
                     settle = settle_points(result.records, cuts, names)
                     out.settle.setdefault(label, {}).setdefault(seed, {})[mode] = settle
+                    near = settle_points(result.records, cuts, names, goodput)
+                    out.near_settle.setdefault(label, {}).setdefault(seed, {})[mode] = near
                 if s == 0 and (mode in PLOTTED or mode == deepest):
                     out.records.setdefault(label, {})[mode] = result.records
             results.clear()

@@ -20,6 +20,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from bench.twin.metrics import NEAR_SHARE
 from bench.twin.modes import (
     ADAPTIVE,
     ADAPTIVE_FLOOR,
@@ -41,6 +42,7 @@ ORACLE_SHARE = 0.97
 CLASS_FLOOR = 0.99
 #: Requests of a class for its depth to settle after a phase shift.
 SETTLE_REQUESTS = 20
+NEAR_PERCENT = round(100 * NEAR_SHARE)
 #: Where the oracle's ceiling over the best static depth exceeds this, adaptive must reach it.
 LARGE_CEILING = 1.10
 #: The per-step depth modes (`bench.twin.modes.adaptive_step`); the claims are checked for
@@ -117,6 +119,7 @@ def _arrival(run: CaseRun, label: str) -> dict[str, Any]:
             if NOSPEC in s
         },
         "settle": run.settle.get(label, {}),
+        "near_settle": run.near_settle.get(label, {}),
         "notes": run.notes.get(label, {}),
         "oracle_choice": run.oracle_choice.get(label, {}),
     }
@@ -179,6 +182,17 @@ def _mode_checks(label: str, cell: Mapping[str, Any], mode: str) -> list[dict[st
                 settled[1],
                 f"<= {SETTLE_REQUESTS} requests",
                 settled[1] <= SETTLE_REQUESTS,
+            )
+        )
+    near = worst_settle(cell.get("near_settle", {}), mode)
+    if near is not None:
+        what = "k" if mode == ADAPTIVE else f"{mode}: its class's vote"
+        out.append(
+            _check(
+                f"{label}: {what} near-best ({NEAR_PERCENT} %) after a shift ({near[0]})",
+                near[1],
+                f"<= {SETTLE_REQUESTS} requests",
+                near[1] <= SETTLE_REQUESTS,
             )
         )
     ceiling = r.get(f"{ORACLE}/best-static")

@@ -49,6 +49,11 @@ class BucketState:
     #: At k = 0: whether k = 1 could still pay within the estimate's uncertainty
     #: (`Controller.decide` probes it at `zero_probe_share` only then).
     hopeful: bool = True
+    #: A deeper depth the policy's estimate favours over k but holds back for want of
+    #: evidence (`Choice.reach`): probed at `zero_probe_share`, so a class whose deeper
+    #: positions were never run learns them within tens of requests, not through the
+    #: k + 1 probes of `exploration_share` alone. None: no such depth.
+    reach: int | None = None
 
 
 @dataclass(slots=True)
@@ -164,6 +169,7 @@ class ClassState:
                     tuple(round(g, 4) for g in choice.goodput),
                 )
             )
+        state.reach = choice.reach if choice.k == state.k else None
         if state.k > 0:
             state.hopeful = True
         else:  # the probe from the k = 0 the policy chose: priced as leaving k = 0

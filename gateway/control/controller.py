@@ -133,9 +133,10 @@ class Controller:
             return SpeculationDecision(
                 static, "shadow", False, cid, label, bucket, shadow_k=k, fixed=True
             )
-        hopeful = k == 0 and state.buckets[bucket].hopeful
+        held = state.buckets[bucket]
+        hopeful = k == 0 and held.hopeful
         probe = self._exploration.probe(
-            k, hopeful, (k_min, k_max), bucket, load, o.exploration_share
+            k, hopeful, (k_min, k_max), bucket, load, o.exploration_share, held.reach
         )
         if probe is not None:
             return state.probe(probe, bucket)

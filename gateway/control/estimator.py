@@ -1,8 +1,9 @@
 """Live acceptance estimation of one class: forgetting counts, a window, an EWMA.
 
 Decisions use the exponentially forgotten per-position counts: before each
-request that speculated is added, every count is multiplied by (1 - alpha), so the effective
-window is about 1/alpha requests and a drift (see `drift`) can shrink it at once
+request that speculated is added, its scalar sums and the counts of the positions it
+tried are multiplied by (1 - alpha), so the effective window is about 1/alpha requests
+that reached a position and a drift (see `drift`) can shrink it at once
 by scaling the counts with `drift_keep`. Reports also carry the sliding-window
 mean of per-request acceptance lengths with a normal 95 % interval
 (mean +- 1.96 s / sqrt(n)) and an EWMA of the same series.
@@ -105,11 +106,16 @@ class AcceptanceEstimator:
     def observe(
         self, outcome: RequestOutcome, counts: tuple[list[int], list[int]] | None = None
     ) -> None:
+        counts = counts or position_counts(outcome.speculation, self._params.positions)
         if outcome.speculation.verify_steps > 0:
             # Forget per informative request only: at k = 0 nothing is learned, and
-            # forgetting then would drift the estimate back to the prior and flap.
-            self.live.scale(1.0 - self._params.alpha)
-        counts = counts or position_counts(outcome.speculation, self._params.positions)
+            # forgetting then would drift the estimate back to the prior and flap. And
+            # per position only where this request tried it: the positions past the
+            # class's k learn only from probes, and forgetting them with every request
+            # at k kept their evidence at a few probes' worth, so the policy's margin
+            # never fell below the full hysteresis for a deeper depth.
+            tried = sum(1 for t in counts[1] if t > 0)
+            self.live.scale(1.0 - self._params.alpha, tried)
         self.live.add_outcome(outcome, counts)
         self.total.add_outcome(outcome, counts)
         self.samples_since_reset += 1

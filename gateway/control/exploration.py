@@ -22,8 +22,15 @@ For a request of a class whose k at batch bucket b is k (`ClassState.adaptive_k`
    batch-mate draft that deep for its life (at batch 64 of an MoE target a k = 7
    step costs 7x one at k = 0) to price a depth the class reaches only through
    k + 1, which is then measured in turn.
-4. Else it runs at k - 1 or k + 1 (within the bounds), drawn at random.
-5. Never past a guarded batch-mate's floor (`BatchDepth.floor`): where the probe's
+4. Where the class's estimate favours a deeper depth than k but its evidence does
+   not yet carry the move past the policy's margin (`Choice.reach`: the positions
+   past k were run only by probes, so their spread keeps the margin at the full
+   hysteresis), s is at least `zero_probe_share` and the probe runs at that depth
+   (above batch 1 at k + 1 only, as in 3): the evidence that settles the question
+   arrives within tens of requests, where k +- 1 probes at `exploration_share` took
+   hundreds on a flat optimum (`python -m bench twin`, the settling table).
+5. Else it runs at k - 1 or k + 1 (within the bounds), drawn at random.
+6. Never past a guarded batch-mate's floor (`BatchDepth.floor`): where the probe's
    depth would cost a request in flight its `batch-floor`, the request is not a probe.
 
 s = 0 (the flag at 0) turns all of it off, the thin-depth calibration included.
@@ -120,11 +127,14 @@ class Exploration:
         bucket: int,
         load: LoadSnapshot,
         share: float | None = None,
+        reach: int | None = None,
     ) -> int | None:
         """The depth this request probes, or None (it runs at its class's k).
 
         `hopeful`: at k = 0, whether k = 1 could still pay (`may_pay_at_one`, kept per
-        bucket by `ClassState`); `share`: the class's flag (None: `exploration_share`).
+        bucket by `ClassState`); `share`: the class's flag (None: `exploration_share`);
+        `reach`: a deeper depth the class's estimate favours but its evidence does not
+        yet carry (`Choice.reach`).
         """
         k_min, k_max = k_bounds
         if share is None:
@@ -134,6 +144,15 @@ class Exploration:
                 share = max(share, self.zero_probe_share)
             elif bucket > 1:
                 share = 0.0
+        if reach is not None and share > 0:
+            # Above batch 1 no further than k + 1, as for the thin depths (step 3).
+            reach = min(reach, k_max) if bucket == 1 else min(reach, k + 1, k_max)
+            if reach > k:
+                share = max(share, self.zero_probe_share)
+            else:
+                reach = None
+        else:
+            reach = None
         share /= bucket
         if share <= 0:
             return None
@@ -149,7 +168,12 @@ class Exploration:
         if thin:
             share = max(share, self.cost_probe_share)
         if draw < share:
-            probes = thin or [p for p in (k - 1, k + 1) if k_min <= p <= k_max]
+            if thin:
+                probes = thin
+            elif reach is not None:
+                probes = [reach]
+            else:
+                probes = [p for p in (k - 1, k + 1) if k_min <= p <= k_max]
             if probes:
                 probe = probes[0] if len(probes) == 1 else self._rng.choice(probes)
                 floor = self._floor

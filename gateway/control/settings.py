@@ -101,7 +101,8 @@ class ControllerSettings(BaseSettings):
         description="Share of requests of a class at k=0 that probe k=1, so it can recover, "
         "while k=1 could still pay at the upper bound of its acceptance (else "
         "`exploration_share` at batch 1 and no probe under load); at batch 1, divided by "
-        "the batch size above it.",
+        "the batch size above it. Also the share at which a class probes a deeper depth "
+        "its estimate favours but its evidence does not yet carry past the hysteresis.",
     )
     prior_output_tokens: float = Field(
         128.0,

@@ -103,14 +103,15 @@ class ClassStats:
         for k in range(min(self.positions, other.positions) + 1):
             self.requests_at_k[k] += weight * other.requests_at_k[k]
 
-    def scale(self, factor: float) -> None:
-        """Multiply every sum (exponential forgetting, or forgetting after a drift)."""
+    def scale(self, factor: float, positions: int | None = None) -> None:
+        """Multiply every sum (exponential forgetting, or forgetting after a drift);
+        `positions`: only the first that many positions' counts (None: all)."""
         self.requests *= factor
         self.steps *= factor
         self.accepted *= factor
         self.drafted *= factor
         self.output_tokens *= factor
-        for d in range(self.positions):
+        for d in range(self.positions if positions is None else min(positions, self.positions)):
             self.accepted_at[d] *= factor
             self.trials_at[d] *= factor
         for k in range(self.positions + 1):

@@ -7,7 +7,10 @@ from typing import Any
 
 import pytest
 
+from bench.twin.metrics import settle_points
+from bench.twin.records import RequestRecord
 from bench.twin.report import render
+from bench.twin.requests import Segment
 from bench.twin.summary import best_static, checks, rounded, seed_ratios, worst_settle
 from bench.twin.validation import compare, kendall_tau
 
@@ -64,6 +67,37 @@ def test_checks_read_medians_skip_the_cold_start_and_add_the_large_ceiling_claim
     assert out["c4: k settles after a shift (p1/b)"]["value"] == 25
     assert out["c4: oracle ceiling 1.200 > 1.1: adaptive / best static"]["pass"] is False
     assert not any(c.startswith("poisson") for c in out)
+
+
+def test_near_best_settling_is_checked_beside_the_strict_one() -> None:
+    settle = [{"stretch": "p1", "start": 50, "classes": {"a": 30}}]
+    near = [{"stretch": "p1", "start": 50, "classes": {"a": 4}}]
+    cell = {**_cell(seed_ratios(MODES, 2), settle), "near_settle": {"1": {"adaptive": near}}}
+    out = {c["claim"]: c for c in checks({"c4": cell})}
+    assert out["c4: k settles after a shift (p1/a)"]["pass"] is False
+    assert out["c4: k near-best (1 %) after a shift (p1/a)"]["value"] == 4
+    assert out["c4: k near-best (1 %) after a shift (p1/a)"]["pass"] is True
+
+
+def test_near_best_settling_counts_depths_within_a_percent_of_the_best() -> None:
+    """Depths 5 and 6 within 0.5 % of each other: alternating between them is near-best
+    at once, though the strict figure never settles; a stretch at depth 3 first is not."""
+    goodput = {3: 0.9, 5: 0.996, 6: 1.0}
+    cut = Segment(0, 40, 0, "p0")
+
+    def record(i: int, k: int) -> RequestRecord:
+        return RequestRecord(i, 0, 0, 0, 0.0, 0.0, 1.0, 10, k, k, 5, 5, 5, load=4)
+
+    def curve(r: RequestRecord) -> tuple[float, ...]:
+        return tuple(goodput.get(k, 0.5) for k in range(8))
+
+    flapping = [record(i, 5 if i % 2 else 6) for i in range(40)]
+    strict = settle_points(flapping, [cut], ["a"])[0]["classes"]["a"]
+    assert strict > 20
+    assert settle_points(flapping, [cut], ["a"], curve)[0]["classes"]["a"] == 0
+    late = [record(i, 3 if i < 12 else 6) for i in range(40)]
+    # 90 % of the rest near-best from request 9 on (28 of 31)
+    assert settle_points(late, [cut], ["a"], curve)[0]["classes"]["a"] == 9
 
 
 def test_worst_settle_over_seeds_and_stretches() -> None:

@@ -109,6 +109,46 @@ def test_exploration_table(
     assert probe_at(share)[0] is None  # a draw at the share does not probe
 
 
+REACH_CASES = [
+    # name, k, reach, bounds, bucket, flag share, share, depths offered, probe
+    ("a held deeper depth at batch 1", 3, 5, (0, 5), 1, None, 0.2, [], 5),
+    ("under load no further than k + 1", 3, 5, (0, 5), 16, None, 0.2 / 16, [], 4),
+    ("within the flags' bounds", 3, 5, (0, 4), 1, None, 0.2, [], 4),
+    ("thin depths first", 3, 4, (0, 5), 4, None, 0.2, [0, 1, 2, 4], 4),
+    ("a reach not above k is none", 3, 3, (0, 5), 1, None, 0.05, [2, 4], 4),
+    ("flag at 0: no probe", 3, 5, (0, 5), 1, 0.0, 0.0, [], None),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "k", "reach", "bounds", "bucket", "flag", "share", "offered", "probe"),
+    REACH_CASES,
+    ids=[case[0] for case in REACH_CASES],
+)
+def test_a_held_deeper_depth_is_probed_at_the_zero_probe_share(
+    name: str,
+    k: int,
+    reach: int,
+    bounds: tuple[int, int],
+    bucket: int,
+    flag: float | None,
+    share: float,
+    offered: list[object],
+    probe: int | None,
+) -> None:
+    model = calibrated_model()
+
+    def probe_at(draw: float) -> tuple[int | None, list[object]]:
+        rng = ScriptedRandom(draw)
+        explore = Exploration(model, SETTINGS, rng)
+        return explore.probe(k, True, bounds, bucket, LoadSnapshot(), flag, reach), rng.offered
+
+    below, seen = probe_at(share * (1 - 1e-9))
+    assert below == probe, name
+    assert seen == offered, name
+    assert probe_at(share)[0] is None  # a draw at the share does not probe
+
+
 def test_a_calibrated_bucket_stays_calibrated_and_a_stricter_ask_rechecks() -> None:
     model = calibrated_model()
     explore = Exploration(model, SETTINGS, random.Random(0))

@@ -81,6 +81,22 @@ def test_hysteresis_holds_a_nearly_equal_k_until_the_evidence_is_ample() -> None
     assert eager.choose(PolicyInput(few, 50, 2, 0, 5, 50, cost)).k == 3
 
 
+def test_a_hold_for_want_of_evidence_names_the_deeper_depth_to_probe() -> None:
+    """A hold below the estimate's best depth reaches for it (exploration probes it);
+    a hold at the best, or above it, reaches for nothing."""
+    cost = tuple(1.0 + 0.05 * k for k in range(6))
+    policy = GoodputPolicy(min_samples=1, hysteresis=0.05, min_dwell=0)
+    few = DepthProfile((0.5,) * 5, (30.0,) * 5)
+    held = policy.choose(PolicyInput(few, 50, 2, 0, 5, 50, cost))
+    best = max(range(6), key=lambda d: held.goodput[d])
+    assert (held.k, held.reason, held.reach) == (2, "hold", best)
+    assert best > 2
+    at_best = policy.choose(PolicyInput(few, 50, best, 0, 5, 50, cost))
+    assert (at_best.k, at_best.reach) == (best, None)
+    above = policy.choose(PolicyInput(few, 50, best + 1, 0, 5, 50, cost))
+    assert (above.k, above.reason, above.reach) == (best + 1, "hold", None)
+
+
 def test_expected_tokens_formula() -> None:
     assert profile(0.5, 0.5).expected_tokens() == pytest.approx([1.0, 1.5, 1.75])
     assert profile(1.0, 0.0, 1.0).expected_tokens() == pytest.approx([1.0, 2.0, 2.0, 2.0])

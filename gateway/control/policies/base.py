@@ -66,6 +66,9 @@ class Choice:
     reason: str
     #: Expected goodput per k (empty when the policy did not compute it).
     goodput: tuple[float, ...] = ()
+    #: A deeper depth the estimate favours but the evidence does not yet carry past the
+    #: margin: exploration probes it (`Exploration.probe`) so the evidence arrives.
+    reach: int | None = None
 
 
 @dataclass(slots=True)

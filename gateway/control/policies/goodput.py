@@ -179,7 +179,7 @@ class GoodputPolicy:
             return Choice(current, "best", goodput)
         gain = goodput[best] / goodput[current] - 1.0
         if gain <= self.margin(inp, best, current) or inp.since_change < self.min_dwell:
-            return Choice(current, "hold", goodput)
+            return Choice(current, "hold", goodput, best if best > current else None)
         return Choice(best, f"goodput +{gain:.0%} at k={best} over k={current}", goodput)
 
     def margin(self, inp: PolicyInput, a: int, b: int) -> float:
