@@ -25,6 +25,7 @@ from bench.twin.modes.vllm_schedule import BatchSchedule, ranges
 from bench.twin.records import RequestRecord, RunResult
 from bench.twin.requests import TwinRequest, arrival_times, build_requests, segments
 from bench.twin.schema import ClosedArrival, Profile, TwinInputError, Workload
+from engine.step_rule import expected_tokens
 from gateway.control.classify import class_id_of
 from gateway.control.features import (
     features_from_chat,
@@ -76,11 +77,8 @@ def steady_goodput(
 
     def goodput(record: RequestRecord) -> tuple[float, ...]:
         row = costs.spec[max(1, min(record.load, len(costs.spec) - 1))]
-        expected, chain = [1.0], 1.0
-        for p in acceptance[record.index][:max_k]:
-            chain *= p
-            expected.append(expected[-1] + chain)
-        return tuple(expected[k] / row[k] for k in range(len(expected)))
+        expected = expected_tokens(acceptance[record.index], max_k)
+        return tuple(expected[k] / row[k] for k in range(max_k + 1))
 
     return goodput
 
