@@ -165,7 +165,15 @@ def _checks(checks: Sequence[Mapping[str, Any]]) -> list[str]:
         ]
         for c in checks
     ]
-    return _table(["claim (median over seeds)", "value", "target", "result"], rows)
+    return _table(
+        [
+            "claim (ratios: median over seeds; settling: the slowest seed)",
+            "value",
+            "target",
+            "result",
+        ],
+        rows,
+    )
 
 
 def _profile(name: str, p: Mapping[str, Any]) -> list[str]:

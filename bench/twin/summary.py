@@ -144,8 +144,9 @@ def _check(claim: str, value: float | None, target: str, ok: bool | None) -> dic
 
 
 def checks(arrivals: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The claims on each checked concurrency present, at the median over seeds, for each
-    mode of `CLAIMED` that ran (`adaptive`'s claims first, named as before)."""
+    """The claims on each checked concurrency present, at the median over seeds (settling:
+    the slowest seed), for each mode of `CLAIMED` that ran (`adaptive`'s claims first,
+    named as before)."""
     out: list[dict[str, Any]] = []
     for mode in CLAIMED:
         for label in CHECKED:
