@@ -25,6 +25,7 @@ not part of `make bench`), each in its own process as `adaptive` is:
 | `adaptive-nolower` | adaptive, `batch-lower` false |
 | `adaptive-noride` | adaptive, `batch-ride` false |
 | `adaptive-step` | adaptive, step rule on (`SPECGW_CONTROL_STEP_RULE=on`; off on CPU by default) |
+| `adaptive-prior` | adaptive, a new class at the prior's best k (`SPECGW_CONTROL_COLD_START`) |
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ BATCH_SCHEDULE_FIELD = "spec_tokens_per_batch_size"
 BATCH_SCHEDULE_ENV = "SPECGW_ENGINE_SPEC_TOKENS_PER_BATCH_SIZE"
 #: The controller setting that turns the engine's step-depth rule on for `adaptive-step`.
 STEP_RULE_ENV = "SPECGW_CONTROL_STEP_RULE"
+#: The controller setting that starts a new class at the prior's best k for `adaptive-prior`.
+COLD_START_ENV = "SPECGW_CONTROL_COLD_START"
 #: `batch-floor` of the adaptive-floor mode: the claim "no class below 0.98x".
 FLOOR = 0.98
 
@@ -98,6 +101,9 @@ def ab_modes(max_depth: int) -> list[Mode]:
     """The adaptive controller with one mechanism off: run only when named (`--mode`)."""
     adaptive = {"controller-mode": "adaptive", "pin-k": -1}
     step = GatewayConfig("spec-step", drafter=True, max_depth=max_depth, env={STEP_RULE_ENV: "on"})
+    prior = GatewayConfig(
+        "spec-prior", drafter=True, max_depth=max_depth, env={COLD_START_ENV: "prior"}
+    )
     return [
         *(
             Mode(
@@ -108,6 +114,7 @@ def ab_modes(max_depth: int) -> list[Mode]:
             for name in ("lower", "ride")
         ),
         Mode("adaptive-step", step, adaptive),
+        Mode("adaptive-prior", prior, adaptive),
     ]
 
 

@@ -332,6 +332,9 @@ def test_modes_cover_no_spec_static_depths_and_adaptive() -> None:
     step = select_modes(modes, ["adaptive-step"], ab)[0]
     assert step.gateway.env == {"SPECGW_CONTROL_STEP_RULE": "on"}
     assert step.flags == {"controller-mode": "adaptive", "pin-k": -1}
+    prior = select_modes(modes, ["adaptive-prior"], ab)[0]
+    assert prior.gateway.env == {"SPECGW_CONTROL_COLD_START": "prior"}
+    assert prior.flags == step.flags
     own = [m.gateway.name for m in ab]
     assert len(set(own)) == len(own)
     assert not set(own) & {m.gateway.name for m in modes}
