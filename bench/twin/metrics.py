@@ -101,15 +101,12 @@ def settle_after(ks: Sequence[int], tail_share: float = TAIL_SHARE) -> int:
     if not ks:
         return 0
     final = statistics.mode(ks[len(ks) // 2 :])
-    for i in range(len(ks)):
-        rest = ks[i:]
-        if sum(k == final for k in rest) >= tail_share * len(rest):
-            return i
-    return len(ks)
+    return near_after([k == final for k in ks], tail_share)
 
 
 def near_after(near: Sequence[bool], tail_share: float = TAIL_SHARE) -> int:
-    """Requests of a class until from then on `tail_share` of its depths are near-best."""
+    """Requests of a class until from then on `tail_share` of them are marked (near-best,
+    or at the final depth for `settle_after`)."""
     for i in range(len(near)):
         rest = near[i:]
         if sum(rest) >= tail_share * len(rest):

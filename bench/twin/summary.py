@@ -174,28 +174,18 @@ def _mode_checks(label: str, cell: Mapping[str, Any], mode: str) -> list[dict[st
         v = r[f"worst-class:{mode}"]
         claim = "worst class / no spec" if mode == ADAPTIVE else f"{mode}: worst class / no spec"
         out.append(_check(f"{label}: {claim}", v, f">= {CLASS_FLOOR}", v >= CLASS_FLOOR))
-    settled = worst_settle(cell["settle"], mode)
-    if settled is not None:
-        what = "k" if mode == ADAPTIVE else f"{mode}: its class's vote"
-        out.append(
-            _check(
-                f"{label}: {what} settles after a shift ({settled[0]})",
-                settled[1],
-                f"<= {SETTLE_REQUESTS} requests",
-                settled[1] <= SETTLE_REQUESTS,
+    what = "k" if mode == ADAPTIVE else f"{mode}: its class's vote"
+    for key, how in (("settle", "settles"), ("near_settle", f"near-best ({NEAR_PERCENT} %)")):
+        settled = worst_settle(cell.get(key, {}), mode)
+        if settled is not None:
+            out.append(
+                _check(
+                    f"{label}: {what} {how} after a shift ({settled[0]})",
+                    settled[1],
+                    f"<= {SETTLE_REQUESTS} requests",
+                    settled[1] <= SETTLE_REQUESTS,
+                )
             )
-        )
-    near = worst_settle(cell.get("near_settle", {}), mode)
-    if near is not None:
-        what = "k" if mode == ADAPTIVE else f"{mode}: its class's vote"
-        out.append(
-            _check(
-                f"{label}: {what} near-best ({NEAR_PERCENT} %) after a shift ({near[0]})",
-                near[1],
-                f"<= {SETTLE_REQUESTS} requests",
-                near[1] <= SETTLE_REQUESTS,
-            )
-        )
     ceiling = r.get(f"{ORACLE}/best-static")
     if ceiling is not None and ceiling > LARGE_CEILING:
         out.append(

@@ -144,15 +144,13 @@ class Exploration:
                 share = max(share, self.zero_probe_share)
             elif bucket > 1:
                 share = 0.0
-        if reach is not None and share > 0:
+        if reach is not None:
             # Above batch 1 no further than k + 1, as for the thin depths (step 3).
             reach = min(reach, k_max) if bucket == 1 else min(reach, k + 1, k_max)
-            if reach > k:
-                share = max(share, self.zero_probe_share)
-            else:
+            if share <= 0 or reach <= k:
                 reach = None
-        else:
-            reach = None
+            else:
+                share = max(share, self.zero_probe_share)
         share /= bucket
         if share <= 0:
             return None

@@ -9,7 +9,7 @@ import pytest
 
 from gateway.control.cost_model import CostModel
 from gateway.control.decision import LoadSnapshot
-from gateway.control.exploration import Exploration
+from gateway.control.exploration import Exploration, Floor
 from gateway.control.settings import ControllerSettings
 
 if TYPE_CHECKING:
@@ -43,6 +43,24 @@ def calibrated_model() -> CostModel:
             for k in range(6):
                 model.observe(k, batch, 0.02 * (1 + 0.1 * k), depth=k)
     return model
+
+
+def scripted_probe(
+    draw: float,
+    floor: Floor | None,
+    k: int,
+    hopeful: bool,
+    bounds: tuple[int, int],
+    bucket: int,
+    load: LoadSnapshot,
+    flag: float | None,
+    reach: int | None = None,
+) -> tuple[int | None, list[object]]:
+    """One request's probe on the calibrated model with a fixed draw, and the depths
+    the draw chose among."""
+    rng = ScriptedRandom(draw)
+    explore = Exploration(calibrated_model(), SETTINGS, rng, floor)
+    return explore.probe(k, hopeful, bounds, bucket, load, flag, reach), rng.offered
 
 
 GUARDED = LoadSnapshot(running=1, guarded={((1.0,) * 6, 0.9): 1})
@@ -93,15 +111,11 @@ def test_exploration_table(
     offered: list[object],
     probe: int | None,
 ) -> None:
-    model = calibrated_model()
-
     def floor(load: LoadSnapshot, bucket: int, depth: int, k_min: int) -> int:
         return min(depth, k)  # guarded mates afford no deeper than this class's k
 
     def probe_at(draw: float) -> tuple[int | None, list[object]]:
-        rng = ScriptedRandom(draw)
-        explore = Exploration(model, SETTINGS, rng, floor)
-        return explore.probe(k, hopeful, bounds, bucket, load, flag), rng.offered
+        return scripted_probe(draw, floor, k, hopeful, bounds, bucket, load, flag)
 
     below, seen = probe_at(share * (1 - 1e-9))
     assert below == probe, name
@@ -136,12 +150,8 @@ def test_a_held_deeper_depth_is_probed_at_the_zero_probe_share(
     offered: list[object],
     probe: int | None,
 ) -> None:
-    model = calibrated_model()
-
     def probe_at(draw: float) -> tuple[int | None, list[object]]:
-        rng = ScriptedRandom(draw)
-        explore = Exploration(model, SETTINGS, rng)
-        return explore.probe(k, True, bounds, bucket, LoadSnapshot(), flag, reach), rng.offered
+        return scripted_probe(draw, None, k, True, bounds, bucket, LoadSnapshot(), flag, reach)
 
     below, seen = probe_at(share * (1 - 1e-9))
     assert below == probe, name
