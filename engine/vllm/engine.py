@@ -288,7 +288,26 @@ class VLLMEngine:
             return
         self._closed = True
         self._ready = False
+        await self._stop_output_handler()
         await asyncio.to_thread(self._llm.shutdown)
+
+    async def _stop_output_handler(self) -> None:
+        """Cancel AsyncLLM's output handler, on this loop, before the core is stopped.
+
+        vLLM 0.32's `AsyncLLM.shutdown` stops the engine core first and cancels the
+        handler last; stopping the core cancels `AsyncMPClient`'s socket reader, which
+        answers by queueing an `EngineDeadError` (`core_client.process_outputs_socket`),
+        and a handler still reading logs it at ERROR ("AsyncLLM output_handler failed.")
+        on every clean shutdown (vllm-project/vllm#48745). A handler already done has
+        failed for real, and logged it, while serving. Any stream still waiting gets
+        what the handler would have given it on the way out: `EngineDeadError`.
+        """
+        handler = self._llm.output_handler
+        if handler is None or handler.done():
+            return
+        handler.cancel()
+        await asyncio.wait([handler])
+        self._llm.output_processor.propagate_error(VLLMEngineDeadError())
 
     def deliver_outcome(self, gateway_id: str, outcome: RequestOutcome) -> None:
         if self._on_outcome is not None:
