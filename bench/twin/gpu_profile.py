@@ -2,10 +2,15 @@
 
     python bench/twin/gpu_profile.py --out gpu_profile.json   # CUDA, about 1 to 2 minutes
     python bench/twin/gpu_profile.py --tiny --out /tmp/p.json  # CPU, float32, seconds
+    python bench/twin/gpu_profile.py --moe --out moe.json      # Qwen3-30B-A3B shape (~70 GB)
 
 Needs only torch. The models are random bf16 weights in the shapes of Llama-3.1-8B (the target)
 and of a one-layer EAGLE-3 head for it: these are the costs of the shapes, not of a trained
-model, and acceptance is not measured here.
+model, and acceptance is not measured here. With --moe the target is Qwen3-30B-A3B-shaped (48
+layers, 128 experts of which 8 per token): its experts run as grouped GEMMs over the token-expert
+pairs sorted by expert, so a step reads the weights of the experts its tokens chose, and
+verifying k + 1 tokens per sequence touches more experts than decoding one; that is what makes
+verification dear for MoE targets under load (vllm-project/recipes issue 923).
 
 A step at batch B and depth k is what vLLM runs per decode step: the target verifies k + 1 new
 tokens per sequence against a KV cache of C tokens, and for k > 0 the drafter runs once over the
@@ -55,6 +60,11 @@ class Shape:
     context: int = 1024
     rope_theta: float = 500000.0
     eps: float = 1e-5
+    #: experts per MoE layer (0: dense MLP), experts per token, and each expert's width; the
+    #: drafter's layer stays dense at `intermediate`.
+    experts: int = 0
+    top_k: int = 0
+    moe_intermediate: int = 0
 
     @property
     def aux_layers(self) -> tuple[int, ...]:
@@ -64,6 +74,23 @@ class Shape:
 
 
 TINY = Shape(64, 2, 4, 2, 16, 128, 1000, 500, 32)
+#: Qwen3-30B-A3B (its config.json; q/k norms left out) with a one-layer EAGLE-3 head whose dense
+#: layer has the config's intermediate_size.
+MOE = Shape(
+    2048,
+    48,
+    32,
+    4,
+    128,
+    6144,
+    151936,
+    32000,
+    rope_theta=1000000.0,
+    experts=128,
+    top_k=8,
+    moe_intermediate=768,
+)
+TINY_MOE = replace(TINY, experts=8, top_k=2, moe_intermediate=32)
 
 
 @dataclass
@@ -72,8 +99,9 @@ class Layer:
     qkv: Tensor
     o: Tensor
     post_norm: Tensor
-    gate_up: Tensor
-    down: Tensor
+    gate_up: Tensor  # [2I, H]; an MoE layer's experts: [E, 2I, H]
+    down: Tensor  # [H, I]; [E, H, I]
+    router: Tensor | None = None  # [E, H] in an MoE layer
 
 
 @dataclass
@@ -99,6 +127,9 @@ class Results:
     steps: dict[int, dict[str, Stat]] = field(default_factory=dict)
     prefill: dict[int, dict[str, float]] = field(default_factory=dict)
     first_extra: dict[int, float] = field(default_factory=lambda: {0: 0.0})
+    #: an MoE target's grouped experts against the per-expert loop: largest difference, and the
+    #: largest output it was measured against
+    moe_check: dict[str, float] = field(default_factory=dict)
     complete: bool = False
 
 
@@ -174,8 +205,57 @@ def decoder_layer(
     q = rope(q.reshape(b, t, s.heads, s.head_dim), rot)
     k = rope(k.reshape(b, t, s.kv_heads, s.head_dim), rot)
     x = residual + F.linear(attend(q, k, v.reshape(b, t, s.kv_heads, s.head_dim)), layer.o)
-    gate, up = F.linear(rms_norm(x, layer.post_norm, s.eps), layer.gate_up).chunk(2, dim=-1)
+    normed = rms_norm(x, layer.post_norm, s.eps)
+    if layer.router is not None:
+        return x + moe(normed.reshape(b * t, -1), layer, s.top_k).view(b, t, -1)
+    gate, up = F.linear(normed, layer.gate_up).chunk(2, dim=-1)
     return x + F.linear(F.silu(gate) * up, layer.down)
+
+
+def route(x: Tensor, router: Tensor, top_k: int) -> tuple[Tensor, Tensor]:
+    """Qwen3-MoE routing: softmax over the experts, the top k, renormalised (norm_topk_prob)."""
+    weights, ids = F.linear(x, router).float().softmax(-1).topk(top_k, dim=-1)
+    return (weights / weights.sum(-1, keepdim=True)).to(x.dtype), ids
+
+
+def grouped_mm(a: Tensor, b: Tensor, offs: Tensor) -> Tensor:
+    """Rows of `a` grouped by `offs` (cumulative ends) times the group's matrix of `b` [G, K, N]:
+    torch's CUTLASS grouped GEMM on CUDA, an empty group reading nothing."""
+    fn = getattr(F, "grouped_mm", None) or torch._grouped_mm
+    return fn(a, b, offs=offs)
+
+
+def moe(x: Tensor, layer: Layer, top_k: int) -> Tensor:
+    """The experts of one MoE layer over x [N, H]: the N * top_k token-expert pairs sorted by
+    expert, two grouped GEMMs (gate/up, down), weighted and summed back per token. Sort, gather
+    and scatter keep static shapes, so the layer is captured in a CUDA graph like the rest."""
+    assert layer.router is not None
+    experts = layer.router.shape[0]
+    weights, ids = route(x, layer.router, top_k)
+    flat = ids.reshape(-1)
+    order = flat.argsort(stable=True)
+    counts = torch.zeros(experts, device=x.device, dtype=torch.int32)
+    counts.scatter_add_(0, flat, torch.ones_like(flat, dtype=torch.int32))
+    offs = counts.cumsum(0, dtype=torch.int32)
+    tokens = order // top_k
+    gate, up = grouped_mm(x[tokens], layer.gate_up.transpose(-2, -1), offs).chunk(2, dim=-1)
+    out = grouped_mm(F.silu(gate) * up, layer.down.transpose(-2, -1), offs)
+    out = out * weights.reshape(-1)[order, None]
+    return torch.zeros_like(x).index_add_(0, tokens, out)
+
+
+def moe_reference(x: Tensor, layer: Layer, top_k: int) -> Tensor:
+    """The same layer one expert at a time (the check that `moe` computes what it should)."""
+    assert layer.router is not None
+    weights, ids = route(x, layer.router, top_k)
+    out = torch.zeros_like(x)
+    for expert in range(layer.router.shape[0]):
+        rows, slot = (ids == expert).nonzero(as_tuple=True)
+        if rows.numel():
+            gate, up = F.linear(x[rows], layer.gate_up[expert]).chunk(2, dim=-1)
+            y = F.linear(F.silu(gate) * up, layer.down[expert])
+            out.index_add_(0, rows, y * weights[rows, slot, None])
+    return out
 
 
 class Twin:
@@ -187,7 +267,7 @@ class Twin:
         self.shape, self.device, self.dtype = shape, device, dtype
         h = shape.hidden
         self.embed = self._weight(shape.vocab, h)
-        self.layers = [self._layer(h) for _ in range(shape.layers)]
+        self.layers = [self._layer(h, shape.experts) for _ in range(shape.layers)]
         self.norm = torch.ones(h, device=self.device, dtype=dtype)
         self.lm_head = self._weight(shape.vocab, h)
         offsets = torch.randint(0, shape.vocab - shape.draft_vocab, (shape.draft_vocab,))
@@ -205,20 +285,28 @@ class Twin:
         self.draft_cache = self._cache(max(args.batches), draft_slots)
         self.rot = rope_table(shape, max(draft_slots, *args.prefill), self.device, dtype)
 
-    def _weight(self, rows: int, cols: int) -> Tensor:
+    def _weight(self, rows: int, cols: int, *lead: int) -> Tensor:
         """N(0, 0.02) drawn on the device itself: the 16 GB target never passes through the host."""
-        return torch.randn(rows, cols, device=self.device, dtype=self.dtype).mul_(0.02)
+        return torch.randn(*lead, rows, cols, device=self.device, dtype=self.dtype).mul_(0.02)
 
-    def _layer(self, attn_in: int) -> Layer:
+    def _layer(self, attn_in: int, experts: int = 0) -> Layer:
         s = self.shape
         ones = torch.ones(s.hidden, device=self.device, dtype=self.dtype)
+        attention = {
+            "in_norm": ones,
+            "qkv": self._weight((s.heads + 2 * s.kv_heads) * s.head_dim, attn_in),
+            "o": self._weight(s.hidden, s.heads * s.head_dim),
+            "post_norm": ones.clone(),
+        }
+        if not experts:
+            gate_up = self._weight(2 * s.intermediate, s.hidden)
+            return Layer(**attention, gate_up=gate_up, down=self._weight(s.hidden, s.intermediate))
+        width = s.moe_intermediate
         return Layer(
-            in_norm=ones,
-            qkv=self._weight((s.heads + 2 * s.kv_heads) * s.head_dim, attn_in),
-            o=self._weight(s.hidden, s.heads * s.head_dim),
-            post_norm=ones.clone(),
-            gate_up=self._weight(2 * s.intermediate, s.hidden),
-            down=self._weight(s.hidden, s.intermediate),
+            **attention,
+            gate_up=self._weight(2 * width, s.hidden, experts),
+            down=self._weight(s.hidden, width, experts),
+            router=self._weight(experts, s.hidden),
         )
 
     def _cache(self, batch: int, slots: int) -> tuple[Tensor, Tensor]:
@@ -375,6 +463,18 @@ def measure_prefill(twin: Twin, clock: Clock, length: int) -> dict[str, float]:
     return {"target": target.median, "drafter": drafter.median}
 
 
+def check_moe(twin: Twin, tokens: int = 256) -> dict[str, float]:
+    """Layer 0's experts over random inputs, grouped and one expert at a time."""
+    layer = twin.layers[0]
+    x = torch.randn(tokens, twin.shape.hidden, device=twin.device, dtype=twin.dtype)
+    grouped = moe(x, layer, twin.shape.top_k).float()
+    reference = moe_reference(x, layer, twin.shape.top_k).float()
+    return {
+        "max_abs_error": float((grouped - reference).abs().max()),
+        "max_abs_output": float(reference.abs().max()),
+    }
+
+
 def measure_first_drafts(twin: Twin, clock: Clock, k: int) -> float:
     """Drafts for the first verify step after prefill, batch 1: one drafter pass over the
     prompt's last token, then k - 1 single-token passes (graph-captured like a step)."""
@@ -410,6 +510,10 @@ def profile_json(
     shape, ks = twin.shape, [str(k) for k in range(args.max_k + 1)]
     device = torch.cuda.get_device_name() if twin.device.type == "cuda" else "cpu"
     model = "tiny test shape" if args.tiny else "Llama-3.1-8B shape"
+    if shape.experts:
+        model = ("tiny MoE test shape" if args.tiny else "Qwen3-30B-A3B shape") + (
+            f" ({shape.experts} experts, {shape.top_k} per token, grouped GEMMs)"
+        )
     dtype = "bf16" if twin.dtype == torch.bfloat16 else str(twin.dtype).removeprefix("torch.")
     longest = max(res.prefill, default=0)
     return {
@@ -435,6 +539,7 @@ def profile_json(
             str(n): {part: ms(v) for part, v in parts.items()} for n, parts in res.prefill.items()
         },
         "first_token_extra_ms": {str(k): ms(v) for k, v in res.first_extra.items()},
+        **({"moe_check": res.moe_check} if res.moe_check else {}),
         "shape": asdict(shape)
         | {"aux_layers": list(shape.aux_layers), "dtype": dtype, "attention": ATTENTION},
     }
@@ -451,6 +556,9 @@ def profile(args: argparse.Namespace, twin: Twin, clock: Clock) -> None:
         partial_path.write_text(json.dumps(document, indent=2) + "\n")
         partial_path.replace(args.out)
 
+    if twin.shape.experts:
+        results.moe_check = check_moe(twin)
+        clock.log(f"grouped experts against the per-expert loop: {results.moe_check}")
     for length in args.prefill:
         results.prefill[length] = measure_prefill(twin, clock, length)
         clock.log(f"prefill {length}: {results.prefill[length]}")
@@ -497,6 +605,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--eager", action="store_true", help="time eagerly, without CUDA graphs")
     parser.add_argument("--tiny", action="store_true", help="tiny float32 shape on the CPU")
+    parser.add_argument("--moe", action="store_true", help="the Qwen3-30B-A3B-shaped MoE target")
     args = parser.parse_args(argv)
     for name, (kind, full, tiny, _) in OPTIONS.items():
         if getattr(args, name) is None:
@@ -510,7 +619,8 @@ def main(argv: list[str] | None = None) -> int:
         print("needs a CUDA device (use --tiny on the CPU)", file=sys.stderr)
         return 2
     dtype = torch.float32 if args.tiny else torch.bfloat16
-    shape = replace(TINY if args.tiny else Shape(), context=args.context)
+    dense, sparse = (TINY, TINY_MOE) if args.tiny else (Shape(), MOE)
+    shape = replace(sparse if args.moe else dense, context=args.context)
     torch.manual_seed(0)
     device = torch.device("cpu" if args.tiny else "cuda")
     with torch.inference_mode():

@@ -109,3 +109,45 @@ def test_folded_attention_equals_repeated_kv(script: ModuleType, new_tokens: int
     want = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values, attn_mask=visible)
     assert got.shape == (batch, new_tokens, heads * dim)
     torch.testing.assert_close(got, want.transpose(1, 2).reshape(batch, new_tokens, -1))
+
+
+def test_tiny_moe_profile_runs_end_to_end(tmp_path: Path) -> None:
+    out = tmp_path / "moe.json"
+    cmd = [sys.executable, str(SCRIPT), "--tiny", "--moe", "--out", str(out)]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    document = json.loads(out.read_text())
+    assert document["complete"] is True
+    assert "MoE" in document["source"]
+    assert document["shape"]["experts"] == 8
+    assert set(document["batch_stats"]) == set(TINY_BATCHES)
+    assert document["moe_check"]["max_abs_error"] <= 1e-4 * document["moe_check"]["max_abs_output"]
+
+
+@pytest.mark.parametrize("tokens", [1, 3, 40])
+def test_grouped_experts_equal_the_per_expert_loop(script: ModuleType, tokens: int) -> None:
+    """Sorting the token-expert pairs by expert and running grouped GEMMs computes the same
+    layer as visiting each expert in turn (experts that no token chose included)."""
+    torch.manual_seed(2)
+    experts, hidden, width, top_k = 6, 16, 8, 2
+    layer = script.Layer(
+        in_norm=torch.ones(hidden),
+        qkv=torch.empty(0),
+        o=torch.empty(0),
+        post_norm=torch.ones(hidden),
+        gate_up=torch.randn(experts, 2 * width, hidden),
+        down=torch.randn(experts, hidden, width),
+        router=torch.randn(experts, hidden),
+    )
+    x = torch.randn(tokens, hidden)
+    got = script.moe(x, layer, top_k)
+    want = torch.zeros(tokens, hidden)
+    probs = F.linear(x, layer.router).softmax(-1)
+    for row in range(tokens):
+        top = probs[row].topk(top_k)
+        shares = top.values / top.values.sum()
+        for weight, expert in zip(shares, top.indices.tolist(), strict=True):
+            gate, up = (layer.gate_up[expert] @ x[row]).chunk(2)
+            want[row] += weight * (layer.down[expert] @ (F.silu(gate) * up))
+    assert torch.allclose(got, want, rtol=1e-4, atol=1e-5)
+    assert torch.allclose(script.moe_reference(x, layer, top_k), want, rtol=1e-4, atol=1e-5)
