@@ -10,10 +10,15 @@ that decides whether speculation pays at all, and the step costs cannot see it
 `in_steps(b)` gives the seconds to the first token at each depth, in steps at
 k = 0 of bucket b, from start-up calibration (the same prompt at every depth, so
 the depths differ only in k): from the calibrated bucket nearest b (in powers of
-two), a depth not measured there taking the nearest measured depth's. Traffic
-does not refine it: the prompts of the depths classes run at differ (long
-tool-call prompts at k = 0, short chats deep), which would bias the difference
-more than it teaches.
+two), a depth not measured there taking the nearest measured depth's. A deeper
+first chain never costs less than a shallower one for the same prompt, so a
+bucket's measured seconds are fitted non-decreasing in depth (least squares, pool
+adjacent violators): calibration times each depth in a few rounds of a burst of b
+requests, whose noise otherwise orders the depths at random (in the twin at batch
+64, depth 5's first token read cheaper than depth 1's, and the step rule drafted
+5 deep where 3 was best; `python -m bench twin`). Traffic does not refine it:
+the prompts of the depths classes run at differ (long tool-call prompts at k = 0,
+short chats deep), which would bias the difference more than it teaches.
 
 `prefill_steps(b)`: one cold prompt token's prefill, in steps at k = 0 of b
 (calibrated at batch 1), the price of prefilling again a prompt another cache
@@ -22,7 +27,21 @@ namespace holds.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from gateway.control.cost_steps import StepCosts
+
+
+def non_decreasing(values: Sequence[float]) -> tuple[float, ...]:
+    """The least-squares non-decreasing fit of `values` (pool adjacent violators)."""
+    blocks: list[tuple[float, int]] = []  # (sum, count) of each pooled run
+    for value in values:
+        total, count = value, 1
+        while blocks and blocks[-1][0] * count > total * blocks[-1][1]:
+            prev_total, prev_count = blocks.pop()
+            total, count = total + prev_total, count + prev_count
+        blocks.append((total, count))
+    return tuple(total / count for total, count in blocks for _ in range(count))
 
 
 class FirstTokenPrices:
@@ -75,11 +94,15 @@ class FirstTokenPrices:
 
     def _borrowed(self, bucket: int) -> tuple[float, ...]:
         """Seconds to the first token at k = 0..K for this bucket: the calibrated bucket
-        nearest it (in powers of two), each depth from the nearest measured depth there."""
+        nearest it (in powers of two), fitted non-decreasing over its measured depths,
+        each depth from the nearest measured depth there."""
         borrowed = self._nearest.get(bucket)
         if borrowed is None:
             near = min(self._seconds, key=lambda b: (abs(b.bit_length() - bucket.bit_length()), b))
-            measured = [(d, s) for d, s in enumerate(self._seconds[near]) if s is not None]
+            depths, seconds = zip(
+                *((d, s) for d, s in enumerate(self._seconds[near]) if s is not None), strict=True
+            )
+            measured = list(zip(depths, non_decreasing(seconds), strict=True))
             borrowed = tuple(
                 min(measured, key=lambda m: (abs(m[0] - d), m[0]))[1] for d in range(self.max_k + 1)
             )

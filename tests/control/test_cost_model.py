@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
 
 from engine.interface import RequestOutcome, SpeculationOutcome
+from gateway.control.cost_first_token import non_decreasing
 from gateway.control.cost_model import STALE_STEPS, STEPS_PER_REFRESH, CostModel
 from gateway.control.exploration import Exploration
 from gateway.control.settings import ControllerSettings
@@ -191,6 +193,36 @@ def test_first_token_costs_are_calibrated_seconds_in_steps_at_k0() -> None:
     assert model.first_token(16) == pytest.approx([0.25 / 0.032] * 5, rel=0.05)
     report = {b["batch_bucket"]: b for b in model.report()}
     assert report[1]["first_token"] == pytest.approx(model.first_token(1), abs=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("values", "fitted"),
+    [
+        ((1.0, 2.0, 3.0), (1.0, 2.0, 3.0)),
+        ((3.0, 1.0), (2.0, 2.0)),
+        ((1.0, 1.543, 1.464, 1.842, 2.052, 1.783), (1.0, 1.5035, 1.5035, 1.842, 1.9175, 1.9175)),
+        ((5.0,), (5.0,)),
+        ((), ()),
+    ],
+)
+def test_non_decreasing_is_the_pool_adjacent_violators_fit(
+    values: tuple[float, ...], fitted: tuple[float, ...]
+) -> None:
+    assert non_decreasing(values) == pytest.approx(fitted, abs=1e-4)
+
+
+def test_first_token_prices_never_fall_with_depth() -> None:
+    """A burst's noise can time a deeper first chain below a shallower one; the prices the
+    policy and the step rule read are the least-squares non-decreasing fit."""
+    model = _calibrated(MEASURED, 1, 8)
+    noisy = (0.030, 0.052, 0.048, 0.060, 0.041)
+    for k, seconds in enumerate(noisy):
+        model.calibrate_first_token(k, 1, seconds)
+    prices = model.first_token(1)
+    assert all(b >= a for a, b in itertools.pairwise(prices))
+    step0 = MEASURED[0]
+    want = (0.030, 0.050, 0.050, (0.060 + 0.041) / 2, (0.060 + 0.041) / 2)
+    assert prices == pytest.approx([s / step0 for s in want], rel=0.05)
 
 
 def test_steps_that_carried_other_requests_prefill_are_filed_at_no_depth() -> None:
