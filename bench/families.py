@@ -246,6 +246,14 @@ def fit_pool(
     return kept, dropped
 
 
+def prompt_tokens(prompts: list[Prompt], target: Path) -> list[int]:
+    """Each prompt's length in the target's tokenizer and chat template, as the engine counts."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(target))
+    return [_length(tokenizer, p) for p in prompts]
+
+
 def _length(tokenizer: Any, p: Prompt) -> int:
     if p.messages is None:
         return len(tokenizer.encode(p.prompt or ""))

@@ -23,6 +23,10 @@ drafts are priced as a batch-1 step's extra over k = 0 at each k; the prefill co
 profiler does not measure, come from the options, and `--no-spec-overhead h` sets the engine
 without a drafter at k = 0's time / (1 + h) (vLLM issue 49986 measured h = 0.066 for an EAGLE-3
 head on Llama-3.1-8B).
+
+A `make bench` run's `summary.json` (`--bench-summary`) gives the CPU engine's profile from the
+run's client-side figures (`bench.twin.bench_profile.from_bench_summary` states the rule);
+`--validation-out` also writes the run's tokens/s for the twin's validation.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from typing import Annotated, Any
 
 import typer
 
+from bench.twin.bench_profile import from_bench_summary, run_inputs
 from gateway.control.cost_model import batch_bucket
 
 
@@ -182,21 +187,68 @@ def main(
             "off for Model Runner V2 (CUDA's default)."
         ),
     ] = False,
+    bench_summary: Annotated[
+        Path | None, typer.Option(help="A `make bench` run's summary.json.")
+    ] = None,
+    validation_out: Annotated[
+        Path | None,
+        typer.Option(
+            help="Also write the run's tokens/s for the twin's validation (--bench-summary)."
+        ),
+    ] = None,
 ) -> None:
-    """Write a twin cost profile from /admin/costs or from vLLM's profiler output."""
+    """Write a twin cost profile from /admin/costs, vLLM's profiler output or a bench run."""
     from bench.twin.schema import Profile
 
-    if admin_costs is not None and vllm_profile is None:
+    sources = [admin_costs, vllm_profile, bench_summary]
+    if sum(s is not None for s in sources) != 1:
+        raise typer.BadParameter(
+            "give exactly one of --admin-costs, --vllm-profile and --bench-summary"
+        )
+    if admin_costs is not None:
         data = from_admin_costs(_fetch(admin_costs, admin_key), use_learned)
-    elif vllm_profile is not None and admin_costs is None:
+    elif vllm_profile is not None:
         body = json.loads(vllm_profile.read_text())
         data = from_vllm_profile(body, prefill_ms_per_token, drafter_ms_per_token, no_spec_overhead)
     else:
-        raise typer.BadParameter("give exactly one of --admin-costs and --vllm-profile")
+        assert bench_summary is not None
+        data = _from_bench_run(bench_summary, out, name, zero_skips_drafter, validation_out)
+    notes = data.pop("notes", None)
     profile = {"name": name or out.stem, **data, "zero_skips_drafter": zero_skips_drafter}
+    if notes:
+        profile["notes"] = notes
     Profile.model_validate(profile)
     out.write_text(json.dumps(profile, indent=2) + "\n")
     typer.echo(f"wrote {out}: batch sizes {', '.join(str(b) for b in data['batch_stats'])}")
+
+
+def _from_bench_run(
+    summary_path: Path,
+    out: Path,
+    name: str | None,
+    zero_skips_drafter: bool,
+    validation_out: Path | None,
+) -> dict[str, Any]:
+    """`from_bench_summary` on a file, quoting the command; the validation's cut beside it."""
+    from bench.twin.validation import real_run_cut
+
+    summary = json.loads(summary_path.read_text())
+    command = " ".join(
+        [
+            "python -m bench.twin.build_profile",
+            f"--bench-summary {summary_path}",
+            *([f"--name {name}"] if name else []),
+            *(["--zero-skips-drafter"] if zero_skips_drafter else []),
+            *([f"--validation-out {validation_out}"] if validation_out else []),
+            f"--out {out}",
+        ]
+    )
+    prompt_tokens, drafter_share = run_inputs(summary)
+    data = from_bench_summary(summary, prompt_tokens, drafter_share, command)
+    if validation_out is not None:
+        cut = real_run_cut(summary, str(summary_path), command)
+        validation_out.write_text(json.dumps(cut, indent=1, sort_keys=True) + "\n")
+    return data
 
 
 if __name__ == "__main__":

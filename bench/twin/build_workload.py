@@ -5,8 +5,10 @@
 
 From a benchmark run (`runs.jsonl`, written by `bench.runner.JsonlSink`): one class per request
 family; its acceptance per draft position fitted to the acceptance lengths its requests measured
-at each k (`conditional_from_lengths`); its prompt and output lengths from the records; the run's
-phases with their class mix. Each class's sample body is the benchmark's own prompt of that
+at each k (`conditional_from_lengths`), from the static-k modes' requests where the run has any (a
+mode that moves the depth per step, such as batch-schedule, reports its bound as k, not the depth
+each step verified); its prompt and output lengths from the records; the run's phases with their
+class mix. Each class's sample body is the benchmark's own prompt of that
 family (`bench.families`, the pool the run drew from); a family the pool does not know gets a
 synthetic body built from its gateway class label, and the workload's `source` says which.
 
@@ -164,11 +166,11 @@ class _RunFacts:
     sums: dict[str, dict[int, list[int]]] = field(default_factory=dict)
     labels: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
 
-    def add(self, r: RequestRecord) -> None:
+    def add(self, r: RequestRecord, measures_acceptance: bool) -> None:
         self.first.setdefault(r.index, r)
         if r.gw_class:
             self.labels[r.family][r.gw_class] += 1
-        if r.k and r.verify_steps > 0:
+        if measures_acceptance and r.k and r.verify_steps > 0:
             acc = self.sums.setdefault(r.family, {}).setdefault(r.k, [0, 0])
             acc[0] += r.accepted_tokens
             acc[1] += r.verify_steps
@@ -192,15 +194,54 @@ def _run_class(facts: _RunFacts, family: str, body: dict[str, Any] | None) -> di
     }
 
 
-def from_run(path: Path, per_phase: int = PER_PHASE, use_pool: bool = True) -> dict[str, Any]:
-    """A workload (as JSON data) from a benchmark run's `runs.jsonl` (module docstring)."""
+def _run_source(
+    facts: _RunFacts,
+    families: Sequence[str],
+    bodies: Mapping[str, Any],
+    fixed: set[str],
+    meta: Mapping[str, Any],
+    command: str,
+) -> str:
+    """The workload's `source`: the command and run, and what each figure was taken from."""
+    synthetic = [f for f in families if f not in bodies]
+    measured = "; ".join(
+        f"{f}: " + ", ".join(f"k={k} {v:.3f}" for k, v in facts.lengths(f).items())
+        for f in families
+    )
+    started = f"the run started {meta['started']}, " if meta.get("started") else ""
+    return (
+        f"Built by `{command}` ({started}{len(facts.first)} distinct requests). Acceptance: "
+        "conditional per position fitted to each family's mean acceptance length at each k "
+        + (f"in the {', '.join(sorted(fixed))} modes" if fixed else "it ran")
+        + f" ({measured}). Lengths: the records' prompt and output tokens. Bodies: the "
+        "benchmark's own first prompt of each family"
+        + (f"; SYNTHETIC, from the class label, for {', '.join(synthetic)}" if synthetic else "")
+        + "."
+        + "".join(
+            f" {f} ran as {len(facts.labels[f])} gateway classes "
+            f"({', '.join(sorted(facts.labels[f]))}): one class here, the first prompt's body "
+            "with the family's pooled acceptance."
+            for f in families
+            if len(facts.labels[f]) > 1
+        )
+    )
+
+
+def from_run(
+    path: Path, per_phase: int = PER_PHASE, use_pool: bool = True, command: str | None = None
+) -> dict[str, Any]:
+    """A workload (as JSON data) from a benchmark run's `runs.jsonl` (module docstring);
+    `command`, the one that rebuilds it, is quoted in its source."""
+    from bench.report import static_depth
     from bench.runner import load_runs
 
+    runs = load_runs(path)
+    fixed = {r.key.mode for r in runs if static_depth(r.key.mode)}
     facts = _RunFacts()
-    for run in load_runs(path):
+    for run in runs:
         for record in run.records:
             if record.ok:
-                facts.add(record)
+                facts.add(record, not fixed or run.key.mode in fixed)
     if not facts.first:
         raise ValueError(f"{path}: no successful request records")
     meta_path = path.parent / "meta.json"
@@ -221,19 +262,8 @@ def from_run(path: Path, per_phase: int = PER_PHASE, use_pool: bool = True) -> d
         }
         for i, p in enumerate(phase_ids)
     ]
-    synthetic = [f for f in families if f not in bodies]
-    measured = "; ".join(
-        f"{f}: " + ", ".join(f"k={k} {v:.3f}" for k, v in facts.lengths(f).items())
-        for f in families
-    )
-    source = (
-        f"Built by bench.twin.build_workload from {path.name} ({len(facts.first)} distinct "
-        f"requests). Acceptance: conditional per position fitted to each family's mean "
-        f"acceptance length at each k it ran ({measured}). Lengths: the records' prompt and "
-        f"output tokens. Bodies: the benchmark's own first prompt of each family"
-        + (f"; SYNTHETIC, from the class label, for {', '.join(synthetic)}" if synthetic else "")
-        + "."
-    )
+    command = command or f"python -m bench.twin.build_workload --from-run {path}"
+    source = _run_source(facts, families, bodies, fixed, meta, command)
     return {"classes": classes, "phases": phases, "source": source}
 
 
@@ -318,7 +348,16 @@ def main(
 ) -> None:
     """Write a twin workload built from a real run or from a gateway's /admin/classes."""
     if from_run_path is not None and from_classes_path is None:
-        data = from_run(from_run_path, per_phase)
+        command = " ".join(
+            [
+                f"python -m bench.twin.build_workload --from-run {from_run_path}",
+                *([f"--name {name}"] if name else []),
+                *([f"--per-phase {per_phase}"] if per_phase != PER_PHASE else []),
+                *([f"--poisson {poisson:g}"] if poisson else []),
+                f"--out {out}",
+            ]
+        )
+        data = from_run(from_run_path, per_phase, command=command)
     elif from_classes_path is not None and from_run_path is None:
         data = from_classes(json.loads(from_classes_path.read_text()), requests, output_tokens)
     else:

@@ -31,6 +31,19 @@ REAL_NAMES = {
 }
 TOLERANCE = 0.15
 PROFILE = "cpu-embedded"
+#: What the cut of a real run keeps of its `meta` (the run's identity and size).
+RUN_META = (
+    "families_source",
+    "loadavg_start",
+    "machine",
+    "max_tokens",
+    "model_source",
+    "phases",
+    "repeats",
+    "requests_per_run",
+    "seed",
+    "started",
+)
 
 
 def kendall_tau(a: Mapping[str, float], b: Mapping[str, float]) -> float:
@@ -89,6 +102,28 @@ def compare(twin: Mapping[str, Any], real: Mapping[str, Any]) -> dict[str, Any]:
         "tolerance": TOLERANCE,
         "rows": rows,
         "ranking": ranking,
+    }
+
+
+def real_run_cut(summary: Mapping[str, Any], summary_name: str, command: str) -> dict[str, Any]:
+    """A `make bench` summary cut to what `compare` reads (each mode and arrival's median
+    tokens/s) with the run's identity, as `measurements/make-bench-cpu-embedded.json` keeps it."""
+    meta = summary["meta"]
+    cells = {
+        mode: {
+            arrival: {"tokens_per_s": {"median": cell["tokens_per_s"]["median"]}}
+            for arrival, cell in arrivals.items()
+        }
+        for mode, arrivals in summary["cells"].items()
+    }
+    return {
+        "cells": cells,
+        "meta": {k: meta[k] for k in RUN_META if k in meta},
+        "source": (
+            f"The `make bench` run (started {meta['started']}, {summary_name}) the cpu-embedded "
+            "profile was derived from, cut to what the validation reads (each mode and arrival: "
+            f"tokens/s, median over its repeats), by `{command}`."
+        ),
     }
 
 

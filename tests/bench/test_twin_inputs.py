@@ -269,6 +269,27 @@ def test_from_run_builds_a_valid_workload(tmp_path: Path) -> None:
     assert [a.label for a in workload.arrivals] == ["c1", "c4", "c16", "c64", "poisson2"]
 
 
+def test_from_run_reads_acceptance_from_the_static_modes(tmp_path: Path) -> None:
+    # batch-schedule reports its bound (k = 2) while its steps ran shallower: left out.
+    path = tmp_path / "runs.jsonl"
+    _write_run(path)
+    records = [
+        _record(
+            0, 0, "chat_main", 2, accepted_tokens=0, verify_steps=10, gw_class="chat/sys:1/len:64"
+        ),
+        _record(
+            1, 0, "chat_main", 2, accepted_tokens=0, verify_steps=10, gw_class="chat/sys:2/len:64"
+        ),
+    ]
+    run = RunResult(RunKey("batch-schedule", "c1", 0), 1.0, records)
+    path.write_text(path.read_text() + json.dumps(run.to_json()) + "\n")
+    data = build_workload.from_run(path, per_phase=700, command="CMD")
+    assert data["classes"]["chat_main"]["acceptance"] == pytest.approx([0.6, 0.6667], abs=1e-3)
+    assert "static-k1, static-k2 modes" in data["source"]
+    assert "`CMD`" in data["source"]
+    assert "chat_main ran as 3 gateway classes" in data["source"]
+
+
 def _class_row(class_id: str, label: str, samples: int, profile: list[float]) -> dict[str, Any]:
     return {
         "class_id": class_id,

@@ -1,0 +1,109 @@
+"""The cpu-embedded profile built from a `make bench` run (`bench.twin.bench_profile`), the
+validation's cut of the same run, and the shipped files naming that one run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.twin.bench_profile import from_bench_summary
+from bench.twin.schema import Profile, load_profile
+from bench.twin.validation import real_run_cut
+
+TWIN = Path(__file__).resolve().parents[2] / "bench" / "twin"
+
+
+def _bench_summary() -> dict[str, Any]:
+    """A `make bench` summary reduced to what the profile reads: two closed arrivals, k <= 2."""
+
+    def cell(tpot: float, ttft50: float, ttft99: float, tps: float) -> dict[str, Any]:
+        figures = {"tpot_p50_s": tpot, "ttft_p50_s": ttft50, "ttft_p99_s": ttft99}
+        return {
+            **{k: {"median": v / 1000} for k, v in figures.items()},
+            "tokens_per_s": {"median": tps, "n": 3},
+        }
+
+    return {
+        "meta": {"started": "2026-01-02T03:04:05Z", "seed": 7, "repeats": 3, "machine": "2 CPUs"},
+        "step_costs": {
+            "c1": {"step_ms": {"0": 10.0, "1": 15.0, "2": 18.0}},
+            "c4": {"step_ms": {"0": 12.0, "1": 20.0, "2": 26.0}},
+            "poisson3": {"step_ms": {"0": 11.0, "1": 99.0, "2": 99.0}},
+        },
+        "cells": {
+            "no-spec": {"c1": cell(10.5, 20.0, 120.0, 90.0), "c4": cell(11.0, 30.0, 200.0, 300.0)},
+            "k0": {"c1": cell(10.0, 22.0, 130.0, 88.0)},
+            "static-k1": {"c1": cell(9.0, 25.0, 140.0, 95.0)},
+            "static-k2": {"c1": cell(8.0, 21.0, 150.0, 97.0)},
+        },
+    }
+
+
+def test_profile_from_a_bench_summary_follows_its_rule() -> None:
+    prompts = [40] * 60 + [1040] * 39  # p50 40, p99 1040 tokens (bench.stats.percentile)
+    data = from_bench_summary(_bench_summary(), prompts, 0.05, "CMD")
+    profile = Profile.model_validate({"name": "p", **data, "zero_skips_drafter": True})
+    assert profile.batch_stats == {1: {0: 10.0, 1: 15.0, 2: 18.0}, 4: {0: 12.0, 1: 20.0, 2: 26.0}}
+    assert profile.max_k == 2
+    assert profile.no_spec_step_ms == {1: 10.0, 4: 11.0}  # batch 1 capped at k = 0's 10.0
+    # (TTFT p99 120 - p50 20 ms) / (1040 - 40 tokens); the drafter 0.05 of it
+    assert profile.prefill_ms_per_token.model_dump() == {"target": 0.1, "drafter": 0.005}
+    assert profile.first_token_extra_ms == {1: 3.0, 2: 0.0}  # k = 2 below k0's: none
+    assert profile.workload == "make-bench"
+    assert "CMD" in profile.source
+    assert "2026-01-02T03:04:05Z" in profile.source
+
+
+@pytest.mark.parametrize(
+    ("path", "named"),
+    [
+        (("step_costs", "c4", "step_ms", "0"), "step_costs.c4.step_ms.0"),
+        (("step_costs", "c1"), "step_costs.c1"),
+        (("cells", "no-spec", "c4", "tpot_p50_s"), "cells.no-spec.c4.tpot_p50_s"),
+        (("cells", "static-k2"), "cells.static-k2"),
+        (("meta", "started"), "meta.started"),
+    ],
+    ids=lambda v: ".".join(v) if isinstance(v, tuple) else v,
+)
+def test_profile_from_a_bench_summary_names_a_missing_field(
+    path: tuple[str, ...], named: str
+) -> None:
+    summary = _bench_summary()
+    node = summary
+    for key in path[:-1]:
+        node = node[key]
+    del node[path[-1]]
+    with pytest.raises(ValueError, match=f"no `{named}`"):
+        from_bench_summary(summary, [40, 1040], 0.0625, "CMD")
+
+
+def test_the_validation_cut_keeps_tokens_per_s_and_names_its_run() -> None:
+    cut = real_run_cut(_bench_summary(), "summary.json", "CMD")
+    assert cut["cells"]["static-k1"] == {"c1": {"tokens_per_s": {"median": 95.0}}}
+    assert cut["meta"] == {
+        "started": "2026-01-02T03:04:05Z",
+        "seed": 7,
+        "repeats": 3,
+        "machine": "2 CPUs",
+    }
+    assert "2026-01-02T03:04:05Z" in cut["source"]
+    assert "CMD" in cut["source"]
+
+
+def test_the_shipped_cpu_profile_and_its_validation_name_one_run() -> None:
+    """The profile and the validation's tokens/s come from one run; while the committed
+    summary is that run, the profile's step costs are the builder's from it (the prompt
+    lengths aside: counting them needs the embedded model)."""
+    profile = load_profile(TWIN / "profiles" / "cpu-embedded.json")
+    real = json.loads((TWIN / "measurements" / "make-bench-cpu-embedded.json").read_text())
+    started = real["meta"]["started"]
+    assert f"run started {started}" in profile.source
+    assert profile.zero_skips_drafter
+    summary = json.loads((TWIN.parent / "results" / "summary.json").read_text())
+    if summary["meta"]["started"] == started:
+        data = from_bench_summary(summary, [1, 2], 1.0, "CMD")
+        assert profile.batch_stats == Profile.model_validate({"name": "p", **data}).batch_stats
+        assert profile.no_spec_step_ms == data["no_spec_step_ms"]
