@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry
 
 from engine.interface import Engine
 from gateway.admission import Admission
-from gateway.calibration import CalibrationPoint, calibrate
+from gateway.calibration import CalibrationPoint, calibrate, calibration_batches
 from gateway.cluster import ClusterSync
 from gateway.control.controller import Controller
 from gateway.control.settings import ControllerSettings
@@ -139,15 +139,21 @@ async def flag_view(
 
 
 async def calibration(
-    engine: Engine, controller: Controller, controller_settings: ControllerSettings
+    engine: Engine,
+    controller: Controller,
+    controller_settings: ControllerSettings,
+    max_running: int,
 ) -> list[CalibrationPoint]:
     """Start-up calibration of the cost model (none without a drafter or batches)."""
-    if not controller_settings.calibrate_batches or engine.max_depth <= 0:
+    batches = calibration_batches(
+        controller_settings.calibrate_batches, engine.one_depth_per_step, max_running
+    )
+    if not batches or engine.max_depth <= 0:
         return []
     return await calibrate(
         engine,
         controller.cost_model,
-        controller_settings.calibrate_batches,
+        batches,
         controller_settings.calibrate_tokens,
         math.ceil(controller_settings.cost_min_samples),
     )

@@ -102,6 +102,34 @@ async def _calibrate_prefill(engine: Engine, cost: CostModel, nonce: float) -> N
         log.info("cold prefill: %.2f ms per prompt token", per_token * 1000)
 
 
+#: Batch sizes calibrated where none are configured and the engine verifies each
+#: request's own depth (`ControllerSettings.calibrate_batches`).
+PER_REQUEST_BATCHES = (1, 2, 4, 8, 16)
+#: The largest batch calibrated where none are configured (the settings' bound).
+MAX_BATCH = 256
+
+
+def calibration_batches(
+    configured: Sequence[int] | None, one_depth_per_step: bool, max_running: int
+) -> list[int]:
+    """The batch sizes to calibrate: the configured ones; unset, PER_REQUEST_BATCHES where
+    each request verifies its own depth, else powers of two up to the engine's largest
+    batch, `max_running` (itself included). Where one depth runs per step, traffic at a
+    large batch runs only the depths the step rule picks there, so depth 0 (the divisor of
+    every relative price) and the deeper ones would come from the fitted shape alone (the
+    twin on the measured H100 profile at concurrency 64: depth 3 read 1.36x depth 0 for a
+    true 1.54x, depth 7 1.77x for 2.57x; `python -m bench twin`)."""
+    if configured is not None:
+        return list(configured)
+    if not one_depth_per_step:
+        return list(PER_REQUEST_BATCHES)
+    top = max(1, min(max_running, MAX_BATCH))
+    batches = [1]
+    while batches[-1] * 2 <= top:
+        batches.append(batches[-1] * 2)
+    return batches if batches[-1] == top else [*batches, top]
+
+
 #: Timed rounds per depth at each batch size, at least; always an even number. The order
 #: of depths alternates between rounds (0..K, then K..0), so a host that speeds up or
 #: slows down steadily during the calibration biases every depth alike instead of the

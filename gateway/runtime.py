@@ -253,7 +253,9 @@ async def _control_plane(
     view = await assembly.flag_view(stack, settings, connection)
     events = FanOutEvents(LoggingEvents(), MetricsEvents(metrics), SpanEvents())
     controller = Controller(controller_settings, max_depth=engine.max_depth, events=events)
-    calibration = await assembly.calibration(engine, controller, controller_settings)
+    calibration = await assembly.calibration(
+        engine, controller, controller_settings, settings.max_running
+    )
     plane = ControlPlane(
         controller,
         overrides=FlagOverrides(view.overrides_for),

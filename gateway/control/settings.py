@@ -173,11 +173,16 @@ class ControllerSettings(BaseSettings):
         description="Exploration share while some depth lacks `cost_min_samples` at the "
         "current load (a short calibration per load bucket; 0 exploration turns it off).",
     )
-    calibrate_batches: list[int] = Field(
-        default_factory=lambda: [1, 2, 4, 8, 16],
+    calibrate_batches: list[int] | None = Field(
+        None,
         description="Batch sizes at which the gateway measures the step time of every depth "
         "at start-up, before it is ready (its time is logged: `step costs calibrated in`; "
-        "`[]` = off: the cost model starts from its prior).",
+        "`[]` = off: the cost model starts from its prior). Unset: 1, 2, 4, 8, 16 on an "
+        "engine that verifies each request's own depth (vLLM on the CPU, where larger "
+        "batches add minutes to start-up); powers of two up to `max_running` on one that "
+        "verifies one depth per step (vLLM on CUDA), whose traffic at a large batch runs "
+        "only the step rule's depths and leaves depth 0, the divisor of every relative "
+        "price, and the deeper ones to the fitted shape.",
     )
     # Enough verify steps at the deepest k to average over: a 16-token greedy request at
     # k = 4 ends in about four, too few for its mean, and calibration then priced a step
@@ -226,6 +231,6 @@ class ControllerSettings(BaseSettings):
             hint = " (a fixed k is the `controller-mode: static` flag)" * (self.policy == "static")
             raise ValueError(f"policy must be one of {', '.join(sorted(POLICIES))}{hint}")
         spec.parameters(self)
-        if any(not 1 <= b <= 256 for b in self.calibrate_batches):
+        if any(not 1 <= b <= 256 for b in self.calibrate_batches or ()):
             raise ValueError("calibrate_batches must be batch sizes in 1..256")
         return self

@@ -21,7 +21,7 @@ from engine.interface import (
     SpeculationOutcome,
     StepListener,
 )
-from gateway.calibration import PROMPT, calibrate
+from gateway.calibration import PER_REQUEST_BATCHES, PROMPT, calibrate, calibration_batches
 from gateway.control.cost_model import CostModel
 from tests.control.test_cost_model import thin_depths
 
@@ -204,3 +204,21 @@ def test_an_engine_without_a_step_clock_is_calibrated_by_request_means() -> None
     points = asyncio.run(calibrate(engine, cost, [1], tokens=16, samples=3))
     assert {p.timed_by for p in points} == {"requests"}
     assert [p.samples for p in points] == [4] * 5
+
+
+@pytest.mark.parametrize(
+    ("configured", "one_depth_per_step", "max_running", "want"),
+    [
+        ([3, 5], True, 64, [3, 5]),  # configured: as given, on any engine
+        ([], True, 64, []),  # off
+        (None, False, 64, list(PER_REQUEST_BATCHES)),  # each request its own depth (CPU)
+        (None, True, 64, [1, 2, 4, 8, 16, 32, 64]),  # one depth per step (CUDA)
+        (None, True, 48, [1, 2, 4, 8, 16, 32, 48]),  # the largest batch itself
+        (None, True, 1, [1]),
+        (None, True, 4096, [1, 2, 4, 8, 16, 32, 64, 128, 256]),  # the settings' bound
+    ],
+)
+def test_unset_calibration_batches_follow_the_engine(
+    configured: list[int] | None, one_depth_per_step: bool, max_running: int, want: list[int]
+) -> None:
+    assert calibration_batches(configured, one_depth_per_step, max_running) == want

@@ -23,7 +23,7 @@ from typing import Any
 
 from bench.twin.costs import StepCosts
 from bench.twin.engine import Plan, VirtualClock
-from bench.twin.modes.calibration import calibrate_on_twin
+from bench.twin.modes.calibration import calibrate_on_twin, twin_calibration_batches
 from bench.twin.modes.static import EngineWide
 from bench.twin.requests import TwinRequest
 from bench.twin.schema import Workload
@@ -187,7 +187,7 @@ def build_plane(
         rng=random.Random(seed),
         clock=clock,
     )
-    if settings.calibrate_batches:
+    if twin_calibration_batches(costs, settings):
         calibrate_on_twin(controller.cost_model, costs, settings, seed)
     overrides: ControlOverrides = overrides_from_flags(FlagValues())
     if floor > 0:

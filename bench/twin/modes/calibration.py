@@ -38,7 +38,7 @@ from engine.interface import (
     RequestOutcome,
     StepListener,
 )
-from gateway.calibration import CalibrationPoint, calibrate
+from gateway.calibration import CalibrationPoint, calibrate, calibration_batches
 from gateway.control.cost_model import CostModel
 from gateway.control.settings import ControllerSettings
 
@@ -227,7 +227,7 @@ def _recorded(
             calibrate(
                 engine,
                 recorder,
-                settings.calibrate_batches,
+                twin_calibration_batches(costs, settings),
                 settings.calibrate_tokens,
                 math.ceil(settings.cost_min_samples),
             )
@@ -237,6 +237,16 @@ def _recorded(
             del _RECORDED[next(iter(_RECORDED))]
         _RECORDED[key] = found
     return found
+
+
+#: The deployment the twin models admits this many requests at once (the gateway's
+#: `max_running`): the largest concurrency of the standard arrivals.
+MAX_RUNNING = 64
+
+
+def twin_calibration_batches(costs: StepCosts, settings: ControllerSettings) -> list[int]:
+    """The batch sizes the gateway would calibrate on this engine (`calibration_batches`)."""
+    return calibration_batches(settings.calibrate_batches, costs.uniform, MAX_RUNNING)
 
 
 def calibrate_on_twin(
