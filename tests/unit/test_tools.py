@@ -130,3 +130,28 @@ async def test_a_named_function_that_is_not_offered_is_refused(gateway: InProces
     with pytest.raises(openai.BadRequestError) as caught:
         await _chat(gateway, tools=[WEATHER], tool_choice=named)
     assert caught.value.status_code == 400
+
+
+async def test_tool_definitions_count_in_the_prompt_length_class(
+    gateway: InProcessGateway,
+) -> None:
+    """The template renders the schemas into the prompt, so a short question with many
+    tools is a long prompt: its class's length bucket counts them."""
+    many = [
+        {
+            "type": "function",
+            "function": {**WEATHER["function"], "name": f"get_weather_{i}"},
+        }
+        for i in range(8)
+    ]
+    await _chat(gateway, tools=many, tool_choice="auto")
+    await _chat(gateway)
+    labels = {row["label"] for row in gateway.runtime.class_report()}
+    lengths = {
+        int(part.removeprefix("len:"))
+        for label in labels
+        for part in label.split("/")
+        if part.startswith("len:")
+    }
+    assert any("tools" in label and "len:64" not in label for label in labels), labels
+    assert 64 in lengths, labels  # the same question without tools stays short
