@@ -3,6 +3,7 @@
     python bench/twin/gpu_profile.py --out gpu_profile.json   # CUDA, about 1 to 2 minutes
     python bench/twin/gpu_profile.py --tiny --out /tmp/p.json  # CPU, float32, seconds
     python bench/twin/gpu_profile.py --moe --out moe.json      # Qwen3-30B-A3B shape (~70 GB)
+    python bench/twin/gpu_profile.py --mixed --batches 1,16,64 --out mixed.json  # newcomer steps
 
 Needs only torch. The models are random bf16 weights in the shapes of Llama-3.1-8B (the target)
 and of a one-layer EAGLE-3 head for it: these are the costs of the shapes, not of a trained
@@ -212,6 +213,33 @@ def decoder_layer(
     return x + F.linear(F.silu(gate) * up, layer.down)
 
 
+#: A part of a flattened batch: (sequences, tokens each, RoPE rows, attention).
+Part = tuple[int, int, Tensor, Attend]
+
+
+def mixed_layer(layer: Layer, x: Tensor, s: Shape, parts: list[Part]) -> Tensor:
+    """One target layer over the flattened tokens of several parts (decoding sequences, a
+    prompt prefilling): each linear layer runs once over all rows, as vLLM's flattened
+    batches do, attention part by part."""
+    q_size, kv_size = s.heads * s.head_dim, s.kv_heads * s.head_dim
+    normed = rms_norm(x, layer.in_norm, s.eps)
+    q, k, v = torch.split(F.linear(normed, layer.qkv), [q_size, kv_size, kv_size], dim=-1)
+    outs, row = [], 0
+    for b, t, rot, attend in parts:
+        rows = slice(row, row + b * t)
+        qp = rope(q[rows].reshape(b, t, s.heads, s.head_dim), rot)
+        kp = rope(k[rows].reshape(b, t, s.kv_heads, s.head_dim), rot)
+        vp = v[rows].reshape(b, t, s.kv_heads, s.head_dim)
+        outs.append(attend(qp, kp, vp).reshape(b * t, -1))
+        row += b * t
+    x = x + F.linear(torch.cat(outs), layer.o)
+    normed = rms_norm(x, layer.post_norm, s.eps)
+    if layer.router is not None:
+        return x + moe(normed, layer, s.top_k)
+    gate, up = F.linear(normed, layer.gate_up).chunk(2, dim=-1)
+    return x + F.linear(F.silu(gate) * up, layer.down)
+
+
 def route(x: Tensor, router: Tensor, top_k: int) -> tuple[Tensor, Tensor]:
     """Qwen3-MoE routing: softmax over the experts, the top k, renormalised (norm_topk_prob)."""
     weights, ids = F.linear(x, router).float().softmax(-1).topk(top_k, dim=-1)
@@ -379,6 +407,34 @@ class Twin:
 
         return run
 
+    def mixed_step(self, batch: int, k: int, prompt: int) -> Callable[[], Tensor]:
+        """The target's part of a step in which `batch` sequences verify k + 1 tokens each
+        against the cache and one newcomer prefills `prompt` tokens (either may be 0), its
+        logits at every decoding row and the prompt's last, as vLLM computes them."""
+        s, t, c = self.shape, k + 1, self.shape.context
+        ids: list[Tensor] = []
+        parts: list[tuple[int, int, Tensor, list[Attend]]] = []
+        if batch:
+            ids.append(torch.randint(0, s.vocab, (batch * t,), device=self.device))
+            attends = [self._cached(c, t, cache) for cache in self.caches]
+            parts.append((batch, t, self.rot[:, c : c + t], attends))
+        if prompt:
+            ids.append(torch.randint(0, s.vocab, (prompt,), device=self.device))
+            parts.append((1, prompt, self.rot[:, :prompt], [attend_causal] * s.layers))
+        flat = torch.cat(ids)
+        logit_rows = torch.tensor(
+            list(range(batch * t)) + ([batch * t + prompt - 1] if prompt else []),
+            device=self.device,
+        )
+
+        def run() -> Tensor:
+            x = F.embedding(flat, self.embed)
+            for index, layer in enumerate(self.layers):
+                x = mixed_layer(layer, x, s, [(b, n, r, a[index]) for b, n, r, a in parts])
+            return F.linear(rms_norm(x[logit_rows], self.norm, s.eps), self.lm_head).argmax(-1)
+
+        return run
+
 
 def percentile(values: list[float], q: float) -> float:
     """Linear interpolation between the closest ranks (numpy's default)."""
@@ -499,6 +555,38 @@ def sweep_batch(
     return row
 
 
+def measure_mixed(twin: Twin, clock: Clock, args: argparse.Namespace) -> list[dict[str, float]]:
+    """Each (batch, k, prompt): the mixed step, the decode step alone and the prefill alone,
+    the target only, each captured like a decode step. The twin prices a step with a
+    newcomer as the sum of the last two (`bench/twin/engine.py`)."""
+    rows: list[dict[str, float]] = []
+    alone = {p: clock.measure(twin.mixed_step(0, 0, p)).median for p in args.prompts}
+    for batch in args.batches:
+        for k in args.ks:
+            decode = clock.measure(twin.mixed_step(batch, k, 0)).median
+            for prompt in args.prompts:
+                if clock.elapsed() > args.deadline_s:
+                    return rows
+                mixed = clock.measure(twin.mixed_step(batch, k, prompt)).median
+                total = decode + alone[prompt]
+                rows.append(
+                    {
+                        "batch": batch,
+                        "k": k,
+                        "prompt": prompt,
+                        "mixed_ms": ms(mixed),
+                        "decode_ms": ms(decode),
+                        "prefill_ms": ms(alone[prompt]),
+                        "mixed_over_sum": round(mixed / total, 4),
+                    }
+                )
+                clock.log(
+                    f"batch {batch} k {k} prompt {prompt}: mixed {mixed:.3f} ms, decode "
+                    f"{decode:.3f} + prefill {alone[prompt]:.3f} = {total:.3f} ms"
+                )
+    return rows
+
+
 def ms(value: float) -> float:
     return round(value, 4)
 
@@ -606,10 +694,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--eager", action="store_true", help="time eagerly, without CUDA graphs")
     parser.add_argument("--tiny", action="store_true", help="tiny float32 shape on the CPU")
     parser.add_argument("--moe", action="store_true", help="the Qwen3-30B-A3B-shaped MoE target")
+    parser.add_argument(
+        "--mixed",
+        action="store_true",
+        help="instead of the profile: steps where a newcomer prefills beside the decoders",
+    )
+    parser.add_argument("--ks", type=int_list, default=[0, 3], help="depths with --mixed (0,3)")
+    parser.add_argument(
+        "--prompts", type=int_list, default=None, help="prompt lengths with --mixed (128,512,2048)"
+    )
     args = parser.parse_args(argv)
     for name, (kind, full, tiny, _) in OPTIONS.items():
         if getattr(args, name) is None:
             setattr(args, name, kind(tiny if args.tiny else full))
+    if args.prompts is None:
+        args.prompts = [16, 64] if args.tiny else [128, 512, 2048]
+    if args.mixed:
+        args.prefill = [max(*args.prefill, *args.prompts)]  # sizes the RoPE table
     return args
 
 
@@ -627,7 +728,14 @@ def main(argv: list[str] | None = None) -> int:
         clock = Clock(device, not args.eager, args.warmups, args.replays)
         twin = Twin(shape, args, device, dtype)
         clock.log(f"weights and KV caches allocated on {twin.device}")
-        profile(args, twin, clock)
+        if args.mixed:
+            rows = measure_mixed(twin, clock, args)
+            source = profile_json(args, twin, clock.graphs, Results())["source"]
+            document = {"source": source, "graphs": clock.graphs, "mixed": rows}
+            args.out.write_text(json.dumps(document, indent=2) + "\n")
+            clock.log(f"wrote {args.out}")
+        else:
+            profile(args, twin, clock)
     return 0
 
 

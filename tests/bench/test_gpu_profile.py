@@ -151,3 +151,48 @@ def test_grouped_experts_equal_the_per_expert_loop(script: ModuleType, tokens: i
             want[row] += weight * (layer.down[expert] @ (F.silu(gate) * up))
     assert torch.allclose(got, want, rtol=1e-4, atol=1e-5)
     assert torch.allclose(script.moe_reference(x, layer, top_k), want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("moe", [False, True])
+def test_a_mixed_step_layer_computes_each_part_as_alone(script: ModuleType, moe: bool) -> None:
+    """Flattening decoders and a prefilling prompt into one row set changes what the
+    linear layers batch, not what any token computes."""
+    torch.manual_seed(3)
+    args = script.parse_args(["--tiny", "--max-k", "2", "--batches", "2"] + ["--moe"] * moe)
+    shape = script.TINY_MOE if moe else script.TINY
+    twin = script.Twin(shape, args, torch.device("cpu"), torch.float32)
+    layer, s, c, t, prompt = twin.layers[0], shape, shape.context, 3, 5
+    dec = torch.randn(2, t, s.hidden)
+    pre = torch.randn(1, prompt, s.hidden)
+    cache = twin.caches[0]
+    saved = tuple(x.clone() for x in cache)
+    attend = twin._cached(c, t, cache)
+    rot_dec, rot_pre = twin.rot[:, c : c + t], twin.rot[:, :prompt]
+    alone_dec = script.decoder_layer(
+        layer, script.rms_norm(dec, layer.in_norm, s.eps), dec, s, rot_dec, attend
+    )
+    alone_pre = script.decoder_layer(
+        layer, script.rms_norm(pre, layer.in_norm, s.eps), pre, s, rot_pre, script.attend_causal
+    )
+    for x, y in zip(cache, saved, strict=True):
+        x.copy_(y)
+    flat = torch.cat((dec.reshape(2 * t, -1), pre.reshape(prompt, -1)))
+    parts = [(2, t, rot_dec, attend), (1, prompt, rot_pre, script.attend_causal)]
+    mixed = script.mixed_layer(layer, flat, s, parts)
+    want = torch.cat((alone_dec.reshape(2 * t, -1), alone_pre.reshape(prompt, -1)))
+    assert torch.allclose(mixed, want, rtol=1e-4, atol=1e-5)
+
+
+def test_tiny_mixed_run_prices_each_step_and_its_parts(tmp_path: Path) -> None:
+    out = tmp_path / "mixed.json"
+    cmd = [sys.executable, str(SCRIPT), "--tiny", "--mixed", "--out", str(out)]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = json.loads(out.read_text())["mixed"]
+    assert {(r["batch"], r["k"], r["prompt"]) for r in rows} == {
+        (b, k, p) for b in (1, 2) for k in (0, 3) for p in (16, 64)
+    }
+    for row in rows:
+        assert min(row["mixed_ms"], row["decode_ms"], row["prefill_ms"]) > 0
+        total = row["decode_ms"] + row["prefill_ms"]
+        assert row["mixed_over_sum"] == pytest.approx(row["mixed_ms"] / total, abs=1e-3)
