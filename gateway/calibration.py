@@ -117,8 +117,8 @@ def calibration_batches(
     batch, `max_running` (itself included). Where one depth runs per step, traffic at a
     large batch runs only the depths the step rule picks there, so depth 0 (the divisor of
     every relative price) and the deeper ones would come from the fitted shape alone (the
-    twin on the measured H100 profile at concurrency 64: depth 3 read 1.36x depth 0 for a
-    true 1.54x, depth 7 1.77x for 2.57x; `python -m bench twin`)."""
+    twin at concurrency 64 on the measured H100 profile read depth 7 at 1.77x depth 0 for a
+    true 2.57x; `python -m bench twin`)."""
     if configured is not None:
         return list(configured)
     if not one_depth_per_step:

@@ -192,9 +192,9 @@ class InferenceService:
         check_tools(view["tools"], self._settings)
         chars = sum(len(str(m.get("content") or "")) for m in messages)
         if view["tools"]:
-            # The chat template renders the tool definitions into the prompt: a tool-call
-            # request's prompt is mostly its schemas (the benchmark's: 265 to 345 tokens
-            # against under 64 of message text), for its length bucket and its token reserve.
+            # The chat template renders the tool definitions into the prompt, so a tool-call
+            # request's prompt is mostly its schemas: they count in its length bucket and in
+            # its token reserve.
             chars += len(json.dumps(view["tools"], separators=(",", ":"), default=str))
         tokens = approx_tokens(chars)
         sampling = sampling_bucket(self._frontend.temperature_of(request))
