@@ -36,10 +36,13 @@ pytestmark = pytest.mark.engine
 
 DEEP = 4
 CHATS = 3
-TOKENS = 160
+#: Long enough that the chats reach the engine early in the completion's life: at k = 4
+#: it emits about six tokens a verify step, so some 80 steps.
+TOKENS = 480
 #: Steps the completion may verify above the cap: those before the chats' plans
-#: reach the engine (three short HTTP requests while it decodes at a few ms a step).
-EARLY_STEPS = 10
+#: reach the engine (three HTTP requests served while it decodes; on a busy host that
+#: took the whole of a 26-step completion), well under half of its steps.
+EARLY_STEPS = 30
 LOWERS = re.compile(r"lowers the batch from k=(\d+) to k=(\d+)")
 
 
