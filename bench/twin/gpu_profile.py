@@ -206,9 +206,15 @@ def decoder_layer(
     q = rope(q.reshape(b, t, s.heads, s.head_dim), rot)
     k = rope(k.reshape(b, t, s.kv_heads, s.head_dim), rot)
     x = residual + F.linear(attend(q, k, v.reshape(b, t, s.kv_heads, s.head_dim)), layer.o)
+    return feed_forward(layer, x, s)
+
+
+def feed_forward(layer: Layer, x: Tensor, s: Shape) -> Tensor:
+    """A layer's second half on x [..., H]: the post-attention norm and the MLP (or the
+    experts), with its residual."""
     normed = rms_norm(x, layer.post_norm, s.eps)
     if layer.router is not None:
-        return x + moe(normed.reshape(b * t, -1), layer, s.top_k).view(b, t, -1)
+        return x + moe(normed.reshape(-1, x.shape[-1]), layer, s.top_k).view(x.shape)
     gate, up = F.linear(normed, layer.gate_up).chunk(2, dim=-1)
     return x + F.linear(F.silu(gate) * up, layer.down)
 
@@ -232,12 +238,7 @@ def mixed_layer(layer: Layer, x: Tensor, s: Shape, parts: list[Part]) -> Tensor:
         vp = v[rows].reshape(b, t, s.kv_heads, s.head_dim)
         outs.append(attend(qp, kp, vp).reshape(b * t, -1))
         row += b * t
-    x = x + F.linear(torch.cat(outs), layer.o)
-    normed = rms_norm(x, layer.post_norm, s.eps)
-    if layer.router is not None:
-        return x + moe(normed, layer, s.top_k)
-    gate, up = F.linear(normed, layer.gate_up).chunk(2, dim=-1)
-    return x + F.linear(F.silu(gate) * up, layer.down)
+    return feed_forward(layer, x + F.linear(torch.cat(outs), layer.o), s)
 
 
 def route(x: Tensor, router: Tensor, top_k: int) -> tuple[Tensor, Tensor]:
