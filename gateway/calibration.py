@@ -37,6 +37,7 @@ from typing import Any
 
 from engine.interface import Engine, EngineStep, GenerateRequest, RequestOutcome
 from gateway.control.cost_model import CostModel, step_seconds
+from gateway.control.settings import MAX_CALIBRATE_BATCH
 
 log = logging.getLogger("specgw.calibration")
 
@@ -105,8 +106,6 @@ async def _calibrate_prefill(engine: Engine, cost: CostModel, nonce: float) -> N
 #: Batch sizes calibrated where none are configured and the engine verifies each
 #: request's own depth (`ControllerSettings.calibrate_batches`).
 PER_REQUEST_BATCHES = (1, 2, 4, 8, 16)
-#: The largest batch calibrated where none are configured (the settings' bound).
-MAX_BATCH = 256
 
 
 def calibration_batches(
@@ -123,7 +122,7 @@ def calibration_batches(
         return list(configured)
     if not one_depth_per_step:
         return list(PER_REQUEST_BATCHES)
-    top = max(1, min(max_running, MAX_BATCH))
+    top = max(1, min(max_running, MAX_CALIBRATE_BATCH))
     batches = [1]
     while batches[-1] * 2 <= top:
         batches.append(batches[-1] * 2)

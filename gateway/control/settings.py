@@ -14,6 +14,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gateway.control.policies import POLICIES
 
+#: The largest batch size start-up calibration may time (`calibrate_batches`).
+MAX_CALIBRATE_BATCH = 256
+
 
 class ControllerSettings(BaseSettings):
     """Classification bounds, estimator windows, decision and drift parameters."""
@@ -231,6 +234,6 @@ class ControllerSettings(BaseSettings):
             hint = " (a fixed k is the `controller-mode: static` flag)" * (self.policy == "static")
             raise ValueError(f"policy must be one of {', '.join(sorted(POLICIES))}{hint}")
         spec.parameters(self)
-        if any(not 1 <= b <= 256 for b in self.calibrate_batches or ()):
-            raise ValueError("calibrate_batches must be batch sizes in 1..256")
+        if any(not 1 <= b <= MAX_CALIBRATE_BATCH for b in self.calibrate_batches or ()):
+            raise ValueError(f"calibrate_batches must be batch sizes in 1..{MAX_CALIBRATE_BATCH}")
         return self
