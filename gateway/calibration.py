@@ -180,6 +180,11 @@ async def calibrate(
     mean step is.
     """
     started = time.monotonic()
+    log.info(
+        "calibrating step costs: depths 0..%d at batch sizes %s",
+        engine.max_depth,
+        " ".join(map(str, batches)),
+    )
     steps: list[EngineStep] = []
     engine.on_step(steps.append)
     try:

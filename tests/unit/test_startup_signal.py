@@ -1,0 +1,143 @@
+"""A SIGTERM or SIGINT during start-up cuts the start-up short; one after it starts the drain.
+
+`DrainingServer` on the fake backend, in a thread of its own (uvicorn installs signal
+handlers only in the main thread, so the test calls `handle_exit` as the handler
+would). The fake engine's steps are slowed so that start-up calibration takes some
+seconds, as it does on a real engine; the real process is checked in
+tests/engine/test_startup_sigterm.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import socket
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+import pytest
+from fastapi import FastAPI
+
+from engine.fake import FakeEngineConfig, StepTimeModel
+from engine.settings import EngineSettings
+from gateway.app import create_app
+from gateway.backends import fake_runtime_factory
+from gateway.control.settings import ControllerSettings
+from gateway.runtime import Runtime
+from gateway.server import DrainingServer, server_config
+from gateway.settings import GatewaySettings
+from tests.unit.conftest import QUICK_START, gateway_settings
+
+#: Calibration at three batch sizes on 20 ms steps: some seconds, as on a real engine.
+SLOW_CALIBRATION = ControllerSettings(calibrate_batches=[1, 2, 4])
+SLOW_STEPS = FakeEngineConfig(step_time=StepTimeModel(base_s=0.02))
+#: How long the server may take to exit after the signal (the fake engine stops at once).
+EXIT_BOUND_S = 3.0
+
+
+@dataclass
+class ServerThread:
+    """A `DrainingServer` serving in a thread; `unwound` is set once the runtime's context
+    (the engine's among it) has exited."""
+
+    app: FastAPI
+    server: DrainingServer
+    thread: threading.Thread
+    unwound: threading.Event = field(default_factory=threading.Event)
+
+    def signal(self, sig: int) -> float:
+        """Deliver `sig` as uvicorn's handler would; the seconds until the server ended."""
+        sent = time.monotonic()
+        self.server.handle_exit(sig, None)
+        self.thread.join(EXIT_BOUND_S + 5)
+        assert not self.thread.is_alive(), "the server did not exit"
+        return time.monotonic() - sent
+
+
+def serve_in_thread(
+    controller: ControllerSettings, engine: FakeEngineConfig, port: int = 0
+) -> ServerThread:
+    factory = fake_runtime_factory(EngineSettings(backend="fake"), controller, engine_config=engine)
+    unwound = threading.Event()
+
+    @asynccontextmanager
+    async def tracked(settings: GatewaySettings) -> AsyncIterator[Runtime]:
+        try:
+            async with factory(settings) as runtime:
+                yield runtime
+        finally:
+            unwound.set()
+
+    settings = gateway_settings(port=port, drain_timeout_s=1.0)
+    app = create_app(settings, tracked)
+    server = DrainingServer(server_config(app, settings), app)
+    thread = threading.Thread(target=lambda: asyncio.run(server.serve()), daemon=True)
+    thread.start()
+    return ServerThread(app, server, thread, unwound)
+
+
+def wait_until(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout_s} s"
+        time.sleep(0.01)
+
+
+def messages(caplog: pytest.LogCaptureFixture, level: int = logging.INFO) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno >= level]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_during_calibration_ends_start_up_at_once(
+    caplog: pytest.LogCaptureFixture, sig: signal.Signals
+) -> None:
+    caplog.set_level(logging.INFO)
+    served = serve_in_thread(SLOW_CALIBRATION, SLOW_STEPS)
+    wait_until(
+        lambda: any("calibrating step costs" in m for m in messages(caplog)), 30, "calibration"
+    )
+    took = served.signal(sig)
+
+    assert took < EXIT_BOUND_S
+    assert served.unwound.is_set()
+    assert not served.server.started  # never bound its port
+    assert served.server.interrupted_by == sig
+    said = messages(caplog)
+    assert [m for m in said if "start-up interrupted" in m] == [
+        f"start-up interrupted by {sig.name}: the engine is shut down; exiting"
+    ]
+    assert not any("step costs calibrated" in m for m in said)
+    assert messages(caplog, logging.WARNING) == []
+
+
+def test_sigterm_after_start_up_drains_as_before(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    served = serve_in_thread(QUICK_START, FakeEngineConfig())
+    wait_until(lambda: served.server.started, 30, "start-up")
+    runtime = served.app.state.runtime
+    assert runtime is not None
+
+    served.signal(signal.SIGTERM)
+
+    assert runtime.drain_task is not None
+    assert runtime.drain_task.done()
+    assert served.unwound.is_set()
+    assert served.server.interrupted_by is None
+    assert not any("start-up interrupted" in m for m in messages(caplog))
+    assert messages(caplog, logging.ERROR) == []
+
+
+def test_a_port_taken_still_shuts_the_runtime_down() -> None:
+    """uvicorn exits where it cannot bind; the lifespan it no longer runs is exited too."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        served = serve_in_thread(QUICK_START, FakeEngineConfig(), taken.getsockname()[1])
+        served.thread.join(10)
+    assert not served.thread.is_alive()
+    assert not served.server.started
+    assert served.unwound.is_set()
