@@ -10,6 +10,8 @@ contract tests as `VLLMEngine` (tests/engine/contract.py). What it simulates:
   from the first `AcceptanceScript` whose marker occurs in the prompt. One step
   yields accepted + 1 tokens. k = 0 steps record no verify step (vLLM's rule).
 * Each step sleeps `StepTimeModel(k, batch)` seconds, batch = streams in flight.
+  With `modelled_latency` the outcome's latencies are the sum of those seconds, not
+  the wall clock's, so what the gateway learns from them is free of the host's stalls.
 * `kill()` plays the engine core dying: every in-flight and later request fails
   with `EngineDeadError`; `wedge()` / `resume()` play SIGSTOP / SIGCONT of the core
   (steps and `ping` wait in between).
@@ -83,6 +85,10 @@ class FakeEngineConfig:
     #: Token id that ends a completion early when generated (None = never).
     eos_token: int | None = None
     max_prompt_tokens: int = 4096
+    #: Report TTFT, TPOT and e2e as the sum of the steps' `step_time`, not as measured:
+    #: a test of what the cost model learns from them, on a loaded host, where one
+    #: scheduling stall in a 2 ms step would move a depth's price by a multiple.
+    modelled_latency: bool = False
 
 
 @dataclass
@@ -209,11 +215,14 @@ class FakeEngine:
         acct = _Accounting(k)
         start = time.monotonic()
         first_token_at = last_token_at = start
+        modelled_s = 0.0
         produced = 0
         finish: str | None = None
         while finish is None:
             step_k = 0 if produced == 0 else state.k  # the prefill step verifies no drafts
-            await asyncio.sleep(self.config.step_time(step_k, len(self._running)))
+            step_s = self.config.step_time(step_k, len(self._running))
+            modelled_s += step_s
+            await asyncio.sleep(step_s)
             await self._awake.wait()
             if self._dead:
                 raise EngineDeadError("fake engine core died")
@@ -231,7 +240,7 @@ class FakeEngine:
                 new = new[: new.index(self.config.eos_token) + 1]
                 finish = "stop"
             produced += len(new)
-            last_token_at = time.monotonic()
+            last_token_at = start + modelled_s if self.config.modelled_latency else time.monotonic()
             if produced == len(new):
                 first_token_at = last_token_at
             if finish is None and produced >= request.max_tokens:

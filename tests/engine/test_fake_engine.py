@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
-from engine.fake import AcceptanceScript, FakeEngine, FakeEngineConfig
+from engine.fake import AcceptanceScript, FakeEngine, FakeEngineConfig, StepTimeModel
 from engine.interface import GATEWAY_ID_ARG, SPEC_CAP_ARG, EngineDeadError, GenerateRequest
 from tests.engine.contract import CONTRACT, collect
 
@@ -34,6 +36,27 @@ async def test_acceptance_script_shapes_acceptance() -> None:
     assert easy.speculation.acceptance_length == 5.0
     assert hard.speculation.accepted_tokens == 0
     assert hard.speculation.acceptance_length == 1.0
+
+
+async def test_modelled_latency_is_the_steps_time_whatever_the_host_took() -> None:
+    step = StepTimeModel(base_s=0.001, per_draft_s=0.0005, per_seq_s=0.0)
+    config = FakeEngineConfig(
+        scripts=(AcceptanceScript("[easy]", (1.0, 1.0, 1.0, 1.0)),),
+        step_time=step,
+        modelled_latency=True,
+    )
+    engine = FakeEngine(config)
+    engine.wedge()  # a stall longer than the whole request's modelled time
+    running = asyncio.ensure_future(
+        collect(engine, GenerateRequest("m", prompt="[easy] x", max_tokens=41, k=4))
+    )
+    await asyncio.sleep(0.05)
+    engine.resume()
+    _, outcome = await running
+    # The prefill step, then 8 steps of 5 tokens at k = 4.
+    assert outcome.ttft_s == pytest.approx(step(0, 1))
+    assert outcome.e2e_s == pytest.approx(step(0, 1) + 8 * step(4, 1))
+    assert outcome.tpot_s == pytest.approx(8 * step(4, 1) / 40)
 
 
 async def test_kill_fails_in_flight_requests() -> None:

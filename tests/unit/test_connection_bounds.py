@@ -119,16 +119,18 @@ async def test_slow_connections_end_at_their_deadline_while_others_are_served(
     served: Served,
 ) -> None:
     """1,000 connections stall in their headers, 1,000 in their body (content-length 4096,
-    100 bytes sent): each ends with 408 within the deadline; a normal chat request
-    sent meanwhile is answered at once."""
+    100 bytes sent): each ends with 408 at its deadline; a normal chat request sent
+    meanwhile is answered while they still wait."""
     body_head = (
         b"POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\n"
         b"content-type: application/json\r\ncontent-length: 4096\r\n\r\n"
     )
     connections, opened, watchers = [], [], []
     for i in range(2000):
-        reader, writer = await served.connect()
+        # Before the connect: the server's clock starts at its accept, after this, however
+        # many loop turns pass between that accept and this task's resumption.
         opened.append(time.monotonic())
+        reader, writer = await served.connect()
         # Each sends its stalled bytes at once (opening 2,000 can outlast the deadline on a
         # loaded host, and one that sent nothing by then is closed without an answer: the
         # idle case below) and is watched from then on, so a close is seen when it happens.
@@ -137,18 +139,19 @@ async def test_slow_connections_end_at_their_deadline_while_others_are_served(
         watchers.append(asyncio.create_task(_until_closed(reader)))
         connections.append((reader, writer))
     async with served.http() as http:
-        started = time.monotonic()
         reply = await http.post("/v1/chat/completions", content=CHAT)
-        normal_s = time.monotonic() - started
+        answered_at = time.monotonic()
     assert reply.status_code == 200
-    assert normal_s < DEADLINE_S
     ends = await asyncio.gather(*watchers)
+    # Served while the stalled connections still wait, not behind them: before the last
+    # one opened reaches its deadline (on a loaded host the 2,000 opens alone can take
+    # longer than a deadline, so a bound in seconds from the request's send tells less).
+    assert answered_at < ends[-1][1]
     for i, (response, closed_at) in enumerate(ends):
         assert _status(response) == 408, response[:200]
         assert _error(response)["code"] == "request_timeout"
-        # The server's clock starts at its accept, after the client's connect returned:
-        # no connection can end before its deadline, and none may end long after it.
-        assert DEADLINE_S - 0.1 <= closed_at - opened[i] < DEADLINE_S + SLACK_S
+        # No connection can end before its deadline, and none may end long after it.
+        assert DEADLINE_S <= closed_at - opened[i] < DEADLINE_S + SLACK_S
         if i % 2 == 1:  # the body's 408 comes from the app: it carries the request id
             assert b"x-request-id" in response.lower()
     assert served.stats.header_timeouts >= 1000
@@ -221,26 +224,33 @@ async def test_a_header_sent_byte_by_byte_is_cut_at_the_size_limit(served: Serve
     writer.close()
 
 
+async def _until_open(served: Served, count: int) -> None:
+    """Until the server has accepted exactly `count` connections: a client's connect returns
+    at the kernel's handshake, before the server's loop turns that accept it."""
+    deadline = time.monotonic() + DEADLINE_S + SLACK_S
+    while served.stats.open_connections != count:
+        assert time.monotonic() < deadline, (served.stats.open_connections, count)
+        await asyncio.sleep(0.01)
+
+
 async def test_connections_beyond_the_bound_are_refused_at_once() -> None:
     async with serve(max_connections=5) as small:
         held = [await small.connect() for _ in range(5)]
-        await asyncio.sleep(0.05)
+        await _until_open(small, 5)
         reader, writer = await small.connect()
         started = time.monotonic()
         response, closed_at = await _until_closed(reader)
         assert _status(response) == 503
-        assert closed_at - started < 0.5
+        # At its accept, not at the header deadline (a held connection's end): how soon
+        # within that is the scheduler's, on a loaded host.
+        assert closed_at - started < DEADLINE_S - 0.1
         assert b"retry-after: 1" in response
         assert small.stats.connections_refused == 1
         assert small.stats.open_connections == 6  # the refused one lingers until closed
         writer.close()
         for _, w in held:
             w.close()
-        for _ in range(100):  # the server hears the closes within a few loop turns
-            if small.stats.open_connections == 0:
-                break
-            await asyncio.sleep(0.02)
-        assert small.stats.open_connections == 0
+        await _until_open(small, 0)
         async with small.http() as http:
             assert (await http.get("/health")).status_code == 200
             exported = _samples((await http.get("/metrics")).text)

@@ -13,11 +13,15 @@ from tests.unit.conftest import MODEL, serve_in_process
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
+#: Latencies as the step model prices them: the cost model learns each depth's price from
+#: requests of a few 2 ms steps, where one scheduling stall on a loaded host makes k = 0
+#: dearer than k = 1 and a never-accepted class then drafts.
 SCRIPTED = FakeEngineConfig(
     scripts=(
         AcceptanceScript("[easy]", (0.95, 0.95, 0.95, 0.95)),
         AcceptanceScript("[hard]", (0.0, 0.0, 0.0, 0.0)),
     ),
+    modelled_latency=True,
 )
 
 
