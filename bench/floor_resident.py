@@ -6,11 +6,11 @@
 drift (up to a quarter within minutes on a shared VM) lands between the two engines'
 turns. Here the engine without a drafter (A) and the speculative engine (B, EAGLE 3.1,
 K = --max-depth) are started once, both held, and driven one at a time in turns of a few
-seconds: per alternation and concurrency the turns run A A' B0 B4 ... then reversed (A'
-is A again: the A/A null, the method's own resolution). An idle vLLM core blocks on its
-input queue and its workers stop spinning a second after their last step (turns are
---settle apart); the CPU its processes use during the other engine's turns is printed so
-that this can be checked, not assumed.
+seconds: per alternation and concurrency the turns run A, A', B0, B4 ... in a seeded
+random order (A' is A again: the A/A null, the method's own resolution). An idle vLLM
+core blocks on its input queue and its workers stop spinning a second after their last
+step (turns are --settle apart); the CPU its processes use during the other engine's
+turns is printed so that this can be checked, not assumed.
 
 A turn is `bench.floor_parity`'s closed loop (the bench's family prompts, long context
 included; greedy, `ignore_eos`, unique first block, reply lengths around --max-tokens,
@@ -19,9 +19,10 @@ engine-core timestamps) and its engine's CPU seconds per output token (the engin
 processes from /proc: steal and other tenants' time are not in it, so it is the least
 noisy reading of work done).
 
-Per concurrency and depth it prints the median, over alternations, of the per-alternation
-ratio to A (turns adjacent in time) with the distribution-free 95 % interval of that
-median (order statistics of a Binomial(n, 1/2)), for TTFT, TPOT and CPU per token; the
+Per concurrency and depth it prints the median, over alternations, of the ratio to A
+within an alternation (turns within a minute of each other), with the distribution-free
+95 % interval of that median (order statistics of a Binomial(n, 1/2)), for TTFT, TPOT
+and CPU per token; the
 A/A null row beside them. Targets: k = 0 within 1.03x on TTFT and TPOT, k > 0 TTFT
 within 1.2x. A benchmark, not a test: it prints figures and asserts nothing.
 """
@@ -32,7 +33,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import math
 import os
 import random
 import statistics
@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.floor_profile import _one, prompts
+from bench.stats import median_interval
 
 NULL = "no drafter (again)"
 BASE = "no drafter"
@@ -98,28 +99,16 @@ def cpu_seconds(pids: set[int]) -> float:
     return total / TICKS
 
 
-def median_interval(values: list[float], level: float = 0.95) -> tuple[float, float, float]:
-    """The median and its distribution-free interval: order statistics j and n + 1 - j,
-    j the largest rank with P(Binomial(n, 1/2) < j) <= (1 - level) / 2 (the sign test's
-    interval); with too few values for that level, the range."""
-    xs = sorted(values)
-    n = len(xs)
-    tail = (1 - level) / 2
-    below = 0.0
-    j = 0
-    for r in range(n + 1):
-        below += math.comb(n, r) / 2**n  # P(X <= r)
-        if below > tail:
-            j = r  # P(X < r + 1) > tail: rank r is the last that keeps P(X < rank) <= tail
-            break
-    if j < 1:
-        return statistics.median(xs), xs[0], xs[-1]
-    return statistics.median(xs), xs[j - 1], xs[n - j]
-
-
 def turn_order(alternation: int, names: list[str]) -> list[str]:
-    """Forward on even alternations, reversed on odd: each name's mean position is equal."""
-    return names if alternation % 2 == 0 else names[::-1]
+    """A seeded random order per alternation: every variant equally likely at every place.
+
+    Forward and reversed in turn (A A' B0 B4, B4 B0 A' A) equalises the mean place but
+    leaves A and B4 always at a block's edge and A' and B0 always inside it, so a place
+    effect (the turn after a change of concurrency or of engine) would not cancel.
+    """
+    order = list(names)
+    random.Random(alternation).shuffle(order)
+    return order
 
 
 async def run_turn(
@@ -204,7 +193,17 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     rows = summarise(cells, args.concurrency, names)
     idle = {n: idle_cpu[n] / idle_wall[n] for n in idle_cpu if idle_wall[n]}
     print_table(rows, args.alternations, idle)
-    return {"command": " ".join(sys.argv), "model": described, "rows": rows, "idle": idle}
+    turns = {
+        f"c{c} {n}": [[t.ttft_s, t.tpot_s, t.cpu_per_token_s] for t in cell.turns]
+        for (c, n), cell in cells.items()
+    }
+    return {
+        "command": " ".join(sys.argv),
+        "model": described,
+        "rows": rows,
+        "idle": idle,
+        "turns [ttft_s, tpot_s, cpu_per_token_s]": turns,
+    }
 
 
 def _brief(cells: dict[tuple[int, str], Cell], conc: int, names: list[str], a: int) -> str:

@@ -20,6 +20,7 @@ from bench.stats import (
     estimated_speed,
     group_runs,
     median_e2e_by_index,
+    median_interval,
     oracle,
     run_tokens_per_s,
     settle_points,
@@ -192,7 +193,31 @@ def checks(summary: dict[str, Any]) -> list[dict[str, Any]]:
                 None if worst_settle is None else worst_settle <= 50,
             )
         )
-    return out + _overhead_checks(summary.get("overhead"))
+    return out + _floor_checks(summary) + _overhead_checks(summary.get("overhead"))
+
+
+def _floor_checks(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """k = 0 on the speculative engine against the engine without a drafter, per arrival:
+    the median of the repeat-by-repeat ratios (each pair ran within a minute of each
+    other), since the ratio of the two medians pairs runs minutes apart, with the
+    median's distribution-free interval (the range below 6 repeats)."""
+    out: list[dict[str, Any]] = []
+    for arrival in ("c1", "c4", "c16"):
+        pairs = _paired(summary, K0, NO_SPEC, arrival)
+        if not pairs:
+            continue
+        value, low, high = median_interval(pairs)
+        detail = f"95% CI {low:.2f}-{high:.2f}; by repeat " + ", ".join(f"{v:.2f}" for v in pairs)
+        out.append(
+            _check(
+                f"k0 / no speculation tokens/s, paired by repeat ({arrival})",
+                value,
+                ">= 0.97",
+                value >= 0.97,
+                detail,
+            )
+        )
+    return out
 
 
 def _worst_class(ratios: dict[str, dict[str, Any]]) -> tuple[str, dict[str, Any]]:

@@ -5,13 +5,14 @@ switched through `flags.json`; before a static mode is timed, a probe request
 checks that the gateway really applies its k (`x-specgw-k`), so a flag that did
 not take effect shows up as an error in the results instead of a wrong number.
 
-Repeats are interleaved: repeat 0 of every mode, then repeat 1 of every mode, and
-so on, every gateway process staying up (idle) between its turns. Run mode by
-mode, a host whose speed drifts during the quarter hour of a whole run (repeats
-of one mode can differ by 25 % on a shared host; `report.md` shows each mode's
-spread) gives each mode its own stretch of that drift, a bias between modes that
+Repeats are interleaved: repeat 0 of every mode, then repeat 1 of every mode in the
+reverse order, and so on (A B B A), every gateway process staying up (idle) between its
+turns. Run mode by mode, a host whose speed drifts during the quarter hour of a whole
+run (repeats of one mode can differ by 25 % on a shared host; `report.md` shows each
+mode's spread) gives each mode its own stretch of that drift, a bias between modes that
 no number of repeats removes; interleaved, the drift lands in every mode's spread
-instead.
+instead, and reversed every other repeat, a steady drift favours no mode's place in
+the order.
 """
 
 from __future__ import annotations
@@ -219,6 +220,11 @@ def _prepare(gateways: _Gateways, mode: Mode, plan: RunPlan) -> tuple[GatewayPro
     return gw, [note]
 
 
+def repeat_order(modes: list[Mode], repeat: int) -> list[Mode]:
+    """The modes in the plan's order on even repeats, reversed on odd ones (A B B A)."""
+    return list(modes) if repeat % 2 == 0 else list(modes)[::-1]
+
+
 def run_all(
     plan: RunPlan, models: ModelPaths, workdir: Path, sink: Callable[[RunResult], None]
 ) -> list[str]:
@@ -234,7 +240,7 @@ def run_all(
             total=len(plan.modes) * plan.repeats * per_repeat, unit="req", desc="bench"
         ) as bar:
             for repeat in range(plan.repeats):
-                for mode in plan.modes:
+                for mode in repeat_order(plan.modes, repeat):
                     if mode.name in failed:
                         bar.update(per_repeat)
                         continue

@@ -25,6 +25,7 @@ Definitions (all from the records, nothing assumed):
 
 from __future__ import annotations
 
+import math
 import random
 import statistics
 from collections import defaultdict
@@ -57,6 +58,25 @@ class Spread:
 
     def to_json(self) -> dict[str, float | int | None]:
         return {"median": self.median, "min": self.low, "max": self.high, "n": self.n}
+
+
+def median_interval(values: list[float], level: float = 0.95) -> tuple[float, float, float]:
+    """The median and its distribution-free interval: order statistics j and n + 1 - j,
+    j the largest rank with P(Binomial(n, 1/2) < j) <= (1 - level) / 2 (the sign test's
+    interval); with too few values for that level, the range."""
+    xs = sorted(values)
+    n = len(xs)
+    tail = (1 - level) / 2
+    below = 0.0
+    j = 0
+    for r in range(n + 1):
+        below += math.comb(n, r) / 2**n  # P(X <= r)
+        if below > tail:
+            j = r  # P(X < r + 1) > tail: rank r is the last that keeps P(X < rank) <= tail
+            break
+    if j < 1:
+        return statistics.median(xs), xs[0], xs[-1]
+    return statistics.median(xs), xs[j - 1], xs[n - j]
 
 
 def spread(values: Iterable[float | None]) -> Spread:

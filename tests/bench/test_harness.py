@@ -260,6 +260,12 @@ def test_summary_checks_and_markdown_from_runs(tmp_path: Path) -> None:
     )
     assert yard["k0_worst_class"]["c4"]["class"] == "slow"
     assert yard["k0_worst_class"]["c4"]["ratio"] == pytest.approx(0.8)
+    # k0 against no speculation, repeat 0 of each: 60 tokens in 4.0 s against 2.5 s.
+    floor = checks["k0 / no speculation tokens/s, paired by repeat (c4)"]
+    assert floor["value"] == pytest.approx(2.5 / 4.0)
+    assert floor["pass"] is False
+    assert floor["detail"] == "95% CI 0.62-0.62; by repeat 0.62"
+    assert "k0 / no speculation tokens/s, paired by repeat (c1)" not in checks  # no c1 runs
     assert cell["requests_by_class"] == {"fast": 3, "slow": 3}  # the failed one not counted
     md = render_markdown(summary)
     assert "| adaptive | c4 | 30.0 |" in md
@@ -394,7 +400,8 @@ def test_repeats_are_interleaved_across_modes_and_each_process_starts_once(
     models = ModelPaths(tmp_path, tmp_path, "none")
     notes = runner.run_all(plan, models, tmp_path, lambda _r: None)
     assert notes == []
-    assert ran == [(m.name, r) for r in range(3) for m in modes]
+    # A B B A: each repeat reverses the last one's order.
+    assert ran == [(m.name, r) for r in range(3) for m in (modes if r % 2 == 0 else modes[::-1])]
     assert sorted(started) == sorted({m.gateway.name for m in modes})
     assert all(p.stopped for p in procs)
 
