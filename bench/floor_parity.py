@@ -75,31 +75,43 @@ async def turn(variant: str, args: argparse.Namespace) -> Figures:
 
 
 async def _cell(engine: Any, conc: int, k: int, args: argparse.Namespace) -> tuple[float, float]:
-    """Median TTFT and TPOT of requests at depth k from `conc` closed-loop clients.
+    """Median TTFT and TPOT of requests at depth k from `conc` closed-loop clients."""
+    ttfts, tpots, _ = await closed_loop(engine, conc, k, conc, args.samples, args.max_tokens)
+    return statistics.median(ttfts), statistics.median(tpots)
 
-    Each client sends its prompts one after another, with reply lengths drawn from
-    [max_tokens / 2, 3 max_tokens / 2], so a request meets a batch already decoding (as
-    under steady traffic) instead of a burst whose split over engine steps decides its
-    first token. Each client's first request (the burst) is not counted.
+
+async def closed_loop(
+    engine: Any, conc: int, k: int, seed: int, samples: int, max_tokens: int
+) -> tuple[list[float], list[float], int]:
+    """TTFTs and TPOTs (seconds) of about `samples` requests at depth k from `conc`
+    closed-loop clients, and the output tokens of all the requests sent.
+
+    Each client sends its prompts one after another, with reply lengths drawn (seeded)
+    from [max_tokens / 2, 3 max_tokens / 2], so a request meets a batch already
+    decoding (as under steady traffic) instead of a burst whose split over engine steps
+    decides its first token. Each client's first request (the burst) is not counted.
     """
-    per_client = max(2, -(-args.samples // conc) + 1)
+    per_client = max(2, -(-samples // conc) + 1)
     texts = prompts(per_client * conc)
-    # Reply lengths vary (the same sequence on every engine): equal lengths would end
+    # Reply lengths vary (the same sequence for the same seed): equal lengths would end
     # the clients' requests in one step and send the next ones as a burst again.
-    rng = random.Random(conc)
-    lengths = [rng.randint(args.max_tokens // 2, 3 * args.max_tokens // 2) for _ in texts]
+    rng = random.Random(seed)
+    lengths = [rng.randint(max_tokens // 2, 3 * max_tokens // 2) for _ in texts]
     ttfts: list[float] = []
     tpots: list[float] = []
+    tokens = 0
 
     async def client(first: int) -> None:
+        nonlocal tokens
         for i, n in enumerate(range(first, len(texts), conc)):
             out = await _one(engine, texts[n], k, lengths[n])
+            tokens += out.output_tokens
             if i:
                 ttfts.append(out.ttft_s)
                 tpots.append(out.tpot_s)
 
     await asyncio.gather(*(client(i) for i in range(conc)))
-    return statistics.median(ttfts), statistics.median(tpots)
+    return ttfts, tpots, tokens
 
 
 def _spread(values: list[float], scale: float = 1.0, digits: int = 3) -> dict[str, float]:

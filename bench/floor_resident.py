@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.floor_profile import _one, prompts
+from bench.floor_parity import closed_loop
 from bench.stats import median_interval
 
 NULL = "no drafter (again)"
@@ -114,26 +114,9 @@ def turn_order(alternation: int, names: list[str]) -> list[str]:
 async def run_turn(
     engine: Any, pids: set[int], conc: int, k: int, seed: int, args: argparse.Namespace
 ) -> Turn:
-    """`conc` closed-loop clients; median TTFT and TPOT, engine CPU per output token."""
-    per_client = max(2, -(-args.samples // conc) + 1)
-    texts = prompts(per_client * conc)
-    rng = random.Random(seed)  # the same lengths for every variant of an alternation
-    lengths = [rng.randint(args.max_tokens // 2, 3 * args.max_tokens // 2) for _ in texts]
-    ttfts: list[float] = []
-    tpots: list[float] = []
-    tokens = 0
-
-    async def client(first: int) -> None:
-        nonlocal tokens
-        for i, n in enumerate(range(first, len(texts), conc)):
-            out = await _one(engine, texts[n], k, lengths[n])
-            tokens += out.output_tokens
-            if i:
-                ttfts.append(out.ttft_s)
-                tpots.append(out.tpot_s)
-
+    """`bench.floor_parity`'s closed loop: median TTFT and TPOT, engine CPU per output token."""
     cpu0 = cpu_seconds(pids)
-    await asyncio.gather(*(client(i) for i in range(conc)))
+    ttfts, tpots, tokens = await closed_loop(engine, conc, k, seed, args.samples, args.max_tokens)
     cpu = cpu_seconds(pids) - cpu0
     return Turn(statistics.median(ttfts), statistics.median(tpots), cpu / max(tokens, 1))
 
