@@ -5,11 +5,9 @@ batch yields more tokens per unit of step cost at a lower depth, it lowers the
 requests in flight to it (flag `batch-lower`, `Controller.decide`; the engine's
 cap, `engine.vllm.scheduler`). Here completions (labels `plain/...`) are held at k = 4
 by a `k-min` targeting rule (the controller's choice within bounds, not a pin),
-chat at k = 0 by `k-max`; the start-up calibration prices the CPU's steps (a
-draft costs a large share of a step). Chat requests sent while a completion
-streams at k = 4 lower it; which depth they lower it to is the controller's call
-on the calibrated costs (4 -> 3 -> 0 typically, the second step by a margin of a few
-per cent over the hysteresis, so it may stop at 3), so the test reads the caps from
+chat at k = 0 by `k-max`; the step costs are fixed where a draft is dear (`PRICED`).
+Chat requests sent while a completion streams at k = 4 lower it; which depth they
+lower it to is the controller's call on those costs, so the test reads the caps from
 the requests' logged reasons and checks that the engine held the completion to the
 deepest of them a few steps in: its `speculation` usage object counts its drafts and
 verify steps, and at most a handful of steps may run deeper than the cap (those
@@ -43,6 +41,19 @@ TOKENS = 480
 #: reach the engine (three HTTP requests served while it decodes; on a busy host that
 #: took the whole of a 26-step completion), well under half of its steps.
 EARLY_STEPS = 30
+#: Step costs fixed, not calibrated: on this CPU a draft costs 0.06-0.2 of a k = 0 step
+#: depending on the second it is timed in, and the chats' lowering clears the
+#: hysteresis by a few per cent at best (1.06x, then 1.10x), so a calibration on a busy
+#: host had them keep the batch at k = 4. What is tested here is that the decision the
+#: costs call for reaches the engine and holds the batch; the economics of the call are
+#: the controller tests' (`tests/control/test_controller.py`). A prior of half a step
+#: per draft and weight far above the live steps' (per-depth memory of about 500 steps)
+#: keeps the costs where the call is clear.
+PRICED = {
+    "SPECGW_CONTROL_CALIBRATE_BATCHES": "[]",
+    "SPECGW_CONTROL_PRIOR_K_COST": "0.5",
+    "SPECGW_CONTROL_COST_PRIOR_WEIGHT": "1e6",
+}
 LOWERS = re.compile(r"lowers the batch from k=(\d+) to k=(\d+)")
 
 
@@ -117,7 +128,7 @@ def test_chat_at_k0_lowers_a_completion_streaming_at_k4(tmp_path: Path) -> None:
         tmp_path,
         {
             "SPECGW_FLAGS_DIR": str(flags),
-            "SPECGW_CONTROL_CALIBRATE_BATCHES": "[1, 2, 4]",
+            **PRICED,
             "SPECGW_FILE_POLL_INTERVAL_S": "0.2",
         },
     )
