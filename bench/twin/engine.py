@@ -67,7 +67,8 @@ class Plan(NamedTuple):
     cap: int | None = None
     #: The mode's own handle, passed back to `enter` and `finish`.
     handle: Any = None
-    #: The depth its class chose (differs from k where it rides a deeper batch).
+    #: The depth its class chose at its load (differs from k where a probe replaced it
+    #: or a batch rule held it below or let it ride above; None: k).
     chosen: int | None = None
 
 

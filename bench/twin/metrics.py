@@ -8,13 +8,15 @@
   shifts), a class has settled at request i when from i on at least
   `TAIL_SHARE` of its requests get the stretch's final modal depth (the last half's
   mode; probes may take the rest), as `bench.stats.settle_points` defines it for
-  the real-engine benchmark; the depth is the one its class chose (a request that
-  rides a deeper batch counts at its class's choice). The controller keeps a depth
+  the real-engine benchmark; the depth is the one its class chose at the request's
+  load (`RequestRecord.chosen`), not what a probe ran or what the batch rules fitted
+  it to (held below for its batch-mates' sake, riding above): those follow the
+  batch's composition request by request, which no class settles. The controller keeps a depth
   per class and batch bucket (`ClassState.buckets`), so a class at a mixed load
   settles per bucket: a stretch's figure is its slowest bucket with at least
   `SETTLE_MIN` requests;
 - near-best settling: the same rule on whether each request's chosen depth is within
-  `NEAR_SHARE` of its class's best at its load, by the steady goodput
+  `NEAR_SHARE` (the controller's hysteresis) of its class's best at its load, by the steady goodput
   E[tokens | k] / step cost(k, batch) on the request's true acceptance (the workload's,
   phase shifts applied) and the profile's median step costs. Where two depths are
   within a percent of each other, a learning controller moves between them on noise,
@@ -32,10 +34,12 @@ from typing import Any
 from bench.twin.records import RequestRecord, RunResult
 from bench.twin.requests import Segment
 from gateway.control.cost_model import batch_bucket
+from gateway.control.settings import ControllerSettings
 
 TAIL_SHARE = 0.9
-#: A depth whose steady goodput is within this share of the class's best is near-best.
-NEAR_SHARE = 0.01
+#: A depth whose steady goodput is within this share of the class's best is near-best:
+#: the controller's hysteresis, the least gain for which it leaves a depth by design.
+NEAR_SHARE: float = ControllerSettings.model_fields["hysteresis"].default
 #: Requests of a class at one batch bucket in a stretch for its settling to count.
 SETTLE_MIN = 10
 

@@ -18,6 +18,7 @@ class RequestRecord:
     last_s: float
     output_tokens: int
     k: int
+    #: The depth its class chose at its load (`Plan.chosen`); k is what it ran.
     chosen: int
     verify_steps: int
     draft_tokens: int

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from bench.twin.metrics import NEAR_SHARE
 from bench.twin.modes import (
     ADAPTIVE,
     ADAPTIVE_FLOOR,
@@ -51,13 +52,17 @@ STEP_NOTE = (
     "the class alone at its load)."
 )
 NEAR_NOTE = (
-    "Settling is counted two ways after each phase start or shift: until a class's depth "
-    'stays at its final one ("settle", 90 % of its requests from then on), and until '
-    'it stays near-best ("until near-best": 90 % of its requests at a depth whose '
-    "steady goodput E[tokens | k] / step cost(k, load), on the request's true acceptance "
-    "and the profile's median costs, is within 1 % of the class's best). Where a class's "
-    "best depths lie within a percent of each other, the controller moves between them "
-    "on its estimates' noise, which the first counts as unsettled and the second does not."
+    "Settling is counted on the depth each class chose at the request's load (what the "
+    "batch rules held it below or let it ride above, and what a probe replaced, follow "
+    "its batch-mates request by request, not the class's learning), two ways after each "
+    'phase start or shift: until it stays at its final one ("settle", 90 % of the '
+    'class\'s requests from then on), and until it stays near-best ("until near-best": '
+    "90 % of its requests at a depth whose steady goodput E[tokens | k] / step cost(k, "
+    "load), on the request's true acceptance and the profile's median costs, is within "
+    f"the controller's hysteresis ({NEAR_SHARE:.0%}) of the class's best: the least gain "
+    "for which it leaves a depth). Where a class's best depths lie that close, the "
+    "controller moves between them on its estimates' noise, which the first counts as "
+    "unsettled and the second does not."
 )
 
 

@@ -276,6 +276,14 @@ class Controller:
         state = self._states.get(class_id)
         return None if state is None else state.estimator.profile().p
 
+    def class_depth(self, class_id: str, bucket: int) -> int | None:
+        """The depth a live class has chosen at a batch bucket, before any batch rule
+        fits one of its requests to the batch in flight or a probe replaces it (None:
+        no choice there yet); read-only, for reports and the twin's settling figures."""
+        state = self._states.get(class_id)
+        held = None if state is None else state.buckets.get(bucket)
+        return None if held is None else held.k
+
     def snapshot(self) -> list[ClassReport]:
         """One row per live class (and `other` once it has traffic) for `/admin/classes`."""
         return [self._report(state) for state in self._states.values()]

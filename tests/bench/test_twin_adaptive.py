@@ -73,6 +73,40 @@ def test_a_fresh_plane_replays_the_twins_depths_exactly(clients: int) -> None:
     assert replay(trace) == ran
 
 
+def test_a_record_counts_at_its_classs_choice_not_at_the_depth_the_batch_fitted() -> None:
+    """`RequestRecord.chosen`, the settling figures' depth, is what the replayed plane's
+    class chose at the request's load, also where a batch rule or a probe set another k."""
+    costs, workload, requests = _inputs()
+    trace = Trace()
+    clock = VirtualClock()
+    source = AdaptiveControl(workload, costs, clock, SEED, trace=trace)
+    records = simulate(requests, source, costs, clock, clients=8).records
+    fresh_clock = VirtualClock()
+    fresh = build_plane(costs, fresh_clock, SEED)
+    chosen: dict[int, int] = {}
+    replayed: dict[int, PlannedRequest] = {}
+    for event in trace.events:
+        fresh_clock.now = event[1]
+        if event[0] == "plan":
+            _, _, index, endpoint, body, prompt, running, queued, sampling = event
+            planned = plan_request(fresh, endpoint, body, prompt, running, queued, sampling)
+            decision = planned.plan.decision
+            assert decision is not None
+            depth = fresh.controller.class_depth(decision.class_id, decision.bucket)
+            assert depth is not None
+            chosen[index] = depth
+            replayed[index] = planned
+        elif event[0] == "enter":
+            replayed[event[2]].enter()
+        elif event[0] == "step":
+            fresh.observe_step(event[2])
+        else:
+            replayed[event[2]].finish(event[3])
+    assert {r.index: r.chosen for r in records} == chosen
+    # Some ran at another depth than their class chose: the test has teeth.
+    assert any(r.k != r.chosen for r in records)
+
+
 class _ShallowTwin(AdaptiveControl):
     """A twin with a rule of its own: never deeper than 2 (what the test must catch)."""
 

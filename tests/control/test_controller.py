@@ -589,3 +589,23 @@ def test_a_newcomer_lowers_a_deep_batch_where_the_batch_gains_from_it() -> None:
     # Without riding the newcomer keeps its own k under the cap.
     still = low.decide(cls, load, dataclasses.replace(off, batch_ride=False))
     assert (still.batch_cap, still.k) == (best, 0)
+
+
+def test_class_depth_is_the_classs_choice_whatever_the_batch_made_of_a_request() -> None:
+    """`Controller.class_depth`: a class's k at a bucket, not a ride's or a probe's k;
+    None for a class or a bucket it has no choice for."""
+    low = trained(LOW)
+    cls = low.classify(RequestFeatures("chat"))
+    assert low.class_depth(cls.class_id, 4) is None  # never decided at batch 4
+    _calibrate(low, LoadSnapshot(running=3), 0.01)
+    deep_one = [sum(0.9**i for i in range(d + 1)) for d in range(17)]
+    mates = [deep_one[min(d, 5)] for d in range(17)]
+    load = LoadSnapshot(running=3, mates=mates, deepest=5, anchored=5)
+    rides = low.decide(cls, load, ControlOverrides(exploration_share=0.0))
+    assert rides.k == 5  # drafts nearly free: it rides at the batch's depth
+    assert rides.anchor is not None
+    assert rides.anchor < 5
+    assert low.class_depth(cls.class_id, 4) == rides.anchor
+    alone = low.decide(cls, IDLE, ControlOverrides(exploration_share=0.0))
+    assert low.class_depth(cls.class_id, 1) == alone.k
+    assert low.class_depth("no-such-class", 1) is None

@@ -107,13 +107,7 @@ class AdaptiveControl(EngineWide):
         planned = plan_request(
             self.plane, spec.endpoint, spec.request, prompt, running, queued, sampling
         )
-        anchor = planned.plan.anchor
-        plan = Plan(
-            planned.k,
-            planned.cap,
-            (request.index, planned),
-            planned.k if anchor is None else anchor,
-        )
+        plan = Plan(planned.k, planned.cap, (request.index, planned), self._chosen(planned))
         if self._trace is not None:
             self._trace.events.append(
                 (
@@ -129,6 +123,16 @@ class AdaptiveControl(EngineWide):
                 )
             )
         return plan
+
+    def _chosen(self, planned: PlannedRequest) -> int:
+        """The depth its class chose at its load (`RequestRecord.chosen`): what a probe
+        replaced, a batch rule held it below or let it ride above; a pinned or static
+        decision's own k."""
+        decision = planned.plan.decision
+        if decision is None or decision.fixed:
+            return planned.k
+        chosen = self.plane.controller.class_depth(decision.class_id, decision.bucket)
+        return planned.k if chosen is None else chosen
 
     def prefills_drafter(self, k: int) -> bool:
         return k > 0
