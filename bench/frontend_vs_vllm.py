@@ -141,6 +141,36 @@ def verdict(turns: dict[str, list[Turn]]) -> list[str]:
     ]
 
 
+def paired_verdict(turns: dict[str, list[Turn]]) -> list[str]:
+    """The gateway against the targets, per pair of neighbouring turns: the i-th turn of
+    each server are neighbours in the A B B A order, so each pair's difference leaves out
+    the host's drift between pairs, which the medians over turns keep."""
+    pairs = list(zip(turns["gateway"], turns["vllm"], strict=False))
+    if not pairs:
+        return []
+
+    def spread(values: list[float], unit: str, fmt: str) -> str:
+        med, lo, hi = statistics.median(values), min(values), max(values)
+        return f"{med:{fmt}}{unit} [{lo:{fmt}} to {hi:{fmt}}]"
+
+    d50 = [1e3 * (g.p(50) - v.p(50)) for g, v in pairs]
+    d99 = [1e3 * (g.p(99) - v.p(99)) for g, v in pairs]
+    ratios = [
+        g.cpu_s_per_request / v.cpu_s_per_request for g, v in pairs if v.cpu_s_per_request > 0
+    ]
+    lines = [
+        f"paired by neighbouring turns ({len(pairs)} pairs), median [min to max]:",
+        f"TTFT p50 gateway - vllm: {spread(d50, ' ms', '+.2f')} (target <= {TARGET_TTFT_P50_MS})",
+        f"TTFT p99 gateway - vllm: {spread(d99, ' ms', '+.2f')} (target <= {TARGET_TTFT_P99_MS})",
+    ]
+    if ratios:
+        lines.append(
+            f"CPU per request gateway / vllm: {spread(ratios, 'x', '.2f')} "
+            f"(target <= {TARGET_CPU_RATIO}x)"
+        )
+    return lines
+
+
 def chat_messages(count: int) -> list[list[dict[str, str]]]:
     """Chat requests from the benchmark's families (a plain prompt as one user turn)."""
     from bench.families import load_pool
@@ -323,6 +353,7 @@ def run(args: argparse.Namespace) -> None:
     )
     print("\n".join(summary_rows(turns)))
     print("\n".join(verdict(turns)))
+    print("\n".join(paired_verdict(turns)))
 
 
 def main() -> None:

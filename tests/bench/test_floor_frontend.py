@@ -11,7 +11,14 @@ from types import SimpleNamespace
 from bench.floor_abba import abba_order
 from bench.floor_profile import Case, table
 from bench.floor_timers import PhaseTimers, step_phase
-from bench.frontend_vs_vllm import Turn, cli_flags, summary_rows, verdict, vllm_command
+from bench.frontend_vs_vllm import (
+    Turn,
+    cli_flags,
+    paired_verdict,
+    summary_rows,
+    verdict,
+    vllm_command,
+)
 from engine.settings import EngineSettings
 
 
@@ -111,3 +118,15 @@ def test_the_verdict_reads_medians_over_turns() -> None:
     lines = verdict(turns)
     assert lines[0].startswith("TTFT p50 gateway - vllm: +0.35 ms")
     assert "1.19x" in lines[2]
+
+
+def test_the_paired_verdict_reads_each_pair_of_neighbouring_turns() -> None:
+    """Both servers 10 ms slower in the second pair (the host's drift): the medians over
+    turns mix it in, the pairs do not."""
+    gw = [Turn([0.020] * 10, 0.0050, 40.0), Turn([0.031] * 10, 0.0069, 38.0)]
+    vl = [Turn([0.019] * 10, 0.0040, 42.0), Turn([0.029] * 10, 0.0060, 40.0)]
+    lines = paired_verdict({"gateway": gw, "vllm": vl})
+    assert lines[0].startswith("paired by neighbouring turns (2 pairs)")
+    assert lines[1].startswith("TTFT p50 gateway - vllm: +1.50 ms [+1.00 to +2.00]")
+    assert lines[3].startswith("CPU per request gateway / vllm: 1.20x [1.15 to 1.25]")
+    assert paired_verdict({"gateway": [], "vllm": []}) == []
