@@ -8,6 +8,7 @@ control shows the test failing on one such change.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ from bench.twin.modes.adaptive import AdaptiveControl, Trace, build_plane, plan_
 from bench.twin.requests import TwinRequest, build_requests
 from bench.twin.runner import check_classes, scaled
 from bench.twin.schema import TwinInputError, Workload, load_profile, load_workload
-from gateway.control.plane import PlannedRequest
+from gateway.control.plane import ControlPlane, PlannedRequest
 
 FIXTURES = Path(__file__).parent / "twin_fixtures"
 SEED = 11
@@ -39,8 +40,11 @@ def _record(source_type: type[AdaptiveControl], clients: int) -> Trace:
     return trace
 
 
-def replay(trace: Trace) -> dict[int, tuple[int, int | None]]:
-    """The trace's calls through a fresh, identically built plane: request -> (k, cap)."""
+def replay(
+    trace: Trace, on_plan: Callable[[ControlPlane, int, PlannedRequest], None] | None = None
+) -> dict[int, tuple[int, int | None]]:
+    """The trace's calls through a fresh, identically built plane: request -> (k, cap);
+    `on_plan` sees each request as it is planned, before the rest of the trace moves on."""
     costs, _, _ = _inputs()
     clock = VirtualClock()
     plane = build_plane(costs, clock, SEED)
@@ -50,6 +54,8 @@ def replay(trace: Trace) -> dict[int, tuple[int, int | None]]:
         if kind == "plan":
             _, _, index, endpoint, body, prompt, running, queued, sampling = event
             planned[index] = plan_request(plane, endpoint, body, prompt, running, queued, sampling)
+            if on_plan is not None:
+                on_plan(plane, index, planned[index])
         elif kind == "enter":
             planned[event[2]].enter()
         elif kind == "step":
@@ -81,27 +87,16 @@ def test_a_record_counts_at_its_classs_choice_not_at_the_depth_the_batch_fitted(
     clock = VirtualClock()
     source = AdaptiveControl(workload, costs, clock, SEED, trace=trace)
     records = simulate(requests, source, costs, clock, clients=8).records
-    fresh_clock = VirtualClock()
-    fresh = build_plane(costs, fresh_clock, SEED)
     chosen: dict[int, int] = {}
-    replayed: dict[int, PlannedRequest] = {}
-    for event in trace.events:
-        fresh_clock.now = event[1]
-        if event[0] == "plan":
-            _, _, index, endpoint, body, prompt, running, queued, sampling = event
-            planned = plan_request(fresh, endpoint, body, prompt, running, queued, sampling)
-            decision = planned.plan.decision
-            assert decision is not None
-            depth = fresh.controller.class_depth(decision.class_id, decision.bucket)
-            assert depth is not None
-            chosen[index] = depth
-            replayed[index] = planned
-        elif event[0] == "enter":
-            replayed[event[2]].enter()
-        elif event[0] == "step":
-            fresh.observe_step(event[2])
-        else:
-            replayed[event[2]].finish(event[3])
+
+    def class_depth(plane: ControlPlane, index: int, planned: PlannedRequest) -> None:
+        decision = planned.plan.decision
+        assert decision is not None
+        depth = plane.controller.class_depth(decision.class_id, decision.bucket)
+        assert depth is not None
+        chosen[index] = depth
+
+    replay(trace, class_depth)
     assert {r.index: r.chosen for r in records} == chosen
     # Some ran at another depth than their class chose: the test has teeth.
     assert any(r.k != r.chosen for r in records)

@@ -41,14 +41,13 @@ TOKENS = 480
 #: reach the engine (three HTTP requests served while it decodes; on a busy host that
 #: took the whole of a 26-step completion), well under half of its steps.
 EARLY_STEPS = 30
-#: Step costs fixed, not calibrated: on this CPU a draft costs 0.06-0.2 of a k = 0 step
-#: depending on the second it is timed in, and the chats' lowering clears the
-#: hysteresis by a few per cent at best (1.06x, then 1.10x), so a calibration on a busy
-#: host had them keep the batch at k = 4. What is tested here is that the decision the
-#: costs call for reaches the engine and holds the batch; the economics of the call are
-#: the controller tests' (`tests/control/test_controller.py`). A prior of half a step
-#: per draft and weight far above the live steps' (per-depth memory of about 500 steps)
-#: keeps the costs where the call is clear.
+#: Step costs fixed, not calibrated: the chats' lowering clears the hysteresis by a few
+#: per cent on this CPU's calibrated costs, and a calibration timed in a busy second
+#: priced drafts cheaply enough that they kept the batch at k = 4. What is tested here
+#: is that the decision the costs call for reaches the engine and holds the batch; the
+#: economics of the call are the controller tests' (`tests/control/test_controller.py`).
+#: A prior of half a step per draft, weighted far above the live steps (a per-depth
+#: memory of 1 / `cost_step_forgetting` steps), keeps the call clear.
 PRICED = {
     "SPECGW_CONTROL_CALIBRATE_BATCHES": "[]",
     "SPECGW_CONTROL_PRIOR_K_COST": "0.5",
