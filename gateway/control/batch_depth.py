@@ -8,8 +8,9 @@ class chose at this load (`ClassState.adaptive_k`), a request here is
 
 1. held to the depth D in [k_min, k] at which the batch yields the most tokens
    per unit of step cost: sum over the requests in flight of E[tokens | min(k_i,
-   D)] (`LoadSnapshot.mates`) plus its own, over c(D); a D below k must beat k by
-   the hysteresis;
+   D)] (`LoadSnapshot.mates`) plus its own, over c(D); a D below the batch's
+   running depth must also repay what this request gives up until the batch
+   comes down (`held`);
 2. floored where a guarded class is in flight (`batch_floor`): no deeper than
    leaves each guarded request its floor share of its speed at k = 0;
 3. with `batch_floor` set for its own class, it lowers the requests already in
@@ -57,10 +58,13 @@ class BatchDepth:
     ) -> SpeculationDecision:
         """`decision`, its class's k at this bucket, fitted to the batch in flight."""
         k_min, k_max = k_bounds
-        depth = k
+        depth = steady = k
         mates = load.mates
         if mates is not None and k > k_min and load.running > 0:
-            depth = self.held(k, k_min, mates, decision.gains, bucket)
+            depth = self.held(k, k_min, mates, decision.gains, bucket, load.deepest)
+            # Where the batch would settle, were it to come down now: the least a cut
+            # of the requests in flight (`lower_for_batch`) goes to.
+            steady = self.held(k, k_min, mates, decision.gains, bucket, k_min)
         if load.guarded:
             floored = self.floor(load, bucket, depth, k_min)
             if floored < depth:
@@ -74,7 +78,7 @@ class BatchDepth:
         if (
             o.batch_lower
             and mates is not None
-            and load.deepest > depth
+            and load.deepest > min(depth, steady)
             and load.running > 0
             and not load.fixed
         ):
@@ -84,7 +88,9 @@ class BatchDepth:
             # for its life. Not while a request whose k an operator set (a pin, static
             # mode) is among them.
             ridable = k_max if o.batch_ride and depth == k else depth
-            lowered = self.lower_for_batch(state, decision, mates, bucket, depth, load, ridable)
+            lowered = self.lower_for_batch(
+                state, decision, mates, bucket, depth, load, ridable, min(depth, steady)
+            )
             if lowered is not None:
                 return lowered
         if o.batch_ride and depth == k and load.anchored > k and load.running > 0:
@@ -101,21 +107,36 @@ class BatchDepth:
         return decision
 
     def held(
-        self, k: int, k_min: int, mates: Sequence[float], gains: Sequence[float], bucket: int
+        self,
+        k: int,
+        k_min: int,
+        mates: Sequence[float],
+        gains: Sequence[float],
+        bucket: int,
+        deepest: int,
     ) -> int:
         """The depth D in [k_min, k] with the most tokens per unit of step cost.
 
         At D the requests in flight yield `mates[D]` tokens a step and this one
-        `gains[D]` (E[tokens | min(its k, D)]), in a step of relative cost c(D); a
-        smaller D must beat k by the hysteresis. Those in flight keep their k; the
-        batch moves as they finish.
+        `gains[D]` (E[tokens | min(its k, D)]), in a step of relative cost c(D). The
+        batch runs at its deepest request's depth (`deepest`, clamped to [k_min, k]:
+        the incumbent) until that request finishes, so a D below the incumbent lowers
+        no step cost yet while this request yields `gains[D]` instead of the
+        incumbent's: such a D must beat the incumbent by that shortfall's share of
+        the batch's tokens, (gains[I] - gains[D]) / (mates[I] + gains[I]). A D above
+        it raises every request's step at once and stands on its value alone. Those
+        in flight keep their k; the batch moves as they finish.
         """
         costs = self._cost.relative_costs_in(bucket)
         if len(gains) <= k or len(costs) <= k:
             return k
-        best, top = k, (mates[k] + gains[k]) / costs[k] * self._hold
-        for d in range(k_min, k):
+        incumbent = min(max(deepest, k_min), k)
+        now = mates[incumbent] + gains[incumbent]
+        best, top = incumbent, now / costs[incumbent]
+        for d in range(k_min, k + 1):
             value = (mates[d] + gains[d]) / costs[d]
+            if d < incumbent:
+                value /= 1.0 + (gains[incumbent] - gains[d]) / now
             if value > top:
                 best, top = d, value
         return best
@@ -153,12 +174,15 @@ class BatchDepth:
         depth: int,
         load: LoadSnapshot,
         ridable: int,
+        lowest: int,
     ) -> SpeculationDecision | None:
         """`decision` with a batch cap where the batch gains from a lower depth, else None.
 
         At batch depth D the requests in flight yield `mates[D]` tokens a step (each
         at its k capped at D) and this one E[tokens | min(D, ridable)], in a step of
-        relative cost c(D). D runs from this request's depth to the batch's deepest;
+        relative cost c(D). D runs from `lowest` (where the batch's tokens would hold
+        this request were the batch to come down: at most its depth) to the batch's
+        deepest;
         the deepest (no cap) wins ties and must be beaten by the hysteresis. A cap
         above this request's depth lets it ride there, up to `ridable` (its depth
         where it may not ride: `batch_ride` off, or the batch's tokens held it), as it
@@ -168,7 +192,7 @@ class BatchDepth:
         """
         costs = self._cost.relative_costs_in(bucket)
         deepest = min(load.deepest, len(costs) - 1, len(mates) - 1)
-        if deepest <= depth:
+        if deepest <= lowest:
             return None
         # At batch depth D it runs at min(D, ridable) and yields E[tokens | that depth].
         expected = state.estimator.profile().expected_tokens()
@@ -179,14 +203,17 @@ class BatchDepth:
 
         keep = (mates[deepest] + own(deepest)) / costs[deepest] * self._hold
         best, top = deepest, keep
-        for d in range(depth, deepest):
+        for d in range(lowest, deepest):
             value = (mates[d] + own(d)) / costs[d]
             if value > top:
                 best, top = d, value
         if best >= deepest:
             return None
         ride = min(best, ridable)
-        base = state.rides_at(decision, ride) if ride > depth else decision
+        if ride < depth:
+            base = state.held_at(decision, ride)
+        else:
+            base = state.rides_at(decision, ride) if ride > depth else decision
         return dataclasses.replace(
             base,
             batch_cap=best,

@@ -44,35 +44,73 @@ def _times(n: int, gains: tuple[float, ...]) -> list[float]:
 
 
 @pytest.mark.parametrize(
-    ("case", "k", "k_min", "mates", "own", "held"),
+    ("case", "k", "k_min", "mates", "deepest", "own", "held"),
     [
-        # (3 + g_d) / c_d at d = 0..3: 4.0, 3.22, 3.38, 3.27; at k: 2.60 x 1.1 = 2.86.
-        ("mates gain nothing from depth: the batch comes down", 4, 0, [3.0] * 5, CHAT, 0),
-        ("the same, bounded below by k_min", 4, 2, [3.0] * 5, CHAT, 2),
-        # 4 g_d / c_d: 8.20 at 3 beats 8.04 at 4, not 8.04 x 1.1 = 8.84.
+        # (3 + g_d) / c_d at d = 0..4: 4.0, 3.22, 3.38, 3.27, 2.60.
         (
-            "every request gains from depth: k holds by the hysteresis",
+            "mates at 0 gain nothing from depth: the newcomer stays at 0",
             4,
             0,
-            _times(3, DEEP),
-            DEEP,
-            4,
+            [3.0] * 5,
+            0,
+            CHAT,
+            0,
         ),
-        # (3 FLAT_d + CHAT_d) / c_d: 4.0, 3.57, 3.75, 3.64; at k: 2.87 x 1.1 = 3.16.
-        ("three tool calls in flight hold a chat newcomer at 0", 4, 0, _times(3, FLAT), CHAT, 0),
-        # 2 CHAT_d / c_d: 2.0, 2.42, 3.00, 3.22; at k: 2.68 x 1.1 = 2.95 (k = 4's jump).
-        ("a chat pair comes down from 4 to 3", 4, 0, _times(1, CHAT), CHAT, 3),
-        ("k = k_min: nothing to choose", 2, 2, [3.0] * 5, CHAT, 2),
+        ("the same, bounded below by k_min", 4, 2, [3.0] * 5, 0, CHAT, 2),
+        # At 4: 19.2 / 2.39 = 8.03; at 3: 14.8 / 1.80 = 8.22, over 1 + (4.8 - 3.7) / 19.2
+        # for what the newcomer gives up while the batch stays at 4: 7.78.
+        ("every request gains from depth: the batch stays at 4", 4, 0, _times(3, DEEP), 4, DEEP, 4),
+        # Mates at 3 (3 DEEP_d capped at 3): 14.8 / 1.80 = 8.22 at 3; 15.9 / 2.39 = 6.65 at 4.
+        (
+            "a newcomer does not raise a batch whose mates gain nothing from its depth",
+            4,
+            0,
+            [3.0, 5.85, 8.55, 11.1, 11.1],
+            3,
+            DEEP,
+            3,
+        ),
+        # Tool calls at 1 (3 FLAT_d capped at 1): 3.56 at 1; 5.91 / 1.60 = 3.69 at 2;
+        # 3.56 at 3; 2.81 at 4; 4.0 at 0, over 1 + (1.8 - 1) / 5.31: 3.48.
+        (
+            "three tool calls at 1: a chat newcomer raises the batch to 2",
+            4,
+            0,
+            [3.0, 3.51, 3.51, 3.51, 3.51],
+            1,
+            CHAT,
+            2,
+        ),
+        # Tool calls at 4: 6.86 / 2.39 = 2.87 at 4; over the shortfall's share, 3.64 / 1.044
+        # = 3.49 at 3, 3.75 / 1.117 = 3.36 at 2, 3.56 / 1.20 = 2.96 at 1, 4.0 / 1.32 = 3.03 at 0.
+        (
+            "three tool calls at 4: a chat newcomer comes down to 3, not to 0",
+            4,
+            0,
+            _times(3, FLAT),
+            4,
+            CHAT,
+            3,
+        ),
+        # 2 CHAT_d / c_d: 2.68 at 4; 3.22 / (1 + 0.3 / 6.4) = 3.08 at 3, 3.0 / 1.125 = 2.67 at 2.
+        ("a chat pair comes down from 4 to 3", 4, 0, _times(1, CHAT), 4, CHAT, 3),
+        ("k = k_min: nothing to choose", 2, 2, [3.0] * 5, 0, CHAT, 2),
     ],
 )
 def test_held_depth_maximises_the_batch_tokens_per_step_cost(
-    case: str, k: int, k_min: int, mates: list[float], own: tuple[float, ...], held: int
+    case: str,
+    k: int,
+    k_min: int,
+    mates: list[float],
+    deepest: int,
+    own: tuple[float, ...],
+    held: int,
 ) -> None:
-    assert _batch().held(k, k_min, mates, own, BUCKET) == held, case
+    assert _batch().held(k, k_min, mates, own, BUCKET, deepest) == held, case
 
 
 def test_held_depth_without_gains_or_costs_for_k_keeps_k() -> None:
-    assert _batch().held(4, 0, [3.0] * 5, (1.0, 1.5), BUCKET) == 4
+    assert _batch().held(4, 0, [3.0] * 5, (1.0, 1.5), BUCKET, 0) == 4
 
 
 @pytest.mark.parametrize(
