@@ -43,7 +43,7 @@ class BatchDepth:
 
     def __init__(self, cost: CostModel, hysteresis: float) -> None:
         self._cost = cost
-        #: A smaller depth for the batch must beat the class's k by the hysteresis.
+        #: A cut of the requests in flight must beat the batch's depth by the hysteresis.
         self._hold = 1.0 + hysteresis
 
     def fit(
