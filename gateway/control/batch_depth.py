@@ -61,10 +61,9 @@ class BatchDepth:
         depth = steady = k
         mates = load.mates
         if mates is not None and k > k_min and load.running > 0:
-            depth = self.held(k, k_min, mates, decision.gains, bucket, load.deepest)
-            # Where the batch would settle, were it to come down now: the least a cut
-            # of the requests in flight (`lower_for_batch`) goes to.
-            steady = self.held(k, k_min, mates, decision.gains, bucket, k_min)
+            depth, steady = self.held_and_settled(
+                k, k_min, mates, decision.gains, bucket, load.deepest
+            )
         if load.guarded:
             floored = self.floor(load, bucket, depth, k_min)
             if floored < depth:
@@ -127,19 +126,37 @@ class BatchDepth:
         it raises every request's step at once and stands on its value alone. Those
         in flight keep their k; the batch moves as they finish.
         """
+        return self.held_and_settled(k, k_min, mates, gains, bucket, deepest)[0]
+
+    def held_and_settled(
+        self,
+        k: int,
+        k_min: int,
+        mates: Sequence[float],
+        gains: Sequence[float],
+        bucket: int,
+        deepest: int,
+    ) -> tuple[int, int]:
+        """`held`'s depth, and where the batch would settle were it to come down now
+        (the same argmax without the shortfall, ties to the shallower depth): the
+        least a cut of the requests in flight (`lower_for_batch`) goes to. One pass:
+        this runs on the decision path."""
         costs = self._cost.relative_costs_in(bucket)
         if len(gains) <= k or len(costs) <= k:
-            return k
+            return k, k
         incumbent = min(max(deepest, k_min), k)
         now = mates[incumbent] + gains[incumbent]
         best, top = incumbent, now / costs[incumbent]
+        settled, peak = k_min, -1.0
         for d in range(k_min, k + 1):
             value = (mates[d] + gains[d]) / costs[d]
+            if value > peak:
+                settled, peak = d, value
             if d < incumbent:
                 value /= 1.0 + (gains[incumbent] - gains[d]) / now
             if value > top:
                 best, top = d, value
-        return best
+        return best, settled
 
     def floor(self, load: LoadSnapshot, bucket: int, k: int, k_min: int) -> int:
         """The deepest D <= k at which every guarded request in flight keeps its floor.
@@ -212,8 +229,10 @@ class BatchDepth:
         ride = min(best, ridable)
         if ride < depth:
             base = state.held_at(decision, ride)
+        elif ride > depth:
+            base = state.rides_at(decision, ride)
         else:
-            base = state.rides_at(decision, ride) if ride > depth else decision
+            base = decision
         return dataclasses.replace(
             base,
             batch_cap=best,
