@@ -36,6 +36,22 @@ class StepCosts:
     #: A step at depth 0 skips the drafter (`Profile.zero_skips_drafter`).
     zero_skips_drafter: bool = False
 
+    #: A depth-0 step whose requests may draft later (the step rule's votes held at 0),
+    #: where `spec[b][0]` is a step no request drafts in (`on_gateway`); None: as
+    #: `zero_skips_drafter` says (`engine._step`).
+    held_zero: tuple[float, ...] | None = None
+
+    def on_gateway(self) -> StepCosts:
+        """These costs as the gateway's engine pays them. Its steps in which no request
+        drafts, now or later, skip the drafter on either model runner
+        (`engine/vllm/draft_skip.py`), so where the profile's k = 0 still runs the
+        drafter's KV pass, such a step costs the step without a drafter; a step the step
+        rule holds at depth 0 keeps the pass (Model Runner V2), at the profile's k = 0."""
+        if self.zero_skips_drafter:
+            return self
+        spec = tuple((zero, *row[1:]) for zero, row in zip(self.no_spec, self.spec, strict=True))
+        return replace(self, spec=spec, held_zero=tuple(row[0] for row in self.spec))
+
     @classmethod
     def of(cls, profile: Profile, max_running: int) -> StepCosts:
         k_max = profile.max_k

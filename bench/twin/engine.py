@@ -240,8 +240,14 @@ def _step(
                 drafts = drafting * depth
         if not source.drafter:
             seconds = costs.no_spec[b]
-        elif depth == 0 and source.drafts_once_at_zero and costs.zero_skips_drafter:
-            seconds = costs.spec[b][1]
+        elif depth == 0 and source.drafts_once_at_zero:
+            # Its voters may draft later: where depth 0 skips the drafter the engine
+            # drafts one (verified by none), else the step keeps the drafter's KV pass.
+            held = costs.held_zero
+            if held is not None:
+                seconds = held[b]
+            else:
+                seconds = costs.spec[b][1 if costs.zero_skips_drafter else 0]
         else:
             seconds = costs.spec[b][depth]
     else:

@@ -17,7 +17,15 @@ from typing import Any
 from bench.twin.costs import StepCosts
 from bench.twin.engine import MAX_RUNNING, DepthSource, VirtualClock, simulate
 from bench.twin.metrics import settle_points, summarise
-from bench.twin.modes import ADAPTIVE, CONTROLLED, ORACLE, ModeContext, build, mode_names
+from bench.twin.modes import (
+    ADAPTIVE,
+    CONTROLLED,
+    GATEWAY_ENGINE,
+    ORACLE,
+    ModeContext,
+    build,
+    mode_names,
+)
 from bench.twin.modes.adaptive import AdaptiveControl
 from bench.twin.modes.oracle import choose, oracle
 from bench.twin.modes.trtllm import AcceptanceGate
@@ -157,9 +165,11 @@ def run_case(
     for s, seed in enumerate(seeds):
         # One jitter sequence per seed, the same for every mode (common random numbers).
         costs = median_costs.with_noise(case.step_noise, seed)
+        on_gateway = costs.on_gateway()
         requests = build_requests(workload, seed)
         check_classes(workload, requests)
-        goodput = steady_goodput(requests, median_costs, profile.max_k)
+        # Settling is read for the gateway's modes, on its engine's costs.
+        goodput = steady_goodput(requests, median_costs.on_gateway(), profile.max_k)
         for arrival in workload.arrivals:
             label = arrival.label
             times = arrival_times(arrival, len(requests), seed)
@@ -168,7 +178,8 @@ def run_case(
             for mode in chosen:
                 tick(f"{profile.name} {label} seed {seed} {mode}")
                 clock = VirtualClock()
-                ctx = ModeContext(profile, workload, costs, clock, seed)
+                engine_costs = on_gateway if mode in GATEWAY_ENGINE else costs
+                ctx = ModeContext(profile, workload, engine_costs, clock, seed)
                 source: DepthSource
                 if mode == ORACLE:
                     choice = choose(results)
@@ -180,7 +191,9 @@ def run_case(
                         }
                 else:
                     source = build(mode, ctx)
-                result = simulate(requests, source, costs, clock, times=times, clients=clients)
+                result = simulate(
+                    requests, source, engine_costs, clock, times=times, clients=clients
+                )
                 results[mode] = result
                 cell = out.cells.setdefault(label, {}).setdefault(seed, {})
                 cell[mode] = summarise(result, names)

@@ -32,10 +32,20 @@ subclasses): when one is absent or takes other parameters (`RUNNER_HOOKS`) the
 install returns False and nothing changes.
 
 Model Runner V2 (vLLM 0.33's CUDA default, `vllm/v1/worker/gpu/model_runner.py`)
-has no such check: its drafter runs its KV pass in every step and drafts
-`num_spec_tokens_to_schedule` (0 in a depth-0 step) for the whole batch
-(`TargetDependentARSpeculator.propose`). There the install returns False: k = 0
-steps cost the drafter's KV pass, and `VLLMEngine.draft_skip` says so.
+has no such check: its `sample_tokens` calls the speculator's `propose` in every step,
+which runs the drafter's KV pass over the step's tokens and then drafts
+`num_speculative_tokens` for the whole batch (`TargetDependentARSpeculator.propose`;
+at 0 it fills its draft buffer with -1 and returns it). vLLM keeps that pass in steps
+whose drafts go unused (its own `skip_drafts`: a prompt chunk still needs its drafter
+KV), and the gateway keeps it in a step the step rule holds at depth 0 (its voters may
+draft later). Only where no request of the step drafts in it or later, which the
+scheduler marks on the step (`DRAFTER_IDLE`), does this install's `propose` return
+that same -1 buffer without running the drafter: the k = 0 cost vLLM issue 49986
+measures (+6.6 %). The step keeps its spec-decode bookkeeping and the target's aux
+hidden-state capture (inside its CUDA graph). Only with one data-parallel rank, one
+pipeline stage, no prefill context parallelism and no adaptive verification
+(`v2_skip_allowed`): `propose` synchronises DP ranks, and adaptive verification reads
+each proposal's confidences.
 """
 
 from __future__ import annotations
@@ -52,9 +62,51 @@ RUNNER_HOOKS: dict[str, tuple[str, ...]] = {
 }
 
 
-def runner_supports_skip(runner: Any) -> bool:
-    """Whether `runner` has every hooked method with the parameters the wrappers expect."""
-    for name, params in RUNNER_HOOKS.items():
+#: `SchedulerOutput` attribute the gateway's scheduler sets on each step: no request
+#: of the step drafts in it or later (a plain dataclass: it travels to the workers).
+DRAFTER_IDLE = "specgw_drafter_idle"
+#: Model Runner V2: the runner method the skip wraps (and the parameter it reads), and
+#: the speculator's `propose` parameters it reads.
+V2_RUNNER_HOOKS: dict[str, tuple[str, ...]] = {"execute_model": ("scheduler_output",)}
+V2_PROPOSE_PARAMS: tuple[str, ...] = ("input_batch", "dummy_run", "num_speculative_tokens")
+
+
+def v2_skip_allowed(vllm_config: Any) -> bool:
+    """Whether a resolved config lets Model Runner V2 skip its drafter at depth 0 (see
+    the module's docstring; duck-typed, so the scheduler can ask without a runner)."""
+    parallel = getattr(vllm_config, "parallel_config", None)
+    spec = getattr(vllm_config, "speculative_config", None)
+    return (
+        int(getattr(parallel, "data_parallel_size", 1)) == 1
+        and int(getattr(parallel, "pipeline_parallel_size", 1)) == 1
+        and int(getattr(parallel, "prefill_context_parallel_size", 1)) == 1
+        and not getattr(spec, "enable_adaptive_verification", False)
+    )
+
+
+def v2_runner_supports_skip(runner: Any) -> bool:
+    """Whether `runner` is a Model Runner V2 whose drafter the skip can wrap."""
+    speculator = getattr(runner, "speculator", None)
+    if speculator is None or getattr(speculator, "draft_tokens", None) is None:
+        return False
+    if getattr(runner, "pcp_manager", None) is not None:
+        return False
+    if getattr(runner, "adaptive_verification", None) is not None:
+        return False
+    if not v2_skip_allowed(getattr(runner, "vllm_config", None)):
+        return False
+    if not _takes(runner, V2_RUNNER_HOOKS):
+        return False
+    try:
+        params = list(inspect.signature(speculator.propose).parameters)
+    except (AttributeError, TypeError, ValueError):
+        return False
+    return params[:1] == ["input_batch"] and set(V2_PROPOSE_PARAMS) <= set(params)
+
+
+def _takes(runner: Any, hooks: dict[str, tuple[str, ...]]) -> bool:
+    """Whether `runner` has each hooked method, its parameters starting as expected."""
+    for name, params in hooks.items():
         method = getattr(runner, name, None)
         if method is None:
             return False
@@ -65,6 +117,12 @@ def runner_supports_skip(runner: Any) -> bool:
         if tuple(names[: len(params)]) != params:
             return False
     return True
+
+
+def runner_supports_skip(runner: Any) -> bool:
+    """Whether `runner` (the V1 runner) has every hooked method with the parameters the
+    wrappers expect."""
+    return _takes(runner, RUNNER_HOOKS)
 
 
 def _plain_step(runner: Any, spec_config: Any, aux: Any) -> Callable[..., Any]:
@@ -103,50 +161,87 @@ class DraftSkipExtension:
         if (
             runner is None
             or getattr(runner, "speculative_config", None) is None
-            or not runner_supports_skip(runner)
             or getattr(runner, "_specgw_draft_skip", False)
         ):
             return False
-        execute_model = runner.execute_model
-        sample_tokens = runner.sample_tokens
-        fits_in_drafter = runner._input_fits_in_drafter
-        step = {"depth": -1, "skipped": 0}
-        # Synchronous scheduling only: there each step's execute_model and sample_tokens
-        # run back to back, with nothing of the step left in flight for the next one.
-        plain_steps = not getattr(runner, "use_async_scheduling", True)
-        spec_config = runner.speculative_config
-        aux = _aux_capture(runner)
-
-        plain = _plain_step(runner, spec_config, aux)
-
-        def execute_with_depth(scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
-            step["depth"] = int(getattr(scheduler_output, "num_spec_tokens_to_schedule", -1))
-            if plain_steps and step["depth"] == 0:
-                step["skipped"] += 1  # the drafter does not run in a plain step
-                return plain(execute_model, scheduler_output, *args, **kwargs)
-            return execute_model(scheduler_output, *args, **kwargs)
-
-        def sample_with_depth(*args: Any, **kwargs: Any) -> Any:
-            if plain_steps and step["depth"] == 0:
-                return plain(sample_tokens, *args, **kwargs)
-            return sample_tokens(*args, **kwargs)
-
-        def fits_unless_depth_zero(common_attn_metadata: Any) -> bool:
-            if step["depth"] == 0:
-                step["skipped"] += 1
-                return False
-            return bool(fits_in_drafter(common_attn_metadata))
-
-        runner.execute_model = execute_with_depth
-        runner.sample_tokens = sample_with_depth
-        runner._input_fits_in_drafter = fits_unless_depth_zero
-        runner._specgw_draft_skip = step
-        return True
+        if runner_supports_skip(runner):
+            return _install_v1(runner)
+        if v2_runner_supports_skip(runner):
+            return _install_v2(runner)
+        return False
 
     def specgw_draft_skips(self) -> int:
         """Steps in which the drafter was skipped so far (tests read this)."""
         step = getattr(getattr(self, "model_runner", None), "_specgw_draft_skip", None)
         return int(step["skipped"]) if isinstance(step, dict) else 0
+
+
+def _install_v1(runner: Any) -> bool:
+    """The V1 runner's skip (the module's docstring)."""
+    execute_model = runner.execute_model
+    sample_tokens = runner.sample_tokens
+    fits_in_drafter = runner._input_fits_in_drafter
+    step = {"depth": -1, "skipped": 0}
+    # Synchronous scheduling only: there each step's execute_model and sample_tokens
+    # run back to back, with nothing of the step left in flight for the next one.
+    plain_steps = not getattr(runner, "use_async_scheduling", True)
+    spec_config = runner.speculative_config
+    aux = _aux_capture(runner)
+
+    plain = _plain_step(runner, spec_config, aux)
+
+    def execute_with_depth(scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
+        step["depth"] = int(getattr(scheduler_output, "num_spec_tokens_to_schedule", -1))
+        if plain_steps and step["depth"] == 0:
+            step["skipped"] += 1  # the drafter does not run in a plain step
+            return plain(execute_model, scheduler_output, *args, **kwargs)
+        return execute_model(scheduler_output, *args, **kwargs)
+
+    def sample_with_depth(*args: Any, **kwargs: Any) -> Any:
+        if plain_steps and step["depth"] == 0:
+            return plain(sample_tokens, *args, **kwargs)
+        return sample_tokens(*args, **kwargs)
+
+    def fits_unless_depth_zero(common_attn_metadata: Any) -> bool:
+        if step["depth"] == 0:
+            step["skipped"] += 1
+            return False
+        return bool(fits_in_drafter(common_attn_metadata))
+
+    runner.execute_model = execute_with_depth
+    runner.sample_tokens = sample_with_depth
+    runner._input_fits_in_drafter = fits_unless_depth_zero
+    runner._specgw_draft_skip = step
+    return True
+
+
+def _install_v2(runner: Any) -> bool:
+    """Model Runner V2's skip (the module's docstring): `propose` in a step marked
+    `DRAFTER_IDLE` returns what it returns for zero drafts, without running the drafter."""
+    execute_model = runner.execute_model
+    speculator = runner.speculator
+    propose = speculator.propose
+    step = {"idle": False, "skipped": 0}
+
+    def execute_noting_idle(scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
+        # `sample_tokens` (which proposes) follows its step's `execute_model` before the
+        # next one: V2 hands the step over in one `execute_model_state`.
+        idle = getattr(scheduler_output, DRAFTER_IDLE, False) is True
+        step["idle"] = idle and not kwargs.get("dummy_run", False)
+        return execute_model(scheduler_output, *args, **kwargs)
+
+    def propose_unless_idle(input_batch: Any, *args: Any, **kwargs: Any) -> Any:
+        if not step["idle"] or kwargs.get("dummy_run", False):
+            return propose(input_batch, *args, **kwargs)
+        step["skipped"] += 1
+        drafts = speculator.draft_tokens[: input_batch.num_reqs]
+        drafts.fill_(-1)  # as `propose` itself returns zero drafts
+        return drafts
+
+    runner.execute_model = execute_noting_idle
+    speculator.propose = propose_unless_idle
+    runner._specgw_draft_skip = step
+    return True
 
 
 def _aux_capture(runner: Any) -> tuple[Any, tuple[int, ...]] | None:

@@ -111,7 +111,7 @@ class VLLMEngine:
                     installed = await llm.collective_rpc("specgw_install_draft_skip")
                     engine.draft_skip = bool(installed) and all(installed)
                     if not engine.draft_skip:
-                        # Model Runner V2 (CUDA): k = 0 steps still run the drafter's KV pass.
+                        # k = 0 steps still run the drafter's KV pass (`v2_skip_allowed`).
                         log.info("drafter skip at depth 0 unavailable on this model runner")
                 await engine._warm_up()
                 engine._ready = True

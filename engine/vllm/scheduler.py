@@ -74,6 +74,7 @@ from vllm.v1.request import Request
 
 from engine.interface import SPEC_CAP_ARG, SPEC_DEPTH_ARG, depth_arg
 from engine.vllm.batch_depth import DepthRule, rule_for
+from engine.vllm.draft_skip import DRAFTER_IDLE
 from engine.vllm.step_clock import StepClock
 from engine.vllm.step_votes import StepVotes
 
@@ -248,6 +249,9 @@ class _DepthCap(StepVotes):
             # would skip (`engine.vllm.draft_skip`): draft once, verify none.
             depth = 1
         scheduler_output.num_spec_tokens_to_schedule = depth
+        # No request of the step drafts in it or later (a depth only goes down): Model
+        # Runner V2 may skip the drafter's KV pass (`engine.vllm.draft_skip`).
+        setattr(scheduler_output, DRAFTER_IDLE, not any(self._depth(r) for r in scheduled))
         self._specgw_step = depth
         if rule.is_mixed(wanted):
             self.specgw_mixed_steps += 1

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from bench.twin.costs import StepCosts
 from bench.twin.engine import MAX_RUNNING, VirtualClock, simulate
-from bench.twin.modes import ADAPTIVE_STEP, ADAPTIVE_STEP_FREE, NOSPEC, static_modes
+from bench.twin.modes import ADAPTIVE_STEP, ADAPTIVE_STEP_FREE, NOSPEC, ORACLE, static_modes
 from bench.twin.modes.adaptive import Trace
 from bench.twin.modes.adaptive_step import AdaptiveStep
 from bench.twin.requests import build_requests
@@ -88,3 +88,22 @@ def test_a_request_alone_in_its_steps_verifies_what_it_asked_for() -> None:
     assert len({r.k for r in result.records}) > 1
     for r in result.records:
         assert r.draft_tokens == r.k * r.verify_steps
+
+
+def test_the_gateways_modes_run_on_its_engine_the_others_on_the_profiles() -> None:
+    """Where nothing gains from drafting, the oracle puts every class at k = 0; on the
+    gateway's engine (`StepCosts.on_gateway`: no request drafts, so the drafter is
+    skipped) that runs exactly as an engine without a drafter, while the profile's own
+    static k = 0 pays the drafter's KV pass in every step."""
+    profile = load_profile(FIXTURES / "profile_small.json")
+    workload = scaled(load_workload(FIXTURES / "workload_small.json"), 60)
+    hopeless = {
+        name: spec.model_copy(update={"acceptance": [0.0] * len(spec.acceptance)})
+        for name, spec in workload.classes.items()
+    }
+    workload = workload.model_copy(update={"classes": hopeless})
+    run = run_case(Case(profile, workload), [SEED], modes=[*static_modes(profile.max_k), ORACLE])
+    for label, seeds in run.cells.items():
+        cell = seeds[SEED]
+        assert cell[ORACLE]["tokens_per_s"] == cell[NOSPEC]["tokens_per_s"], label
+        assert cell["static-k0"]["tokens_per_s"] < cell[NOSPEC]["tokens_per_s"], label

@@ -290,6 +290,30 @@ class _HeldAtZero(Static):
         self.fixed_depths = False
 
 
+def test_on_the_gateways_engine_a_step_no_request_drafts_in_costs_no_drafter() -> None:
+    """`StepCosts.on_gateway`: the profile's k = 0 (11 ms at batch 1) runs the drafter's
+    KV pass; the gateway skips it where no request drafts now or later, so such a step
+    costs the no-drafter step (10 ms), and with it a run of k = 0 requests what an
+    engine without a drafter takes. A step the step rule holds at 0 keeps the pass
+    (11 ms). A profile whose k = 0 already skips is the gateway's as it is."""
+    gateway = COSTS.on_gateway()
+    assert [row[0] for row in gateway.spec] == list(COSTS.no_spec)
+    assert [row[1:] for row in gateway.spec] == [row[1:] for row in COSTS.spec]
+    assert gateway.held_zero == tuple(row[0] for row in COSTS.spec)
+    skipping = replace(COSTS, zero_skips_drafter=True)
+    assert skipping.on_gateway() is skipping
+
+    one = _request(0, [0, 3, 3])
+    plain = simulate([one], NoSpec(), COSTS, VirtualClock())
+    zero = simulate([one], PerRequestDepths(lambda _: 0), gateway, VirtualClock())
+    assert zero.makespan_s == pytest.approx(plain.makespan_s)  # 1 ms of prefill + 2 x 10 ms
+    assert zero.makespan_s == pytest.approx((1.0 + 2 * 10.0) / 1000)
+    vllm = simulate([one], PerRequestDepths(lambda _: 0), COSTS, VirtualClock())
+    assert vllm.makespan_s == pytest.approx((1.0 + 2 * 11.0) / 1000)
+    held = simulate([one], _HeldAtZero(), gateway, VirtualClock())
+    assert held.makespan_s == pytest.approx((10 * 0.15 + 2 * 11.0) / 1000)
+
+
 @pytest.mark.parametrize(("skips", "step_ms"), [(True, 13.0), (False, 11.0)])
 def test_a_step_rule_step_at_depth_0_drafts_one_where_depth_0_skips_the_drafter(
     skips: bool, step_ms: float

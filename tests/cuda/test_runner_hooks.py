@@ -8,14 +8,23 @@ wrap methods only, and their install must work on the real classes.
 
 from __future__ import annotations
 
+import functools
 import inspect
+from types import SimpleNamespace
 from typing import Any
 
+import torch
 from vllm.v1.worker.gpu.model_runner import GPUModelRunner as RunnerV2
+from vllm.v1.worker.gpu.spec_decode.eagle.speculator import EagleSpeculator as Speculator
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner as RunnerV1
 
 from engine.vllm.compat import resolve
-from engine.vllm.draft_skip import DraftSkipExtension, runner_supports_skip
+from engine.vllm.draft_skip import (
+    DRAFTER_IDLE,
+    DraftSkipExtension,
+    runner_supports_skip,
+    v2_runner_supports_skip,
+)
 from engine.vllm.worker import SpecGatewayWorker
 
 
@@ -44,13 +53,117 @@ def test_v1_runner_takes_the_depth_zero_skip() -> None:
     assert list(wrapped.parameters) == ["common_attn_metadata"]
 
 
-def test_v2_runner_has_no_skip_hook_so_none_is_installed() -> None:
-    """Model Runner V2 runs the drafter's KV pass in every step: the skip stays off, and
+def _v2_runner(**config: Any) -> tuple[Any, Any, list[dict[str, Any]]]:
+    """A bare V2 runner with a bare EAGLE speculator whose real methods are stood in for
+    by recorders of the same signatures (no GPU: the real ones would launch kernels)."""
+    speculator = object.__new__(Speculator)
+    speculator.draft_tokens = torch.arange(12, dtype=torch.int64).reshape(4, 3)
+    calls: list[dict[str, Any]] = []
+
+    @functools.wraps(Speculator.propose.__get__(speculator))
+    def propose(*args: Any, **kwargs: Any) -> str:
+        calls.append({"propose": kwargs.get("num_speculative_tokens")})
+        return "drafted"
+
+    @functools.wraps(RunnerV2.execute_model.__get__(object.__new__(RunnerV2)))
+    def execute_model(*args: Any, **kwargs: Any) -> None:
+        calls.append({"execute": args[0].num_spec_tokens_to_schedule})
+
+    speculator.propose = propose
+    parallel = SimpleNamespace(
+        data_parallel_size=1, pipeline_parallel_size=1, prefill_context_parallel_size=1
+    )
+    for name, value in config.items():
+        setattr(parallel, name, value)
+    runner = _bare(
+        RunnerV2,
+        speculative_config=object(),
+        speculator=speculator,
+        pcp_manager=None,
+        adaptive_verification=None,
+        vllm_config=SimpleNamespace(parallel_config=parallel, speculative_config=None),
+        execute_model=execute_model,
+    )
+    return runner, speculator, calls
+
+
+def _step(runner: Any, speculator: Any, depth: int, idle: bool, **kwargs: Any) -> Any:
+    """One step as V2 runs it: `execute_model`, then `sample_tokens`' call to `propose`."""
+    output = SimpleNamespace(num_spec_tokens_to_schedule=depth)
+    setattr(output, DRAFTER_IDLE, idle)
+    runner.execute_model(output)
+    batch = SimpleNamespace(num_reqs=2)
+    return speculator.propose(batch, num_speculative_tokens=depth, **kwargs)
+
+
+def test_v2_runner_skips_its_drafter_where_no_request_drafts() -> None:
+    """In a step the scheduler marks `DRAFTER_IDLE`, `propose` returns what V2's own
+    returns for zero drafts (its draft buffer's rows, all -1) without running the
+    drafter; a depth-0 step not so marked (voters held at 0), any other depth and a
+    dummy run run the drafter as before."""
+    runner, speculator, calls = _v2_runner()
+    assert v2_runner_supports_skip(runner)
+    worker = _Worker(runner)
+    assert worker.specgw_install_draft_skip() is True
+    assert worker.specgw_install_draft_skip() is False  # once per runner
+
+    assert _step(runner, speculator, 3, idle=False) == "drafted"
+    drafts = _step(runner, speculator, 0, idle=True)
+    assert drafts.tolist() == [[-1, -1, -1], [-1, -1, -1]]
+    assert speculator.draft_tokens[2:].tolist() == [[6, 7, 8], [9, 10, 11]]  # rows beyond
+    assert _step(runner, speculator, 0, idle=False) == "drafted"  # held: KV pass stays
+    assert _step(runner, speculator, 0, idle=True, dummy_run=True) == "drafted"
+    assert _step(runner, speculator, 1, idle=False) == "drafted"
+    assert worker.specgw_draft_skips() == 1
+    assert calls == [
+        {"execute": 3},
+        {"propose": 3},
+        {"execute": 0},
+        {"execute": 0},
+        {"propose": 0},
+        {"execute": 0},
+        {"propose": 0},
+        {"execute": 1},
+        {"propose": 1},
+    ]
+
+
+def test_v2_runner_keeps_its_drafter_where_the_config_needs_it() -> None:
+    """Data or pipeline parallel ranks, prefill context parallelism and adaptive
+    verification need every step's proposal (`draft_skip.v2_skip_allowed`): no skip, and
     the engine reports it (`VLLMEngine.draft_skip`), never a half-installed wrapper."""
-    runner = _bare(RunnerV2, speculative_config=object())
-    assert not runner_supports_skip(runner)
+    for config in (
+        {"data_parallel_size": 2},
+        {"pipeline_parallel_size": 2},
+        {"prefill_context_parallel_size": 2},
+    ):
+        runner, _, _ = _v2_runner(**config)
+        assert _Worker(runner).specgw_install_draft_skip() is False, config
+        assert not hasattr(runner, "_specgw_draft_skip")
+    runner, _, _ = _v2_runner()
+    runner.adaptive_verification = object()
     assert _Worker(runner).specgw_install_draft_skip() is False
-    assert not hasattr(runner, "_specgw_draft_skip")
+    runner, _, _ = _v2_runner()
+    runner.speculator = None  # a pipeline stage before the last has no speculator
+    assert _Worker(runner).specgw_install_draft_skip() is False
+
+
+def test_v2_skip_rests_on_what_its_runner_does_with_zero_drafts() -> None:
+    """What the V2 skip relies on, read in vLLM 0.33: the step's depth reaches `propose`
+    after vLLM's own `skip_drafts` has zeroed it (so the scheduler's depth must be read at
+    `execute_model`), `propose` at depth 0 still runs the drafter's prefill and returns
+    its -1-filled buffer, and `sample_tokens` uses no draft beyond the step's depth."""
+    execute = inspect.getsource(RunnerV2.execute_model)
+    assert "0 if skip_drafts else scheduler_output.num_spec_tokens_to_schedule" in execute
+    assert "self.execute_model_state = ExecuteModelState(" in execute
+    sample = inspect.getsource(RunnerV2.sample_tokens)
+    assert "self.speculator.propose(" in sample
+    assert "num_speculative_tokens=num_spec_tokens" in sample
+    assert "draft_tokens[:, :num_spec_tokens]" in sample
+    propose = inspect.getsource(Speculator.propose)
+    assert "skip_sample=num_speculative_tokens == 0" in propose
+    assert "self.draft_tokens[:num_reqs].fill_(-1)" in propose
+    assert "return self.draft_tokens[:num_reqs]" in propose
 
 
 def test_v2_passes_the_steps_depth_to_its_drafter() -> None:

@@ -5,6 +5,7 @@ requests is never cut in place."""
 
 from __future__ import annotations
 
+import pickle
 from typing import Any
 
 import pytest
@@ -20,6 +21,7 @@ from vllm.v1.structured_output import StructuredOutputManager
 from engine.interface import SPEC_DEPTH_ARG
 from engine.step_rule import SPEC_COSTS_ARG, SPEC_VOTE_ARG, StepCostTable, StepVote, vote_step_depth
 from engine.vllm.batch_depth import POLICY_OVERRIDE_KEY, BatchDepthPolicy
+from engine.vllm.draft_skip import DRAFTER_IDLE
 from engine.vllm.scheduler import AsyncSpecDepthScheduler, AutoSpecDepthScheduler
 from tools.model.testing_models import TinyModels
 
@@ -65,9 +67,12 @@ def _request(rid: str, k: int) -> Request:
     return Request(rid, list(range(10, 30)), params, None)
 
 
-def _step(sched: Any) -> dict[str, int]:
-    """One async step: schedule, the drafts come back in the output, accept them all."""
+def _step(sched: Any, outputs: list[Any] | None = None) -> dict[str, int]:
+    """One async step: schedule, the drafts come back in the output, accept them all
+    (each step's `SchedulerOutput` appended to `outputs`)."""
     out = sched.schedule()
+    if outputs is not None:
+        outputs.append(out)
     drafts = {
         rid: len(out.scheduled_spec_decode_tokens.get(rid, [])) for rid in out.num_scheduled_tokens
     }
@@ -169,3 +174,32 @@ def test_voters_verify_the_step_rules_depth_among_the_captured_widths(tiny: Tiny
     steps = [_step(sched) for _ in range(3)]
     assert steps[-1] == {"a": 0, "b": 0, "weak": 0}
     assert set(sched.specgw_voted_steps) == {0, 2}
+
+
+def test_a_step_no_request_drafts_in_is_marked_for_the_drafter_skip(tiny: TinyModels) -> None:
+    """`DRAFTER_IDLE` (`engine.vllm.draft_skip`, Model Runner V2's skip): set on a step
+    only while every request in it has k = 0, which never rises; a drafting newcomer or
+    a voter the step rule holds at 0 keeps the drafter's KV pass. The mark is an
+    attribute of vLLM's `SchedulerOutput`, so it must survive the pickling that takes
+    the step to the workers."""
+    sched = _scheduler(tiny, "uniform")
+    for rid in ("a", "b"):
+        sched.add_request(_request(rid, 0))
+    outputs: list[Any] = []
+    for _ in range(3):
+        _step(sched, outputs)
+    sched.add_request(_request("drafts", 2))
+    for _ in range(2):
+        _step(sched, outputs)
+    idle = [getattr(out, DRAFTER_IDLE) for out in outputs]
+    assert idle == [True, True, True, False, False]
+    assert getattr(pickle.loads(pickle.dumps(outputs[0])), DRAFTER_IDLE) is True
+
+    held = _scheduler(tiny, "uniform")
+    held.specgw_depth_rule = type(held.specgw_depth_rule)(BatchDepthPolicy.UNIFORM, K, (2, K))
+    costs = StepCostTable((1, 16), ((1.0, 1.04, 1.08, 1.10, 1.5),) * 2, ((), ()))
+    held.add_request(_voter("weak", StepVote((0.05,) * 4), costs))
+    outputs.clear()
+    steps = [_step(held, outputs) for _ in range(3)]
+    assert steps[-1] == {"weak": 0}  # held at 0: its drafter KV must stay whole
+    assert [getattr(out, DRAFTER_IDLE) for out in outputs] == [False] * 3
