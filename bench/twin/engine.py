@@ -37,7 +37,15 @@ from typing import Any, NamedTuple, Protocol
 from bench.twin.arrivals import Arrivals
 from bench.twin.costs import StepCosts
 from bench.twin.engine_fixed import simulate_fixed
-from bench.twin.live import Live, decode_at, decode_own, decode_uniform, outcome_of, record_of
+from bench.twin.live import (
+    Live,
+    decode_at,
+    decode_bounded,
+    decode_own,
+    decode_uniform,
+    outcome_of,
+    record_of,
+)
 from bench.twin.records import RequestRecord, RunResult
 from bench.twin.requests import TwinRequest
 from engine.interface import EngineStep, RequestOutcome
@@ -91,9 +99,21 @@ class DepthSource(Protocol):
     engine_wide: bool
     #: Wants `observe_step` with each step and `finish` with a full `RequestOutcome`.
     observes: bool
-    #: Engine-wide modes whose depth-0 steps still draft one where depth 0 skips the
-    #: drafter (`bench.twin.modes.static.EngineWide.drafts_once_at_zero`).
-    drafts_once_at_zero: bool
+
+    @property
+    def drafts_once_at_zero(self) -> bool:
+        """Engine-wide modes whose depth-0 steps still draft one where depth 0 skips the
+        drafter (`bench.twin.modes.static.EngineWide.drafts_once_at_zero`), read after
+        each `step_depth`."""
+        ...
+
+    #: Engine-wide modes some of whose requests verify no drafts whatever the step's depth
+    #: (`drafts`).
+    bounded: bool
+
+    def drafts(self, live: LiveRequest) -> bool:
+        """Bounded modes: whether a request verifies the step's depth (else none)."""
+        ...
 
     def arrive(self, request: TwinRequest, running: int, queued: int) -> Plan: ...
 
@@ -227,7 +247,10 @@ def _step(
     if b:
         if engine_wide:
             depth = source.step_depth(b, running)
-            drafts = b * depth
+            drafting = b
+            if source.bounded:
+                drafting = sum(1 for live in running if source.drafts(live))
+            drafts = drafting * depth
         else:
             drafting = 0
             for live in running:
@@ -241,7 +264,7 @@ def _step(
         if not source.drafter:
             seconds = costs.no_spec[b]
         elif depth == 0 and source.drafts_once_at_zero:
-            # Its voters may draft later: where depth 0 skips the drafter the engine
+            # Its requests may draft later: where depth 0 skips the drafter the engine
             # drafts one (verified by none), else the step keeps the drafter's KV pass.
             held = costs.held_zero
             if held is not None:
@@ -266,7 +289,10 @@ def _step(
     now = clock.now
     done: list[Live] = []
     if engine_wide:
-        accepted_sum = decode_at(running, depth, done)
+        if source.bounded:
+            accepted_sum = decode_bounded(running, depth, done, source.drafts)
+        else:
+            accepted_sum = decode_at(running, depth, done)
         if b:
             source.verified(b, depth, accepted_sum)
     elif costs.uniform:

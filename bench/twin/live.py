@@ -9,6 +9,7 @@ counts come (`outcome_of`, `record_of`); `decode_at`, `decode_own` and
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from bench.twin.records import RequestRecord
@@ -138,6 +139,21 @@ def decode_at(running: list[Live], k: int, done: list[Live]) -> int:
             pos = live.out
             done.append(live)
         live.pos = pos
+    return total
+
+
+def decode_bounded(
+    running: list[Live], depth: int, done: list[Live], drafts: Callable[[Live], bool]
+) -> int:
+    """`decode_at` where only the requests `drafts` names verify `depth`, the others none;
+    returns the drafts accepted in the step, summed."""
+    drafting = [live for live in running if drafts(live)]
+    if len(drafting) < len(running):
+        decode_at([live for live in running if not drafts(live)], 0, done)
+    total = decode_at(drafting, depth, done)
+    if done:  # `decode_at` appends in its own order: keep the batch's
+        order = {id(live): i for i, live in enumerate(running)}
+        done.sort(key=lambda live: order[id(live)])
     return total
 
 

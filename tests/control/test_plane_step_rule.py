@@ -66,6 +66,31 @@ def test_without_speculation_drops_the_vote() -> None:
     assert unserved.engine_k == 0
 
 
+def test_a_class_at_zero_sends_no_vote_so_its_steps_may_skip_the_drafter() -> None:
+    """A class whose own depth at its load is 0 runs at k = 0 without a vote, as with
+    per-request depths: a voter may draft later, so its steps keep the drafter's KV pass;
+    a probe of a deeper depth still votes."""
+    clock = Clock()
+    settings = ControllerSettings(
+        max_k=K, default_k=0, exploration_share=0.0, zero_probe_share=0.0, cost_probe_share=0.0
+    )
+    controller = Controller(settings, max_depth=K, rng=random.Random(0), clock=clock)
+    plane = ControlPlane(controller, overrides=lambda c, lbl: None, clock=clock, step_rule=True)
+    planned = plane.plan_chat(CHAT, 100, running=0)
+    assert planned.plan.decision is not None
+    assert not planned.plan.decision.explored
+    assert (planned.k, planned.engine_k, planned.step) == (0, 0, None)
+    probing = ControllerSettings(max_k=K, default_k=0, zero_probe_share=1.0)
+    controller = Controller(probing, max_depth=K, rng=random.Random(0), clock=clock)
+    plane = ControlPlane(controller, overrides=lambda c, lbl: None, clock=clock, step_rule=True)
+    probe = plane.plan_chat(CHAT, 100, running=0)
+    assert probe.plan.decision is not None
+    assert probe.plan.decision.explored
+    assert probe.step is not None
+    assert probe.step.vote.probe == probe.k > 0
+    assert probe.engine_k == K
+
+
 def test_off_by_default() -> None:
     planned = _plane(step_rule=False).plan_chat(CHAT, 100, running=0)
     assert planned.step is None

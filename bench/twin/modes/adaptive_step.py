@@ -14,15 +14,19 @@ the voters of the step, the newest step costs, whether newcomers enter, with the
 guard that no request loses by the depth (`GUARD`, `None` in `adaptive-step-free`).
 No hindsight: the rule reads only what the controller has learned.
 
-Every request drafts the step's depth (the drafter prefills every prompt: Model
-Runner V2 drafts the step's depth for the whole batch). Steps are filed in the cost
-model by the plane (`ControlPlane.observe_step`: a decode-only step of the requests
-in flight, each verifying the same d drafts, ran at d), as the gateway files them.
-A record's k (and its class's choice) is the depth the rule gives its class alone
-at its arrival's load: its vote, which settles as the controller learns; the steps
-it ran in follow the batch. A step whose voters the rule holds at depth 0 costs a
+Every voter verifies the step's depth; a request of a class whose own depth at its
+load is 0 sends no vote and verifies none (`ControlPlane._with_vote`), as with
+per-request depths (the drafter prefills every prompt: Model Runner V2 drafts the
+step's depth for the whole batch). Steps are filed in the cost model by the plane
+(`ControlPlane.observe_step`: a decode-only step of the requests in flight, each
+verifying the same d drafts, ran at d), as the gateway files them. A record's k (and
+its class's choice) is the depth the rule gives its class alone at its arrival's load:
+its vote, which settles as the controller learns; the steps it ran in follow the batch.
+A step whose voters the rule holds at depth 0 keeps their drafter KV: it costs a
 depth-1 step where the profile's depth 0 skips the drafter (the V1 runner: the engine
-drafts one, verified by none, to keep the drafter's KV whole; `drafts_once_at_zero`).
+drafts one, verified by none) and the profile's k = 0 elsewhere (Model Runner V2 runs
+the drafter's KV pass); a step without voters is one no request drafts in
+(`drafts_once_at_zero`, `StepCosts.on_gateway`).
 """
 
 from __future__ import annotations
@@ -44,7 +48,8 @@ class AdaptiveStep(AdaptiveControl):
     """Per-step depths from the engine's step rule on the plane's votes and costs."""
 
     engine_wide = True
-    drafts_once_at_zero = True
+    #: A request without a vote (its class's own depth is 0) verifies none.
+    bounded = True
 
     def __init__(
         self,
@@ -67,6 +72,17 @@ class AdaptiveStep(AdaptiveControl):
         self._newcomers = 0
         #: Each class's newest estimates, as the engine keeps them.
         self._estimates = Estimates()
+        #: Voters in the last step `step_depth` set.
+        self._voters = 0
+
+    @property
+    def drafts_once_at_zero(self) -> bool:  # type: ignore[override]
+        """A step held at 0 keeps its voters' drafter KV (they may draft later); a step of
+        requests without votes (k = 0 for life) is one no request drafts in."""
+        return self._voters > 0
+
+    def drafts(self, live: LiveRequest) -> bool:
+        return bool(live.plan.handle[1].step is not None)
 
     def arrive(self, request: TwinRequest, running: int, queued: int) -> Plan:
         plan = super().arrive(request, running, queued)
@@ -89,13 +105,14 @@ class AdaptiveStep(AdaptiveControl):
 
     def step_depth(self, batch: int, running: Sequence[LiveRequest] = ()) -> int:
         table = self._table
-        if table is None:
-            return max((live.plan.k for live in running), default=0)
         votes: list[StepVote] = []
         for live in running:
             step = live.plan.handle[1].step
             if step is not None:
                 votes.append(step.vote)
+        self._voters = len(votes)
+        if table is None:
+            return max((live.plan.k for live in running), default=0)
         newcomers = self._newcomers > 0
         if not self._same(table, batch, newcomers, votes):
             self._last = (table, batch, newcomers, votes)

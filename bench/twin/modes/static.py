@@ -34,9 +34,14 @@ class EngineWide:
     #: votes): where depth 0 skips the drafter (`StepCosts.zero_skips_drafter`) the
     #: engine then drafts one, verified by none, and the step costs depth 1.
     drafts_once_at_zero = False
+    #: Every request verifies the step's depth (`drafts`).
+    bounded = False
 
     def step_depth(self, batch: int, running: Sequence[LiveRequest] = ()) -> int:
         raise NotImplementedError
+
+    def drafts(self, live: LiveRequest) -> bool:
+        return True
 
     def arrive(self, request: TwinRequest, running: int, queued: int) -> Plan:
         return Plan(self.step_depth(running + 1))
