@@ -72,8 +72,8 @@ V2_PROPOSE_PARAMS: tuple[str, ...] = ("input_batch", "dummy_run", "num_speculati
 
 
 def v2_skip_allowed(vllm_config: Any) -> bool:
-    """Whether a resolved config lets Model Runner V2 skip its drafter at depth 0 (see
-    the module's docstring; duck-typed, so the scheduler can ask without a runner)."""
+    """Whether a resolved config lets Model Runner V2 skip its drafter in an idle step
+    (the module's docstring; duck-typed on vLLM's `VllmConfig`)."""
     parallel = getattr(vllm_config, "parallel_config", None)
     spec = getattr(vllm_config, "speculative_config", None)
     return (

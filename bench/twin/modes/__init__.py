@@ -65,9 +65,10 @@ def mode_names(max_k: int, extra: Sequence[str] = ()) -> list[str]:
     ]
 
 
-#: Modes of the gateway's own engine, which skips the drafter in depth-0 steps
-#: (`StepCosts.on_gateway`); the static depths and the baselines run on the profile's
-#: engine (vLLM's, whose k = 0 keeps the drafter's KV pass where the profile says so).
+#: Modes of the gateway's own engine, which skips the drafter in a step no request
+#: drafts in (`StepCosts.on_gateway`); the static depths and the baselines run on the
+#: profile's engine (vLLM's, whose k = 0 keeps the drafter's KV pass where the profile
+#: says so).
 GATEWAY_ENGINE = frozenset(
     {ADAPTIVE, ADAPTIVE_FLOOR, ADAPTIVE_STEP, ADAPTIVE_STEP_FREE, ORACLE, UPPER_BOUND}
 )
