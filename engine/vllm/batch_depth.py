@@ -79,7 +79,8 @@ class DepthRule:
     prefill_step_cap: int | None = None
     #: A depth-0 step skips the drafter (`engine.vllm.draft_skip`: the V1 runner), so a
     #: request that may draft later must not sit out a step at 0; Model Runner V2 runs
-    #: its drafter's KV pass in every step.
+    #: its drafter's KV pass in every step but one no request drafts in, now or later
+    #: (`draft_skip.DRAFTER_IDLE`).
     zero_skips_drafter: bool = True
 
     def step_depth(self, wanted: Iterable[int]) -> int:

@@ -170,7 +170,8 @@ def test_a_newcomer_brings_newer_estimates_for_the_voters_in_flight(
 def test_where_the_drafter_runs_at_depth_zero_anyway_a_zero_step_drafts_nothing(
     cls: type[Any], tiny: TinyModels
 ) -> None:
-    """Model Runner V2 runs its drafter's KV pass in every step: no draft is asked for."""
+    """Model Runner V2 runs its drafter's KV pass in a step with voters: no draft is
+    asked for."""
     sched = _scheduler(cls, tiny)
     sched.specgw_depth_rule = replace(sched.specgw_depth_rule, zero_skips_drafter=False)
     sched.add_request(_request("weak", K, WEAK, DEAR))
