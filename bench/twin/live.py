@@ -147,9 +147,12 @@ def decode_bounded(
 ) -> int:
     """`decode_at` where only the requests `drafts` names verify `depth`, the others none;
     returns the drafts accepted in the step, summed."""
-    drafting = [live for live in running if drafts(live)]
-    if len(drafting) < len(running):
-        decode_at([live for live in running if not drafts(live)], 0, done)
+    drafting: list[Live] = []
+    idle: list[Live] = []
+    for live in running:
+        (drafting if drafts(live) else idle).append(live)
+    if idle:
+        decode_at(idle, 0, done)
     total = decode_at(drafting, depth, done)
     if done:  # `decode_at` appends in its own order: keep the batch's
         order = {id(live): i for i, live in enumerate(running)}
@@ -176,14 +179,11 @@ def decode_own(running: list[Live], done: list[Live]) -> None:
 def decode_uniform(running: list[Live], depth: int, done: list[Live]) -> None:
     """`decode_own` under the uniform rule: each request with k > 0 verifies `depth`
     (the step's deepest k), each at k = 0 none (`engine/vllm/batch_depth.py`)."""
-    drafting = [live for live in running if live.k > 0]
-    if len(drafting) < len(running):
-        decode_at([live for live in running if live.k == 0], 0, done)
-    decode_at(drafting, depth, done)
-    # `decode_at` appends in its own order: keep the batch's (records and outcomes follow it).
-    if done:
-        order = {id(live): i for i, live in enumerate(running)}
-        done.sort(key=lambda live: order[id(live)])
+    decode_bounded(running, depth, done, _drafts_own)
+
+
+def _drafts_own(live: Live) -> bool:
+    return live.k > 0
 
 
 def record_of(live: Live, last_t: float) -> RequestRecord:

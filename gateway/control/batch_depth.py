@@ -61,9 +61,7 @@ class BatchDepth:
         depth = steady = k
         mates = load.mates
         if mates is not None and k > k_min and load.running > 0:
-            depth, steady = self.held_and_settled(
-                k, k_min, mates, decision.gains, bucket, load.deepest
-            )
+            depth, steady = self.held(k, k_min, mates, decision.gains, bucket, load.deepest)
         if load.guarded:
             floored = self.floor(load, bucket, depth, k_min)
             if floored < depth:
@@ -113,8 +111,9 @@ class BatchDepth:
         gains: Sequence[float],
         bucket: int,
         deepest: int,
-    ) -> int:
-        """The depth D in [k_min, k] with the most tokens per unit of step cost.
+    ) -> tuple[int, int]:
+        """The depth D in [k_min, k] with the most tokens per unit of step cost, and
+        where the batch would settle were it to come down now.
 
         At D the requests in flight yield `mates[D]` tokens a step and this one
         `gains[D]` (E[tokens | min(its k, D)]), in a step of relative cost c(D). The
@@ -125,22 +124,11 @@ class BatchDepth:
         the batch's tokens, (gains[I] - gains[D]) / (mates[I] + gains[I]). A D above
         it raises every request's step at once and stands on its value alone. Those
         in flight keep their k; the batch moves as they finish.
-        """
-        return self.held_and_settled(k, k_min, mates, gains, bucket, deepest)[0]
 
-    def held_and_settled(
-        self,
-        k: int,
-        k_min: int,
-        mates: Sequence[float],
-        gains: Sequence[float],
-        bucket: int,
-        deepest: int,
-    ) -> tuple[int, int]:
-        """`held`'s depth, and where the batch would settle were it to come down now
-        (the same argmax without the shortfall, ties to the shallower depth): the
-        least a cut of the requests in flight (`lower_for_batch`) goes to. One pass:
-        this runs on the decision path."""
+        The settling depth is the same argmax without the shortfall, ties to the
+        shallower depth: the least a cut of the requests in flight (`lower_for_batch`)
+        goes to. Both in one pass: this runs on the decision path.
+        """
         costs = self._cost.relative_costs_in(bucket)
         if len(gains) <= k or len(costs) <= k:
             return k, k

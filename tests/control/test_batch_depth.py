@@ -106,11 +106,11 @@ def test_held_depth_maximises_the_batch_tokens_per_step_cost(
     own: tuple[float, ...],
     held: int,
 ) -> None:
-    assert _batch().held(k, k_min, mates, own, BUCKET, deepest) == held, case
+    assert _batch().held(k, k_min, mates, own, BUCKET, deepest)[0] == held, case
 
 
 def test_held_depth_without_gains_or_costs_for_k_keeps_k() -> None:
-    assert _batch().held(4, 0, [3.0] * 5, (1.0, 1.5), BUCKET, 0) == 4
+    assert _batch().held(4, 0, [3.0] * 5, (1.0, 1.5), BUCKET, 0)[0] == 4
 
 
 @pytest.mark.parametrize(
