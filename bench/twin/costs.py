@@ -7,12 +7,15 @@ can meet is computed up front (`Profile.step_ms` for the formulas).
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from bench.twin.schema import Profile
 
+#: The resolution of a mixed step's share of k = 0 requests in `StepCosts.mixed`.
+MIXED_SHARES = 64
 #: Step-time multipliers drawn per run (`with_noise`); step i of a run reads entry
 #: i mod this, so every mode's i-th step gets the same jitter (common random numbers).
 NOISE_STEPS = 1 << 16
@@ -40,6 +43,16 @@ class StepCosts:
     #: where `spec[b][0]` is a step no request drafts in (`on_gateway`); None: as
     #: `zero_skips_drafter` says (`engine._step`).
     held_zero: tuple[float, ...] | None = None
+    #: `mixed[b][d][i]`: a step of b requests at depth d of which about i / MIXED_SHARES
+    #: are at k = 0 costs `spec[b][d]` times this (`Profile.mixed_step`); None: times 1.
+    mixed: tuple[tuple[tuple[float, ...], ...], ...] | None = None
+
+    def mixed_factor(self, batch: int, depth: int, zeros: int) -> float:
+        """The multiple of `spec[batch][depth]` a step with `zeros` requests at k = 0
+        beside drafting ones costs (1 where the profile does not price mixed steps)."""
+        if self.mixed is None or not 0 < zeros < batch or depth == 0:
+            return 1.0
+        return self.mixed[batch][depth][round(MIXED_SHARES * zeros / batch)]
 
     def on_gateway(self) -> StepCosts:
         """These costs as the gateway's engine pays them. Its steps in which no request
@@ -69,6 +82,7 @@ class StepCosts:
             tuple(profile.first_token_extra(k) / 1000.0 for k in range(k_max + 1)),
             uniform=profile.batch_depth == "uniform",
             zero_skips_drafter=profile.zero_skips_drafter,
+            mixed=None if profile.mixed_step is None else mixed_table(profile, max_running),
         )
 
     def with_noise(self, sigma: float, seed: int) -> StepCosts:
@@ -80,3 +94,41 @@ class StepCosts:
             return replace(self, noise=(1.0,))
         draws = np.random.default_rng([seed, 0x5157]).lognormal(0.0, sigma, NOISE_STEPS)
         return replace(self, noise=tuple(float(x) for x in draws))
+
+
+def mixed_table(profile: Profile, max_running: int) -> tuple[tuple[tuple[float, ...], ...], ...]:
+    """`StepCosts.mixed` from `Profile.mixed_step`: linear in share, then depth, then batch
+    between the measured points, the nearest measured value beyond them."""
+    assert profile.mixed_step is not None
+    ratio = profile.mixed_step.ratio
+    shares = np.arange(MIXED_SHARES + 1) / MIXED_SHARES
+    batches = sorted(ratio)
+    by_batch = []
+    for batch in batches:
+        depths = sorted(ratio[batch])
+        measured = np.stack(
+            [np.interp(shares, sorted(ratio[batch][d]), _values(ratio[batch][d])) for d in depths]
+        )
+        by_batch.append(np.stack([_along(d, depths, measured) for d in range(profile.max_k + 1)]))
+    grid = np.stack(by_batch)  # [measured batch, depth, share]
+    return tuple(
+        tuple(tuple(float(x) for x in row) for row in _along(b, batches, grid))
+        for b in range(max_running + 1)
+    )
+
+
+def _values(points: dict[float, float]) -> list[float]:
+    return [points[x] for x in sorted(points)]
+
+
+def _along(x: float, points: list[int], values: np.ndarray) -> np.ndarray:
+    """`values` (first axis: one entry per point) at x: linear between the neighbouring
+    points, the nearest point's beyond them."""
+    if x <= points[0] or x >= points[-1]:
+        nearest: np.ndarray = values[0 if x <= points[0] else -1]
+        return nearest
+    j = bisect.bisect_right(points, x)
+    a, b = points[j - 1], points[j]
+    w = (x - a) / (b - a)
+    between: np.ndarray = values[j - 1] * (1 - w) + values[j] * w
+    return between

@@ -17,10 +17,11 @@ drafter's where the depth source says the drafter prefills it; the first
 drafts of the newcomers run as one batched pass, so the step pays the largest
 first-token extra among them. Each decoding request at depth k_i <= D verifies
 k_i drafts (on a `uniform` profile D where k_i > 0, as CUDA's FULL decode graphs
-make it: `engine/vllm/batch_depth.py`) and accepts min(run, drafts) of them
-(`bench.twin.requests`), emitting accepted + 1 tokens, capped at the tokens it has
-left. A step with newcomers is reported with `prefill_requests > 0` (the cost model
-files no such step).
+make it: `engine/vllm/batch_depth.py`; there a step with k = 0 requests beside
+drafting ones costs `StepCosts.mixed_factor` times step(b, D)) and accepts
+min(run, drafts) of them (`bench.twin.requests`), emitting accepted + 1 tokens,
+capped at the tokens it has left. A step with newcomers is reported with
+`prefill_requests > 0` (the cost model files no such step).
 
 A mode is a `DepthSource`: the engine asks it for each request's depth at
 arrival, for one depth per step where the mode is engine-wide, and tells it of
@@ -244,10 +245,10 @@ def _step(
     depth = 0
     #: Drafts scheduled in the step (each request's own k where the depth is not shared).
     drafts = 0
+    drafting = b
     if b:
         if engine_wide:
             depth = source.step_depth(b, running)
-            drafting = b
             if source.bounded:
                 drafting = sum(1 for live in running if source.drafts(live))
             drafts = drafting * depth
@@ -272,7 +273,8 @@ def _step(
             else:
                 seconds = costs.spec[b][1 if costs.zero_skips_drafter else 0]
         else:
-            seconds = costs.spec[b][depth]
+            # k = 0 requests beside drafting ones: not one width, no FULL graph (`mixed`)
+            seconds = costs.spec[b][depth] * costs.mixed_factor(b, depth, b - drafting)
     else:
         seconds = 0.0
     if newcomers:

@@ -67,6 +67,38 @@ class PrefillCost(_Strict):
     drafter: float = Field(ge=0)
 
 
+class MixedStepCost(_Strict):
+    """What a step mixing k = 0 and drafting requests costs under `uniform` batch depth,
+    as a multiple of the uniform step at its depth: vLLM runs such a step PIECEWISE
+    (attention outside the graphs), and its k = 0 requests verify nothing, so it loses the
+    FULL graph and gains the rows it does not verify (`bench/twin/gpu_pieces.py`).
+
+    `ratio[batch][depth][share]`, share the fraction of the batch at k = 0; share 0 is the
+    limit of one k = 0 request in a large batch (the graph loss alone). Between measured
+    points linear in each of share, depth and batch; beyond them the nearest measured
+    value."""
+
+    source: str = Field(min_length=1)
+    ratio: dict[int, dict[int, dict[float, Annotated[float, Field(gt=0)]]]]
+
+    @field_validator("ratio")
+    @classmethod
+    def _grid(
+        cls, value: dict[int, dict[int, dict[float, float]]]
+    ) -> dict[int, dict[int, dict[float, float]]]:
+        if not value:
+            raise ValueError("needs at least one batch size")
+        for batch, depths in value.items():
+            if batch < 2 or not depths:
+                raise ValueError(f"batch {batch}: a mixed step needs batch >= 2 and depths")
+            for depth, shares in depths.items():
+                if not 1 <= depth <= MAX_DEPTH or not shares:
+                    raise ValueError(f"batch {batch}: depth {depth} needs 1..{MAX_DEPTH}, shares")
+                if any(not 0 <= share < 1 for share in shares):
+                    raise ValueError(f"batch {batch}, depth {depth}: shares must be in [0, 1)")
+        return value
+
+
 class Profile(_Strict):
     """A cost profile: step times by batch size and depth, prefill and first-token costs."""
 
@@ -91,7 +123,16 @@ class Profile(_Strict):
     #: depth-0 step still runs the drafter's KV pass (Model Runner V2, CUDA's default).
     #: The step rule's depth-0 steps then draft one (`engine/vllm/scheduler.py`).
     zero_skips_drafter: bool = False
+    #: The cost of a step mixing k = 0 and drafting requests (`uniform` profiles only);
+    #: None: the uniform step at its depth, as if every request verified it.
+    mixed_step: MixedStepCost | None = None
     notes: str = ""
+
+    @model_validator(mode="after")
+    def _mixed_needs_uniform(self) -> Profile:
+        if self.mixed_step is not None and self.batch_depth != "uniform":
+            raise ValueError("mixed_step prices uniform batch depth: set batch_depth uniform")
+        return self
 
     @field_validator("batch_stats")
     @classmethod
