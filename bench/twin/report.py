@@ -22,7 +22,9 @@ from bench.twin.modes import (
     NOSPEC,
     ORACLE,
     UPPER_BOUND,
+    static_modes,
 )
+from bench.twin.summary import CLASS_FLOOR
 
 INTRO = (
     "Simulation, not a measurement: the engine twin replays each workload in virtual "
@@ -137,6 +139,42 @@ def _ratios(arrivals: Mapping[str, Any]) -> list[str]:
     return _table(["ratio", *labels], [*rows, best, worst])
 
 
+TRADE_OFF_NOTE = (
+    "The two targets together: each mode's tokens/s over the best static depth · its worst "
+    "class's speed over that class's with no speculation (medians over seeds). A class "
+    "shares its batch's step time, so a class that gains less from drafting than the step "
+    "costs loses to no speculation at any depth its batch-mates gain from; where no row "
+    "reaches both (>= 1.00 · >= {floor:.2f}), the targets conflict in that cell for every "
+    "policy here, the clairvoyant one included."
+)
+
+
+def _trade_off(arrivals: Mapping[str, Any], max_k: int) -> list[str]:
+    labels = list(arrivals)
+    ran = {name.split("/")[0] for a in labels for name in arrivals[a]["ratios"]}
+    modes = [
+        m for m in (*static_modes(max_k), ADAPTIVE, ADAPTIVE_STEP, ORACLE, UPPER_BOUND) if m in ran
+    ]
+    rows: list[list[str]] = []
+    met: dict[str, list[str]] = {a: [] for a in labels}
+    for mode in modes:
+        row = [mode]
+        for a in labels:
+            ratios = arrivals[a]["ratios"]
+            best = ratios.get(f"{mode}/best-static", {}).get("median")
+            worst = 1.0 if mode == NOSPEC else ratios.get(f"worst-class:{mode}", {}).get("median")
+            row.append("-" if best is None else f"{_f(best)} · {_f(worst, 2)}")
+            if best is not None and worst is not None and best >= 1.0 and worst >= CLASS_FLOOR:
+                met[a].append(mode)
+        rows.append(row)
+    both = ["both met by", *(", ".join(met[a]) or "none" for a in labels)]
+    return [
+        TRADE_OFF_NOTE.format(floor=CLASS_FLOOR),
+        "",
+        *_table(["mode", *labels], [*rows, both]),
+    ]
+
+
 def _first_seed(by_seed: Mapping[str, Any]) -> Mapping[str, Any]:
     return next(iter(by_seed.values()), {})
 
@@ -194,6 +232,8 @@ def _profile(name: str, p: Mapping[str, Any]) -> list[str]:
         *_throughput(arrivals),
         "",
         *_ratios(arrivals),
+        "",
+        *_trade_off(arrivals, p["max_k"]),
         "",
         *_settle(arrivals),
         "",

@@ -85,7 +85,8 @@ def seed_ratios(modes: Mapping[str, Mapping[str, Any]], max_k: int) -> dict[str,
     tps = {m: f["tokens_per_s"] for m, f in modes.items()}
     best = tps[best_static(modes, max_k)]
     out: dict[str, float] = {}
-    for mode in (ADAPTIVE, ADAPTIVE_FLOOR, *STEP_MODES, ORACLE, UPPER_BOUND, *BASELINES):
+    every = (ADAPTIVE, ADAPTIVE_FLOOR, *STEP_MODES, ORACLE, UPPER_BOUND, *BASELINES)
+    for mode in (*every, *static_modes(max_k)):
         if mode in tps:
             out[f"{mode}/best-static"] = tps[mode] / best
     for mode in (ADAPTIVE, *STEP_MODES):

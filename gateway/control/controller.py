@@ -147,6 +147,11 @@ class Controller:
         (`CostModel.observe_step`): the cost model's evidence once the engine sends it."""
         self._cost.observe_step(batch, depth, seconds)
 
+    def observe_held_step(self, batch: int, seconds: float) -> None:
+        """One timed engine step the step rule held at depth 0 with voters in it
+        (`CostModel.observe_held_step`)."""
+        self._cost.observe_held_step(batch, seconds)
+
     def observe(
         self,
         cls: RequestClass,

@@ -23,6 +23,7 @@ from engine.interface import RequestOutcome
 from engine.step_rule import StepCostTable
 from gateway.control import cost_sharing
 from gateway.control.cost_first_token import FirstTokenPrices
+from gateway.control.cost_held import HeldSteps
 from gateway.control.cost_steps import (
     BUCKETS,
     MIXED_DEPTH,
@@ -85,6 +86,7 @@ class CostModel:
             step_forgetting,
         )
         self._first = FirstTokenPrices(max_k)
+        self._held = HeldSteps(step_forgetting)
         #: Per bucket: bumped when its costs move; cached decisions compare it.
         self._bucket_versions: dict[int, int] = {}
         #: Per bucket: the relative costs, then first-token costs, at the last bump.
@@ -129,6 +131,20 @@ class CostModel:
         if count and (count % STEPS_PER_REFRESH == 0 or bucket not in self._versioned):
             self._refresh(bucket)
 
+    def observe_held_step(self, batch: int, seconds: float) -> None:
+        """File one step the engine's step rule held at depth 0 with voters in it
+        (`gateway.control.cost_held`): not a depth-0 step, which the drafter skips."""
+        self._held.file(batch_bucket(batch), seconds)
+
+    def held_cost(self, bucket: int) -> float | None:
+        """A held step's cost over the bucket's step at depth 0 (at least 1), None
+        before the bucket has seen enough of them."""
+        held = self._held.mean(bucket)
+        if held is None:
+            return None
+        self._steps.relative_costs_in(bucket)  # caches the bucket's step at depth 0
+        return max(1.0, held / self._steps.step_zero(bucket))
+
     def calibrate_first_token(self, k: int, batch: int, seconds: float) -> None:
         """Record the measured seconds to the first token at depth k and this batch size."""
         if self._first.calibrate(k, batch_bucket(batch), seconds):
@@ -164,12 +180,18 @@ class CostModel:
 
     def step_table(self) -> StepCostTable:
         """Every bucket's relative decode costs and first-token prices, for the engine's
-        step-depth rule (`engine.step_rule`); rebuilt only when a bucket's version moves."""
-        versions = tuple(self._bucket_versions.get(b, 0) for b in BUCKETS)
+        step-depth rule (`engine.step_rule`); rebuilt only when a bucket's version or its
+        held steps' cost moves. Depth 0 there is what holding the step at 0 costs: the
+        held steps' cost where known (`gateway.control.cost_held`)."""
+        held = tuple(self.held_cost(b) for b in BUCKETS)
+        versions = (*(self._bucket_versions.get(b, 0) for b in BUCKETS), *_rounded(held))
         if self._table is None or self._table[0] != versions:
             table = StepCostTable(
                 BUCKETS,
-                tuple(self.relative_costs_in(b) for b in BUCKETS),
+                tuple(
+                    _holding(self.relative_costs_in(b), h)
+                    for b, h in zip(BUCKETS, held, strict=True)
+                ),
                 tuple(self.first_token(b) for b in BUCKETS),
             )
             self._table = (versions, table)
@@ -241,3 +263,13 @@ class CostModel:
         ):
             self._versioned[bucket] = costs
             self._bucket_versions[bucket] = self._bucket_versions.get(bucket, 0) + 1
+
+
+def _holding(relative: tuple[float, ...], held: float | None) -> tuple[float, ...]:
+    """A bucket's row for the step rule: depth 0 priced as a held step where known."""
+    return relative if held is None else (held, *relative[1:])
+
+
+def _rounded(held: tuple[float | None, ...]) -> tuple[int, ...]:
+    """Held costs in COST_TOLERANCE steps (-1: unknown), for the table's cache key."""
+    return tuple(-1 if h is None else round(h / COST_TOLERANCE) for h in held)

@@ -341,7 +341,8 @@ class ControlPlane:
 
     def _observe_voted_step(self, step: EngineStep) -> bool:
         """With the step rule the engine picks the depth: a decode-only step of the
-        requests in flight in which each verified the same d drafts ran at depth d."""
+        requests in flight in which each verified the same d drafts ran at depth d; at
+        d = 0 with voters in it, the rule held it there (`CostModel.observe_held_step`)."""
         depth = step.common_depth()
         if (
             depth is None
@@ -349,5 +350,9 @@ class ControlPlane:
             or step.decode_requests != self.batch.in_flight
         ):
             return False
-        self.controller.observe_step(step.decode_requests, depth, step.seconds)
+        if depth == 0 and self._voting:
+            # held at 0 for voters who may draft later: not a step the drafter skips
+            self.controller.observe_held_step(step.decode_requests, step.seconds)
+        else:
+            self.controller.observe_step(step.decode_requests, depth, step.seconds)
         return True

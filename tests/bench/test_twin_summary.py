@@ -46,6 +46,8 @@ def test_seed_ratios() -> None:
     assert r["adaptive/trtllm-threshold"] == pytest.approx(126 / 121)
     assert r["worst-class:adaptive"] == pytest.approx(0.98)
     assert r["worst-class:static-k2"] == pytest.approx(0.8)
+    assert r["nospec/best-static"] == pytest.approx(100 / 120)
+    assert r["static-k2/best-static"] == pytest.approx(110 / 120)
 
 
 def _cell(ratios: dict[str, float], settle: list[dict[str, Any]]) -> dict[str, Any]:
@@ -189,3 +191,10 @@ def test_report_renders_from_a_json_round_trip(tmp_path: Any) -> None:
     assert "| c4: adaptive / best static | 1.050 | >= 1.00 | pass |" in text
     assert "start / a" not in text
     assert "| p | c4 | 1.050 | 1.050 | 1.050 | 1.008 | 1.008 | 1.008 |" in text
+    # the trade-off: adaptive is ahead of the best static depth but its class b reads 0.98
+    # of no speculation; static k = 1 and the oracle meet both targets here
+    assert "| nospec | 0.833 · 1.00 |" in text
+    assert "| static-k1 | 1.000 · 1.10 |" in text
+    assert "| adaptive | 1.050 · 0.98 |" in text
+    assert "| both met by | static-k1, oracle |" in text
+    assert "| upper-bound |" not in text  # it did not run

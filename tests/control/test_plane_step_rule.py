@@ -10,6 +10,7 @@ import pytest
 from engine.interface import EngineStep
 from engine.step_rule import SPEC_COSTS_ARG, SPEC_VOTE_ARG
 from gateway.control.controller import Controller
+from gateway.control.cost_held import HELD_MIN_STEPS, HeldSteps
 from gateway.control.decision import ControlOverrides
 from gateway.control.plane import ControlPlane
 from gateway.control.settings import ControllerSettings
@@ -151,6 +152,51 @@ def test_an_engine_step_is_filed_at_the_depth_every_request_verified() -> None:
     assert not plane.observe_step(EngineStep(0.03, 3, 3 + 4))  # depths differ: not one d
     assert not plane.observe_step(EngineStep(0.03, 2, 2 * 3))  # not the batch in flight
     assert not plane.observe_step(EngineStep(0.03, 3, 9, prefill_requests=1))
+
+
+def test_a_step_held_at_zero_with_voters_is_filed_apart_and_prices_the_rules_hold() -> None:
+    """A depth-0 step with voters in it kept the drafter (a voter may draft later), so it
+    is not the step at k = 0 the classes decide on: it is filed apart, and the table the
+    engine's rule reads prices holding at 0 by it once the bucket has HELD_MIN_STEPS."""
+    plane = _plane()
+    voters = [plane.plan_chat(CHAT, 100, running=running) for running in range(3)]
+    assert all(v.step is not None for v in voters)
+    for v in voters:
+        v.enter()
+    model = plane.controller.cost_model
+    idle = model.relative_costs(4)
+    before = _filed(plane, 4)
+    for n in range(HELD_MIN_STEPS):
+        assert model.held_cost(4) is None, n
+        assert plane.observe_step(EngineStep(0.05, 3, 3))  # all verified 0: held
+    assert _filed(plane, 4) == before  # no depth of the bucket moved
+    assert model.relative_costs(4) == idle
+    held = model.held_cost(4)
+    assert held is not None
+    assert held == pytest.approx(0.05 / model._steps.step_zero(4))
+    assert model.step_table().costs(4, False) == (held, *idle[1:])
+    assert held > 1.0
+    # once no voter is in flight, a depth-0 step is the step the drafter skips
+    for v in voters:
+        v.finish(None)
+    quiet = plane.plan_chat(TOOLS, 100, running=0, unserved="logit_bias")
+    assert quiet.step is None
+    quiet.enter()
+    assert plane.observe_step(EngineStep(0.01, 1, 1))
+    assert _filed(plane, 1)[0] > 0
+
+
+def test_held_steps_keep_a_forgetting_mean_per_bucket() -> None:
+    steps = HeldSteps(forgetting=0.5)
+    for seconds in (1.0, 1.0, 1.0):
+        steps.file(8, seconds)
+    assert steps.mean(8) is None  # fewer than HELD_MIN_STEPS
+    steps.file(8, 3.0)
+    # weights 1/8, 1/4, 1/2, 1 on 1, 1, 1, 3
+    assert steps.mean(8) == pytest.approx((0.125 + 0.25 + 0.5 + 3.0) / 1.875)
+    steps.file(8, 0.0)  # not a time
+    assert steps.mean(8) == pytest.approx((0.125 + 0.25 + 0.5 + 3.0) / 1.875)
+    assert steps.mean(16) is None
 
 
 def test_a_voter_brings_the_newer_estimates_of_the_other_classes_in_flight() -> None:
