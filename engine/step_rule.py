@@ -62,9 +62,11 @@ def choose_step_depth(
     groups: Sequence[tuple[Sequence[float], int]],
     costs: Sequence[float],
     floor: float | None = 1.0,
+    riders: int = 0,
 ) -> StepDepth:
     """The step's depth for `groups` of (p_1..p_K, requests) at step costs `costs`
-    (c(B, d) for d = 0..K, any unit; only ratios matter). Module docstring."""
+    (c(B, d) for d = 0..K, any unit; only ratios matter), beside `riders` requests that
+    verify none at any depth (one token a step each, and no guard). Module docstring."""
     if not costs or costs[0] <= 0:
         raise ValueError("step costs need c(B, 0) > 0")
     max_depth = len(costs) - 1
@@ -72,13 +74,13 @@ def choose_step_depth(
     live = [(g, n) for g, (_, n) in zip(gains, groups, strict=True) if n > 0]
     if not live:
         return StepDepth(0, tuple(False for _ in groups), 0.0)
-    requests = sum(n for _, n in live)
+    requests = sum(n for _, n in live) + riders
     best, best_rate = 0, requests / costs[0]
     for d in range(1, max_depth + 1):
         cost = costs[d]
         if cost <= 0:
             continue
-        tokens = 0.0
+        tokens = float(riders)
         worst = float("inf")
         for group, n in live:
             tokens += n * group[d]
@@ -266,15 +268,17 @@ def vote_step_depth(
     allowed: Collection[int] | None = None,
     floor: float | None = 1.0,
     estimates: Estimates | None = None,
+    riders: int = 0,
 ) -> int:
     """The step's depth for the voters in it: `choose_step_depth` over their classes
     (votes with equal acceptance form one group) at the table's costs for `batch`.
 
     `allowed`: the depths the engine can run as one step (a FULL decode graph); the
-    others are never chosen. `estimates`: each voter read at its class's newest. A probe
-    runs the step at its depth only where its class is the whole step: in a mixed batch
-    every request would pay for it, and there the other classes' deeper votes already
-    try those positions.
+    others are never chosen. `estimates`: each voter read at its class's newest.
+    `riders`: the step's requests without a vote, which verify none at any depth but
+    pay the step's time (`choose_step_depth`). A probe runs the step at its depth only
+    where its class is the whole step: in a mixed batch every request would pay for it,
+    and there the other classes' deeper votes already try those positions.
     """
     if not votes:
         return 0
@@ -287,8 +291,8 @@ def vote_step_depth(
         p = vote.acceptance if estimates is None else estimates.current(vote)
         counts[p] = counts.get(p, 0) + 1
         probe = max(probe, vote.probe)
-    depth = choose_step_depth(list(counts.items()), costs, floor).depth
-    if len(counts) == 1 and probe > depth:
+    depth = choose_step_depth(list(counts.items()), costs, floor, riders).depth
+    if len(counts) == 1 and riders == 0 and probe > depth:
         max_depth = len(costs) - 1
         target = min(probe, max_depth)
         deeper = [d for d in range(target, max_depth + 1) if allowed is None or d in allowed]

@@ -47,6 +47,14 @@ class StepCosts:
     #: are at k = 0 costs `spec[b][d]` times this (`Profile.mixed_step`); None: times 1.
     mixed: tuple[tuple[tuple[float, ...], ...], ...] | None = None
 
+    @property
+    def idle_skips_drafter(self) -> bool:
+        """The gateway's engine on a profile whose k = 0 keeps the drafter's pass (Model
+        Runner V2, `on_gateway`): a step no request drafts in, now or later, skips the
+        drafter whole, its newcomers' drafter prefill included; any other step runs it
+        over every request in the step."""
+        return self.held_zero is not None
+
     def mixed_factor(self, batch: int, depth: int, zeros: int) -> float:
         """The multiple of `spec[batch][depth]` a step with `zeros` requests at k = 0
         beside drafting ones costs (1 where the profile does not price mixed steps)."""

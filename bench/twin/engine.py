@@ -157,7 +157,7 @@ def simulate(
     arrivals = Arrivals(requests, times, clients)
     # Under the uniform rule a request's drafts follow its batch-mates' depths.
     fixed = getattr(source, "fixed_depths", False) and not source.observes
-    if fixed and (source.engine_wide or not costs.uniform):
+    if fixed and (source.engine_wide or not costs.uniform) and not costs.idle_skips_drafter:
         return simulate_fixed(requests, source, costs, clock, arrivals, max_running, noise_start)
     waiting: deque[Live] = deque()
     running: list[Live] = []
@@ -226,6 +226,8 @@ def _admit(
         live.prefill_s = prompt * costs.prefill_target_s
         if source.prefills_drafter(live.k):
             live.prefill_s += prompt * costs.prefill_drafter_s
+        elif costs.idle_skips_drafter:
+            live.drafter_s = prompt * costs.prefill_drafter_s
         source.enter(live.plan)
         newcomers.append(live)
 
@@ -280,8 +282,17 @@ def _step(
     if newcomers:
         extra = 0.0
         first_extra = costs.first_extra_s
+        # The drafter runs in the step (its prefill of every newcomer with it) unless no
+        # request drafts in it, now or later: no running one, and no newcomer.
+        drafting_step = costs.idle_skips_drafter and (
+            (depth > 0 and drafting > 0)
+            or (engine_wide and b > 0 and source.drafts_once_at_zero)
+            or any(_drafts_later(source, live, engine_wide) for live in newcomers)
+        )
         for live in newcomers:
             seconds += live.prefill_s
+            if drafting_step:
+                seconds += live.drafter_s
             k = depth if engine_wide and b else live.k
             if k > 0 and first_extra[k] > extra:
                 extra = first_extra[k]
@@ -316,3 +327,11 @@ def _step(
         else:
             running.append(live)
     return done
+
+
+def _drafts_later(source: DepthSource, live: Live, engine_wide: bool) -> bool:
+    """Whether a newcomer may draft in its life: a voter of an engine-wide bounded mode,
+    every request of another engine-wide mode, else a request at k > 0."""
+    if engine_wide:
+        return source.drafts(live) if source.bounded else True
+    return live.k > 0

@@ -24,6 +24,7 @@ class Live:
     """One request in the engine (mutable, per run)."""
 
     __slots__ = (
+        "drafter_s",
         "enter_t",
         "first_t",
         "joint",
@@ -54,6 +55,9 @@ class Live:
         self.enter_t = start_t
         self.first_t = 0.0
         self.prefill_s = 0.0
+        #: Its drafter prefill where only a step some request drafts in pays it (the
+        #: gateway's engine skips the drafter in a step no request drafts in, now or later).
+        self.drafter_s = 0.0
         #: Decode steps by (drafts made, drafts accepted), at drafts * width + accepted:
         #: vLLM's per-request histogram and its per-step drafts, jointly (a step at k = 0
         #: counts at (0, 0)). The totals and per-position counts come from it

@@ -78,7 +78,8 @@ class StepVotes:
         return k
 
     def _vote_depth(self, scheduled: list[Request], newcomers: bool) -> int | None:
-        """The step rule's depth for the step's voters (None: none, or no costs yet)."""
+        """The step rule's depth for the step's voters (None: none, or no costs yet),
+        beside its requests at k = 0, which pay the step's time and verify none."""
         table = self.specgw_costs
         if table is None:
             return None
@@ -92,7 +93,14 @@ class StepVotes:
         rule = self.specgw_depth_rule
         allowed = rule.captured if rule.policy is BatchDepthPolicy.UNIFORM else None
         depth = vote_step_depth(
-            votes, table, len(scheduled), newcomers, allowed, GUARD, self.specgw_estimates
+            votes,
+            table,
+            len(scheduled),
+            newcomers,
+            allowed,
+            GUARD,
+            self.specgw_estimates,
+            sum(1 for request in scheduled if self._depth(request) == 0),
         )
         self.specgw_voted_steps[depth] = self.specgw_voted_steps.get(depth, 0) + 1
         return depth

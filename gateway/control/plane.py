@@ -215,16 +215,17 @@ class ControlPlane:
         """The plan with its class's vote for the engine's step rule: the class's live
         p_1..p_K, the plane's probe depth where it explores, bound by K and the flags.
 
-        A class whose own depth at its load is 0 (not probing) sends no vote and runs at
-        k = 0, as with per-request depths: a voter may draft in a later step, so every
-        step it is in keeps the drafter's KV pass, which a step of only k = 0 requests
-        skips (`engine/vllm/draft_skip.py`)."""
+        A request at k = 0 sends no vote and runs at k = 0, as with per-request depths,
+        whether its class's own depth at its load is 0 or it probes depth 0: a voter may
+        draft in a later step, so every step it is in keeps the drafter, which a step of
+        only k = 0 requests skips (`engine/vllm/draft_skip.py`); a probe of depth 0 is
+        there to time that step."""
         controller = self.controller
         decision = plan.decision
         acceptance = controller.acceptance_of(plan.class_id)
         if decision is None or not acceptance or (o is not None and not o.enabled):
             return plan
-        if decision.k == 0 and not decision.explored:
+        if decision.k == 0:
             return plan
         bound = controller.settings.max_k if o is None else min(o.k_max, controller.settings.max_k)
         if bound <= 0:

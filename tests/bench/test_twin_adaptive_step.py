@@ -77,14 +77,16 @@ def test_the_controller_learns_acceptance_from_the_steps_it_ran() -> None:
 def test_a_request_alone_in_its_steps_verifies_what_it_asked_for() -> None:
     """At c1 each step holds one request: it verifies the depth the rule gives its class
     alone, or a deeper probe of the plane's exploration (`vote_step_depth`'s probe rule,
-    `tests/engine/test_step_rule.py`), in every step."""
+    `tests/engine/test_step_rule.py`), in every step; a probe of depth 0 sends no vote
+    and verifies none (`ControlPlane._with_vote`)."""
     profile = load_profile(FIXTURES / "profile_small.json")
     workload = scaled(load_workload(FIXTURES / "workload_small.json"), 240)
     costs = StepCosts.of(profile, MAX_RUNNING)
     clock = VirtualClock()
     source = AdaptiveStep(workload, costs, clock, SEED)
     result = simulate(build_requests(workload, SEED), source, costs, clock, clients=1)
-    assert all(r.k >= r.chosen for r in result.records)
+    assert all(r.k >= r.chosen or r.k == 0 for r in result.records)
+    assert any(r.k >= r.chosen > 0 for r in result.records)
     assert len({r.k for r in result.records}) > 1
     for r in result.records:
         assert r.draft_tokens == r.k * r.verify_steps
@@ -110,4 +112,7 @@ def test_where_nothing_gains_from_drafting_the_gateways_engine_skips_the_drafter
         speed = {mode: cell["tokens_per_s"] for mode, cell in seeds[SEED].items()}
         assert speed[ORACLE] == speed[NOSPEC], label
         assert speed["static-k0"] < speed[NOSPEC], label
-        assert speed["static-k0"] < speed[ADAPTIVE_STEP] <= speed[NOSPEC], label
+        assert speed["static-k0"] < speed[ADAPTIVE_STEP], label
+        # At a Poisson rate a run whose early steps were slower batches more later and may
+        # end its tail sooner: within 0.01 % of no speculation, never above it by more.
+        assert speed[ADAPTIVE_STEP] <= speed[NOSPEC] * (1 + 1e-4), label

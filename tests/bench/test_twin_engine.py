@@ -103,6 +103,25 @@ def test_step_runs_at_the_deepest_request_and_each_accepts_at_its_own_k() -> Non
     assert by_index[1].accepted_tokens == 4
 
 
+def test_a_newcomer_at_zero_prefills_the_drafter_only_in_a_step_that_drafts() -> None:
+    """Model Runner V2 runs the drafter over every request of a step it runs in, so a
+    k = 0 newcomer entering beside one at k = 4 pays its drafter prefill (10 tokens at
+    0.05 ms); alone, in a step no request drafts in, the gateway's engine skips it."""
+    gateway = COSTS.on_gateway()
+    assert gateway.idle_skips_drafter
+    assert not COSTS.idle_skips_drafter
+    depths = {0: 0, 1: 4}
+    a = _request(0, [0, 4, 4], prompt=10)
+    b = _request(1, [0, 4, 4, 4], prompt=20)
+    source = PerRequestDepths(lambda r: depths[r.index])
+    together = simulate([a, b], source, gateway, VirtualClock(), clients=2)
+    prefill = 10 * 0.1 + 10 * 0.05 + 20 * 0.15 + 4.0
+    # then batch 2 at depth 4 (20 ms), then a alone at k = 0: the no-drafter step (10 ms)
+    assert together.makespan_s == pytest.approx((prefill + 20.0 + 10.0) / 1000)
+    alone = simulate([a], PerRequestDepths(lambda r: 0), gateway, VirtualClock())
+    assert alone.makespan_s == pytest.approx((10 * 0.1 + 2 * 10.0) / 1000)
+
+
 class _Capper(PerRequestDepths):
     """First request at k = 4; the second lowers the batch to 1 as it enters."""
 

@@ -92,6 +92,24 @@ def test_a_class_at_zero_sends_no_vote_so_its_steps_may_skip_the_drafter() -> No
     assert probe.engine_k == K
 
 
+def test_a_probe_of_depth_zero_sends_no_vote() -> None:
+    """A probe at k = 0 is there to time the step no request drafts in: a vote would
+    keep the drafter in every step it is in. Probes of deeper depths vote."""
+    clock = Clock()
+    settings = ControllerSettings(max_k=K, default_k=1, exploration_share=1.0)
+    controller = Controller(settings, max_depth=K, rng=random.Random(0), clock=clock)
+    plane = ControlPlane(controller, overrides=lambda c, lbl: None, clock=clock, step_rule=True)
+    seen = set()
+    for _ in range(40):
+        planned = plane.plan_chat(CHAT, 100, running=0)
+        decision = planned.plan.decision
+        assert decision is not None
+        if decision.explored:
+            seen.add(planned.k > 0)
+            assert (planned.step is not None) is (planned.k > 0)
+    assert seen == {False, True}
+
+
 def test_off_by_default() -> None:
     planned = _plane(step_rule=False).plan_chat(CHAT, 100, running=0)
     assert planned.step is None

@@ -30,6 +30,8 @@ from tools.model.testing_models import TinyModels
 CHEAP = StepCostTable((1, 64), ((1.0, 1.1, 1.2, 1.3, 1.4),) * 2, ((), ()))
 #: Each draft doubles the step: only a near-certain class gains from drafting.
 DEAR = StepCostTable((1, 64), ((1.0, 2.0, 3.0, 4.0, 5.0),) * 2, ((), ()))
+#: Each draft adds half a step.
+MID = StepCostTable((1, 64), ((1.0, 1.5, 2.0, 2.5, 3.0),) * 2, ((), ()))
 STRONG = StepVote((0.9, 0.85, 0.8, 0.75))
 WEAK = StepVote((0.1, 0.1, 0.1, 0.1))
 
@@ -93,6 +95,26 @@ def test_a_class_that_loses_by_drafting_holds_its_voters_at_zero(
     assert asked[1:] == [3] * 3  # the non-voter's k sets the drafting depth
     assert seen["plain"][2:] == [3] * 2
     assert seen["weak"] == [0] * 4  # per-request rule: voters verify none
+
+
+@pytest.mark.parametrize("cls", [SpecDepthScheduler, AsyncSpecDepthScheduler])
+def test_requests_at_zero_beside_a_voter_weigh_in_the_steps_depth(
+    cls: type[Any], tiny: TinyModels
+) -> None:
+    """A strong voter alone drafts 2 where each draft costs half a step; beside three
+    requests at k = 0, which would pay that step's time for nothing, the rule holds the
+    step at 0 (where depth 0 skips the drafter the step drafts one, verified by none)."""
+    alone = vote_step_depth([STRONG], MID, 1, False, None, GUARD)
+    assert alone == 2
+    assert vote_step_depth([STRONG], MID, 4, False, None, GUARD, None, 3) == 0
+    sched = _scheduler(cls, tiny)
+    sched.add_request(_request("strong", K, STRONG, MID))
+    for i in range(3):
+        sched.add_request(_request(f"zero{i}", 0))
+    seen, _ = _drafts(sched, 4)
+    assert seen["strong"][1:] == [0] * 3
+    assert all(seen[f"zero{i}"] == [0] * 4 for i in range(3))
+    assert sched.specgw_voted_steps.get(0, 0) >= 3
 
 
 @pytest.mark.parametrize("cls", [SpecDepthScheduler, AsyncSpecDepthScheduler])

@@ -200,6 +200,31 @@ def test_a_probe_sets_the_depth_only_where_its_class_is_the_whole_step() -> None
     assert vote_step_depth([StepVote(chat, probe=9)], table, 1, False) == 4  # clamped to K
 
 
+def test_riders_pay_the_steps_time_and_never_gain_from_it() -> None:
+    """Requests without a vote verify none at any depth: one token a step each. Alone a
+    strong voter drafts; beside enough riders the step's time outweighs its gain, and
+    the riders (who gain nothing by construction) do not trip the guard."""
+    costs = [1.0, 1.3, 1.6]
+    strong = ((0.9, 0.9), 1)
+    assert choose_step_depth([strong], costs).depth == 2
+    # d = 2: (1 + 0.9 + 0.81 + riders) / 1.6 against (1 + riders) / 1.0 at d = 0
+    assert choose_step_depth([strong], costs, riders=1).depth == 2  # 4.71 / 1.6 > 2
+    assert choose_step_depth([strong], costs, riders=4).depth == 0  # 6.71 / 1.6 < 5
+    counted = choose_step_depth([strong], costs, riders=1)
+    assert counted.rate == pytest.approx((1 + 0.9 + 0.81 + 1) / 1.6)
+    assert counted.drafts == (True,)
+    # the guard reads the voters only: with riders it still lets the voters draft
+    assert choose_step_depth([strong], costs, floor=1.0, riders=1).depth == 2
+
+
+def test_a_probe_does_not_set_the_depth_of_a_step_with_riders() -> None:
+    table = _table({64: (1.0, 2.0, 3.0, 4.0, 5.0)})
+    probe = StepVote((0.7, 0.3, 0.2, 0.1), probe=1)
+    assert vote_step_depth([probe], table, 1, False) == 1  # its class is the whole step
+    # 63 requests without a vote would pay a step twice as dear for its one draft
+    assert vote_step_depth([probe], table, 64, False, riders=63) == 0
+
+
 def test_estimates_keep_each_classes_newest_and_voters_read_them() -> None:
     table = _table({4: (1.0, 1.1, 1.2, 1.3, 1.4)})
     old = StepVote((0.9, 0.9, 0.9, 0.9), class_id="chat")

@@ -16,8 +16,9 @@ No hindsight: the rule reads only what the controller has learned.
 
 Every voter verifies the step's depth; a request of a class whose own depth at its
 load is 0 sends no vote and verifies none (`ControlPlane._with_vote`), as with
-per-request depths (the drafter prefills every prompt: Model Runner V2 drafts the
-step's depth for the whole batch). Steps are filed in the cost model by the plane
+per-request depths (the drafter prefills every prompt in a step it runs in: Model
+Runner V2 drafts the step's depth for the whole batch; on the gateway's engine a step
+without voters skips it, prefills included). Steps are filed in the cost model by the plane
 (`ControlPlane.observe_step`: a decode-only step of the requests in flight, each
 verifying the same d drafts, ran at d), as the gateway files them. A record's k (and
 its class's choice) is the depth the rule gives its class alone at its arrival's load:
@@ -63,6 +64,8 @@ class AdaptiveStep(AdaptiveControl):
         super().__init__(workload, costs, clock, seed, trace=trace, step_rule=True)
         self._guard = guard
         self._max_k = costs.max_k
+        #: The engine skips the drafter, prefills included, in a step without voters.
+        self._idle_skips = costs.idle_skips_drafter
         #: The newest step costs a request brought (the engine keeps the newest).
         self._table: StepCostTable | None = None
         #: The rule's last inputs (table, batch, newcomers, votes) and answer.
@@ -97,7 +100,9 @@ class AdaptiveStep(AdaptiveControl):
         return Plan(max(solo, min(step.vote.probe, self._max_k)), None, plan.handle, solo)
 
     def prefills_drafter(self, k: int) -> bool:
-        return True
+        # Model Runner V2 drafts over the whole step: where the gateway's engine skips
+        # the drafter in a step without voters, the engine prices that step by step.
+        return not self._idle_skips
 
     def enter(self, plan: Plan) -> None:
         super().enter(plan)
@@ -117,7 +122,14 @@ class AdaptiveStep(AdaptiveControl):
         if not self._same(table, batch, newcomers, votes):
             self._last = (table, batch, newcomers, votes)
             self._last_depth = vote_step_depth(
-                votes, table, batch, newcomers, None, self._guard, self._estimates
+                votes,
+                table,
+                batch,
+                newcomers,
+                None,
+                self._guard,
+                self._estimates,
+                batch - len(votes),
             )
         return self._last_depth
 
