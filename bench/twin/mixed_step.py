@@ -2,6 +2,7 @@
 
     python -m bench.twin.mixed_step bench/twin/measurements/mixed-depth-h100-llama8b.json \\
         bench/twin/profiles/measured-h100-llama8b-eagle3.json
+    python -m bench.twin.mixed_step MEASUREMENT --plot ratios.png   # the ratios as a figure
 
 `bench/twin/gpu_pieces.py` times, on a GPU, the step in which b0 of b requests verify nothing
 beside b - b0 verifying k drafts, run PIECEWISE as vLLM runs such a step, against the uniform
@@ -39,13 +40,53 @@ def mixed_step_of(measurement: dict[str, Any], path: str) -> dict[str, Any]:
     }
 
 
+def plot(measurement: dict[str, Any], title: str, path: Path) -> None:
+    """The measurement's ratios to the uniform step at D, by share of the batch at k = 0:
+    one panel per D, one line per batch size (the piecewise step; share 0: the graph loss)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = measurement["rows"]
+    depths = sorted({r["k"] for r in rows})
+    fig, axes = plt.subplots(1, len(depths), figsize=(5 * len(depths), 4), sharey=True)
+    for ax, depth in zip(axes if len(depths) > 1 else [axes], depths, strict=True):
+        for batch in sorted({r["batch"] for r in rows}):
+            points = sorted(
+                (r["zero"] / batch, r["piecewise_over_uniform"])
+                for r in rows
+                if r["k"] == depth and r["batch"] == batch
+            )
+            ax.plot(*zip(*points, strict=True), marker="o", label=f"batch {batch}")
+        ax.axhline(1.0, color="grey", linewidth=0.8)
+        ax.set_title(f"D = {depth}")
+        ax.set_xlabel("share of the batch at k = 0")
+        ax.grid(alpha=0.3)
+    (axes[0] if len(depths) > 1 else axes).set_ylabel("mixed step / uniform step at D (FULL graph)")
+    (axes[-1] if len(depths) > 1 else axes).legend()
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main(
     measurement: Annotated[Path, typer.Argument(help="A gpu_pieces output (JSON).")],
-    profiles: Annotated[list[Path], typer.Argument(help="Profiles to write it into.")],
+    profiles: Annotated[
+        list[Path] | None, typer.Argument(help="Profiles to write it into.")
+    ] = None,
+    plot_to: Annotated[
+        Path | None, typer.Option("--plot", help="Also draw the ratios into this PNG.")
+    ] = None,
 ) -> None:
     """Write the measurement's mixed-step table into each profile, validated."""
-    block = mixed_step_of(json.loads(measurement.read_text()), str(measurement))
-    for path in profiles:
+    document = json.loads(measurement.read_text())
+    if plot_to is not None:
+        plot(document, measurement.stem, plot_to)
+        typer.echo(f"wrote {plot_to}")
+    block = mixed_step_of(document, str(measurement))
+    for path in profiles or []:
         profile = json.loads(path.read_text())
         profile["mixed_step"] = block
         Profile.model_validate(profile)

@@ -112,6 +112,9 @@ def test_a_gpu_pieces_measurement_becomes_the_profiles_table(tmp_path: Path) -> 
     write_mixed_step(source, [profile])
     costs = StepCosts.of(load_profile(profile), 8)
     assert costs.mixed_factor(4, 3, 3) == pytest.approx(0.9)
+    png = tmp_path / "ratios.png"
+    write_mixed_step(source, None, png)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.mark.parametrize(
