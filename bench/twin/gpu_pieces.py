@@ -29,7 +29,6 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
-from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
@@ -38,18 +37,15 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from bench.twin.gpu_profile import (
-    MOE,
-    TINY,
-    TINY_MOE,
     Attend,
     Clock,
-    Shape,
     Twin,
     feed_forward,
     int_list,
     ms,
     rms_norm,
     rope,
+    target_of,
 )
 
 #: One stage of a step: (captured as a graph in PIECEWISE mode, the work). Stages share state
@@ -279,14 +275,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if not args.tiny and not torch.cuda.is_available():
-        print("needs a CUDA device (use --tiny on the CPU)", file=sys.stderr)
+    target = target_of(args)
+    if target is None:
         return 2
-    dtype = torch.float32 if args.tiny else torch.bfloat16
-    dense, sparse = (TINY, TINY_MOE) if args.tiny else (Shape(), MOE)
-    shape = replace(sparse if args.moe else dense, context=args.context)
-    torch.manual_seed(0)
-    device = torch.device("cpu" if args.tiny else "cuda")
+    shape, device, dtype = target
     threads = torch.get_num_threads()
     if args.tiny:  # its tiny matmuls gain nothing from threads that spin against other work
         torch.set_num_threads(1)

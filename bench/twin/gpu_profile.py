@@ -715,16 +715,25 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def target_of(args: argparse.Namespace) -> tuple[Shape, torch.device, torch.dtype] | None:
+    """The shape, device and dtype `--tiny` and `--moe` ask for (seeded); None without the
+    CUDA device a full-size run needs."""
     if not args.tiny and not torch.cuda.is_available():
         print("needs a CUDA device (use --tiny on the CPU)", file=sys.stderr)
-        return 2
-    dtype = torch.float32 if args.tiny else torch.bfloat16
+        return None
     dense, sparse = (TINY, TINY_MOE) if args.tiny else (Shape(), MOE)
     shape = replace(sparse if args.moe else dense, context=args.context)
     torch.manual_seed(0)
-    device = torch.device("cpu" if args.tiny else "cuda")
+    dtype = torch.float32 if args.tiny else torch.bfloat16
+    return shape, torch.device("cpu" if args.tiny else "cuda"), dtype
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    target = target_of(args)
+    if target is None:
+        return 2
+    shape, device, dtype = target
     with torch.inference_mode():
         clock = Clock(device, not args.eager, args.warmups, args.replays)
         twin = Twin(shape, args, device, dtype)
