@@ -197,14 +197,17 @@ class FakeEngine:
             self._running.pop(request.request_id, None)
 
     def _depth_of(self, request: GenerateRequest) -> int:
-        """Its k, or for a voter (`engine.step_rule`) the rule's depth for its class alone
+        """Its k, or for a voter (`engine.step_rule`) the rule's depth for its class
+        beside the requests running at k = 0 (riders, as the vLLM scheduler counts them)
         at admission, at most its k: the fake runs each request on its own, not in steps."""
         k = max(0, min(request.k, self.max_depth))
         vote = StepVote.from_arg(request.extra.get(SPEC_VOTE_ARG))
         costs = StepCostTable.from_arg(request.extra.get(SPEC_COSTS_ARG))
         if k == 0 or vote is None or costs is None:
             return k
-        return min(k, vote_step_depth([vote], costs, len(self._running) + 1, False))
+        riders = sum(1 for running in self._running.values() if running.k == 0)
+        depth = vote_step_depth([vote], costs, len(self._running) + 1, False, riders=riders)
+        return min(k, depth)
 
     async def _stream(
         self, request: GenerateRequest, prompt: str, prompt_tokens: int, state: _Running

@@ -123,16 +123,20 @@ def reports(
 
 
 async def flag_view(
-    stack: AsyncExitStack, settings: GatewaySettings, connection: RedisConnection | None
+    stack: AsyncExitStack,
+    settings: GatewaySettings,
+    connection: RedisConnection | None,
+    defaults: FlagValues | None = None,
 ) -> FlagView:
-    """The flags: file defaults, with Redis overrides where Redis is configured."""
+    """The flags: file defaults, with Redis overrides where Redis is configured;
+    `defaults` where neither sets a flag (the code's `FlagValues()` if None)."""
     flag_settings = settings.flags  # flags_dir, redis_url, namespace: the top level's
     overrides = None
     if connection is not None:
         timeout = flag_settings.op_timeout_s
         redis = connection.client(op_timeout_s=timeout, connect_timeout_s=timeout)
         overrides = RedisOverrideProvider(flag_settings, redis)
-    view = FlagView(flag_settings, overrides=overrides)
+    view = FlagView(flag_settings, defaults=defaults, overrides=overrides)
     await view.start()
     stack.push_async_callback(view.close)
     return view

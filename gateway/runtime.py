@@ -28,6 +28,7 @@ from gateway.control.settings import ControllerSettings
 from gateway.engine_watch import Conditions, EngineState, EngineWatch, engine_state
 from gateway.flags import (
     FlagAdmin,
+    FlagValues,
     FlagView,
 )
 from gateway.observability.events import MetricsEvents, SpanEvents
@@ -250,7 +251,8 @@ async def _control_plane(
     )
     # Every Redis client (flags, class store, rate limits) gets the same credentials and TLS.
     connection = RedisConnection.from_settings(settings)
-    view = await assembly.flag_view(stack, settings, connection)
+    floor = controller_settings.batch_floor_for(engine.one_depth_per_step)
+    view = await assembly.flag_view(stack, settings, connection, FlagValues(batch_floor=floor))
     events = FanOutEvents(LoggingEvents(), MetricsEvents(metrics), SpanEvents())
     controller = Controller(controller_settings, max_depth=engine.max_depth, events=events)
     calibration = await assembly.calibration(

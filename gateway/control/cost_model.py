@@ -142,7 +142,6 @@ class CostModel:
         held = self._held.mean(bucket)
         if held is None:
             return None
-        self._steps.relative_costs_in(bucket)  # caches the bucket's step at depth 0
         return max(1.0, held / self._steps.step_zero(bucket))
 
     def calibrate_first_token(self, k: int, batch: int, seconds: float) -> None:

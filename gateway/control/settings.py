@@ -16,6 +16,10 @@ from gateway.control.policies import POLICIES
 
 #: The largest batch size start-up calibration may time (`calibrate_batches`).
 MAX_CALIBRATE_BATCH = 256
+#: `batch_floor = auto` where each request verifies its own depth: the `adaptive-floor`
+#: mode of `make bench`, which kept every class nearer its speed without speculation and
+#: gave more tokens/s than `adaptive` at c1, c4 and c16 on the embedded CPU engine.
+AUTO_BATCH_FLOOR = 0.98
 
 
 class ControllerSettings(BaseSettings):
@@ -57,6 +61,17 @@ class ControllerSettings(BaseSettings):
         "verifies one depth per step anyway (CUDA with FULL decode graphs, "
         "`Engine.one_depth_per_step`), off elsewhere. `python -m bench twin` compares it "
         "(`adaptive-step`) with per-request depths (`adaptive`).",
+    )
+    batch_floor: float | Literal["auto"] = Field(
+        "auto",
+        description="Default of the `batch-floor` flag where no flags file or override sets "
+        "it: each class's requests in flight keep at least this share of their speed at "
+        "k = 0 when a deeper request joins their batch (0 = off). `auto`: "
+        f"{AUTO_BATCH_FLOOR} where each request verifies its own depth (the CPU engine), "
+        "where a draft costs a large share of a step and a batch-mate's depth can leave a "
+        "class far below no speculation; 0 where the engine verifies one depth per step "
+        "(there the step rule guards the voters). `python -m bench twin` (`adaptive` "
+        "against `adaptive-floor`) and `make bench` measure both.",
     )
     cold_start: Literal["prior", "default"] = Field(
         "default",
@@ -236,4 +251,12 @@ class ControllerSettings(BaseSettings):
         spec.parameters(self)
         if any(not 1 <= b <= MAX_CALIBRATE_BATCH for b in self.calibrate_batches or ()):
             raise ValueError(f"calibrate_batches must be batch sizes in 1..{MAX_CALIBRATE_BATCH}")
+        if self.batch_floor != "auto" and not 0.0 <= self.batch_floor <= 1.0:
+            raise ValueError("batch_floor must be `auto` or a share in 0..1")
         return self
+
+    def batch_floor_for(self, one_depth_per_step: bool) -> float:
+        """`batch_floor` resolved for an engine (`Engine.one_depth_per_step`)."""
+        if self.batch_floor == "auto":
+            return 0.0 if one_depth_per_step else AUTO_BATCH_FLOOR
+        return float(self.batch_floor)

@@ -8,6 +8,7 @@ control shows the test failing on one such change.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from bench.twin.requests import TwinRequest, build_requests
 from bench.twin.runner import check_classes, scaled
 from bench.twin.schema import TwinInputError, Workload, load_profile, load_workload
 from gateway.control.plane import ControlPlane, PlannedRequest
+from gateway.control.settings import ControllerSettings
 
 FIXTURES = Path(__file__).parent / "twin_fixtures"
 SEED = 11
@@ -123,3 +125,19 @@ def test_check_classes_names_two_workload_classes_that_look_alike() -> None:
     clash = clash.model_copy(update={"phases": phases})
     with pytest.raises(TwinInputError, match="'chat' and 'chat2'"):
         check_classes(clash, build_requests(clash, 1))
+
+
+@pytest.mark.parametrize("uniform", [False, True])
+def test_adaptive_keeps_the_gateways_default_floor_for_the_profiles_engine(uniform: bool) -> None:
+    """`adaptive` is the gateway with its defaults: the `batch-floor` default the gateway
+    resolves for an engine that verifies one depth per step (a uniform profile) or each
+    request's own (`ControllerSettings.batch_floor_for`); `adaptive-floor` sets it."""
+    costs, _, _ = _inputs()
+    costs = dataclasses.replace(costs, uniform=uniform)
+    body = {"messages": [{"role": "user", "content": "Name three rivers."}]}
+    expected = ControllerSettings().batch_floor_for(one_depth_per_step=uniform)
+    default = build_plane(costs, VirtualClock(), SEED).plan_chat(body, 8, running=0)
+    assert default.plan.floor == expected
+    assert (expected > 0) != uniform
+    floored = build_plane(costs, VirtualClock(), SEED, floor=0.5).plan_chat(body, 8, running=0)
+    assert floored.plan.floor == 0.5

@@ -7,7 +7,19 @@ import asyncio
 import pytest
 
 from engine.fake import AcceptanceScript, FakeEngine, FakeEngineConfig, StepTimeModel
-from engine.interface import GATEWAY_ID_ARG, SPEC_CAP_ARG, EngineDeadError, GenerateRequest
+from engine.interface import (
+    GATEWAY_ID_ARG,
+    SPEC_CAP_ARG,
+    EngineDeadError,
+    GenerateRequest,
+)
+from engine.step_rule import (
+    SPEC_COSTS_ARG,
+    SPEC_VOTE_ARG,
+    StepCostTable,
+    StepVote,
+    vote_step_depth,
+)
 from tests.engine.contract import CONTRACT, collect
 
 
@@ -97,3 +109,34 @@ async def test_outcomes_reach_the_callback_by_gateway_id() -> None:
     assert delivered == [("gw-1", 5)]
     await collect(engine, GenerateRequest("b", prompt="p", max_tokens=3))  # no gateway id
     assert len(delivered) == 1
+
+
+async def test_a_voter_beside_requests_at_zero_weighs_them_as_the_scheduler_does() -> None:
+    """The step rule's riders on the fake: a strong voter alone drafts where each draft
+    costs half a step; beside three requests running at k = 0 (which would pay the
+    deeper step for nothing) the rule gives it 0, as `engine.vllm.step_votes` does."""
+    strong = StepVote((0.9, 0.85, 0.8, 0.75))
+    mid = StepCostTable((1, 64), ((1.0, 1.5, 2.0, 2.5, 3.0),) * 2, ((), ()))
+    assert vote_step_depth([strong], mid, 1, False) > 0
+    assert vote_step_depth([strong], mid, 4, False, riders=3) == 0
+
+    def voter(rid: str) -> GenerateRequest:
+        extra = {SPEC_VOTE_ARG: strong.to_arg(), SPEC_COSTS_ARG: mid.to_arg()}
+        return GenerateRequest(rid, prompt="v", max_tokens=12, k=4, extra=extra)
+
+    engine = FakeEngine(FakeEngineConfig(default_acceptance=(1.0,)))
+    try:
+        _, alone = await collect(engine, voter("alone"))
+        assert alone.speculation.verify_steps > 0
+        zeros = [
+            engine.generate(GenerateRequest(f"z{i}", prompt="p", max_tokens=200, k=0))
+            for i in range(3)
+        ]
+        for stream in zeros:
+            await anext(stream)  # running at k = 0
+        _, beside = await collect(engine, voter("beside"))
+        assert beside.speculation.verify_steps == 0
+        for stream in zeros:
+            await stream.aclose()
+    finally:
+        await engine.shutdown()

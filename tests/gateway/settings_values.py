@@ -45,6 +45,7 @@ LISTED: dict[str, Any] = {
     "control.policy": "goodput",  # the only policy: set, and seen as set
     "control.policy_params": {"hysteresis": 0.1},
     "control.calibrate_batches": [1, 2],
+    "control.batch_floor": 0.9,
 }
 #: Comma-separated in flags and the environment (their fields split a string).
 CSV = {"api_keys", "admin_keys", "cors_origins"}

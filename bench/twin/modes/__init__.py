@@ -104,7 +104,7 @@ def build(name: str, ctx: ModeContext) -> DepthSource:
         k = min(DRAFT_LEN, k_max)
         return AcceptanceGate(k, break_even_rate(ctx.profile, k))
     if name in (ADAPTIVE, ADAPTIVE_FLOOR):
-        floor = FLOOR if name == ADAPTIVE_FLOOR else 0.0
+        floor = FLOOR if name == ADAPTIVE_FLOOR else None
         return AdaptiveControl(ctx.workload, ctx.costs, ctx.clock, ctx.seed, floor)
     if name in (ADAPTIVE_STEP, ADAPTIVE_STEP_FREE):
         guard = GUARD if name == ADAPTIVE_STEP else None

@@ -10,7 +10,9 @@ is calibrated first by `gateway.calibration.calibrate` on the twin
 (`bench.twin.modes.calibration`), as the gateway calibrates before it serves.
 
 `adaptive-floor` is the same with every class's `batch-floor` flag set
-(`FLOOR`). The controller's K is the profile's (`ControllerSettings.max_k`);
+(`FLOOR`); `adaptive` keeps the flag at the gateway's default for the profile's
+engine (`ControllerSettings.batch_floor_for`: on where each request verifies its
+own depth). The controller's K is the profile's (`ControllerSettings.max_k`);
 every other setting and flag keeps its default. A `Trace` records what the plane
 was asked and what the engine ran, so a test can replay it through a fresh plane.
 """
@@ -18,7 +20,7 @@ was asked and what the engine ran, so a test can replay it through a fresh plane
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from bench.twin.costs import StepCosts
@@ -87,7 +89,7 @@ class AdaptiveControl(EngineWide):
         costs: StepCosts,
         clock: VirtualClock,
         seed: int,
-        floor: float = 0.0,
+        floor: float | None = None,
         trace: Trace | None = None,
         step_rule: bool = False,
     ) -> None:
@@ -178,12 +180,15 @@ def build_plane(
     costs: StepCosts,
     clock: VirtualClock,
     seed: int,
-    floor: float = 0.0,
+    floor: float | None = None,
     events: ControlEvents | None = None,
     step_rule: bool = False,
 ) -> ControlPlane:
-    """A calibrated control plane as the gateway builds one, on the twin's clock."""
+    """A calibrated control plane as the gateway builds one, on the twin's clock;
+    `floor`: every class's `batch-floor`, None = the gateway's default for the engine."""
     settings = controller_settings(costs.max_k)
+    if floor is None:
+        floor = settings.batch_floor_for(costs.uniform)
     controller = Controller(
         settings,
         max_depth=costs.max_k,
@@ -193,9 +198,7 @@ def build_plane(
     )
     if twin_calibration_batches(costs, settings):
         calibrate_on_twin(controller.cost_model, costs, settings, seed)
-    overrides: ControlOverrides = overrides_from_flags(FlagValues())
-    if floor > 0:
-        overrides = replace(overrides, batch_floor=floor)
+    overrides: ControlOverrides = overrides_from_flags(FlagValues(batch_floor=floor))
     return ControlPlane(
         controller, overrides=lambda _cid, _label: overrides, clock=clock, step_rule=step_rule
     )
