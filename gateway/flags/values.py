@@ -12,7 +12,8 @@
 |                       |       | this share of their speed at k = 0 by a deeper request joining  |
 |                       |       | their batch, and one entering a deeper batch lowers the requests |
 |                       |       | already there to what it can afford; 0 = off (the batch's tokens |
-|                       |       | per step decide alone)                                          |
+|                       |       | per step decide alone); unset, the engine's default             |
+|                       |       | (`ControllerSettings.batch_floor_for`)                          |
 | `batch-ride`          | bool  | a request whose class chose less than the depth a request in    |
 |                       |       | flight chose runs at that depth (it pays for it anyway); false =|
 |                       |       | at its class's k; ignored where `batch-floor` is set            |
