@@ -34,6 +34,21 @@ TIE = 1e-12
 #: The guard the engine runs the rule with (`floor`): no request's tokens per unit time
 #: at the step's depth below the same step's at depth 0; speculation is never its loss.
 GUARD = 1.0
+#: Consecutive steps the rule holds a voter at depth 0 before the voter runs at k = 0 for
+#: the rest of its life (a depth only goes down, as under a cap). A held step keeps the
+#: drafter for its voters, who may draft later (Model Runner V2's KV pass, the V1
+#: runner's one draft), which a step without voters skips; a hold this long says the load
+#: has outgrown what the voter's class gains from drafting. The twin (`python -m bench
+#: twin`, `adaptive-step`) read 64 best of 16 / 64 / 128 / 256: on the MoE profile 1.064 of
+#: the best static depth at c64 and at a Poisson rate against 1.052 / 1.042 without it, c4
+#: 0.997 against 0.999 (16: 0.929); no dense profile moved.
+RETIRE_AFTER = 64
+
+
+def held_after(held: int, depth: int) -> int:
+    """A voter's run of consecutive steps held at depth 0, after a step at `depth`; it
+    retires from voting at `RETIRE_AFTER`."""
+    return held + 1 if depth == 0 else 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,12 +16,14 @@ from vllm.v1.request import Request
 
 from engine.step_rule import (
     GUARD,
+    RETIRE_AFTER,
     SPEC_COSTS_ARG,
     SPEC_NEWS_ARG,
     SPEC_VOTE_ARG,
     Estimates,
     StepCostTable,
     StepVote,
+    held_after,
     news_from_arg,
     vote_step_depth,
 )
@@ -43,6 +45,8 @@ class StepVotes:
         #: voters, or no costs yet), and how many steps it chose each depth for.
         self._voted: int | None = None
         self.specgw_voted_steps: dict[int, int] = {}
+        #: Voters retired after `RETIRE_AFTER` steps held at depth 0 (k = 0 since).
+        self.specgw_retired = 0
         #: Each class's newest estimates, as the voters brought them.
         self.specgw_estimates = Estimates()
 
@@ -83,13 +87,14 @@ class StepVotes:
         table = self.specgw_costs
         if table is None:
             return None
-        votes = [
-            vote
+        voters = [
+            (request, vote)
             for request in scheduled
             if (vote := self._vote(request)) is not None and self._depth(request) > 0
         ]
-        if not votes:
+        if not voters:
             return None
+        votes = [vote for _, vote in voters]
         rule = self.specgw_depth_rule
         allowed = rule.captured if rule.policy is BatchDepthPolicy.UNIFORM else None
         depth = vote_step_depth(
@@ -103,4 +108,21 @@ class StepVotes:
             sum(1 for request in scheduled if self._depth(request) == 0),
         )
         self.specgw_voted_steps[depth] = self.specgw_voted_steps.get(depth, 0) + 1
-        return depth
+        return depth if self._retire_held(voters, depth) else None
+
+    def _retire_held(self, voters: list[tuple[Request, StepVote]], depth: int) -> bool:
+        """Count each voter's steps held at depth 0; one held `RETIRE_AFTER` steps runs at
+        k = 0 from this step on (as under a cap to 0, `_cap_in_flight`: its later blocks
+        keep their namespace). Returns whether a voter is left in the step."""
+        left = False
+        for request, _ in voters:
+            held = held_after(getattr(request, "_specgw_held", 0), depth)
+            request._specgw_held = held  # type: ignore[attr-defined]
+            if held < RETIRE_AFTER:
+                left = True
+                continue
+            request._specgw_k = 0  # type: ignore[attr-defined]
+            if request.spec_token_ids:
+                request.spec_token_ids = []
+            self.specgw_retired += 1
+        return left

@@ -14,6 +14,7 @@ from vllm.v1.request import Request
 from engine.interface import SPEC_DEPTH_ARG
 from engine.step_rule import (
     GUARD,
+    RETIRE_AFTER,
     SPEC_COSTS_ARG,
     SPEC_NEWS_ARG,
     SPEC_VOTE_ARG,
@@ -22,6 +23,7 @@ from engine.step_rule import (
     vote_step_depth,
 )
 from engine.vllm.batch_depth import BatchDepthPolicy
+from engine.vllm.draft_skip import DRAFTER_IDLE
 from engine.vllm.scheduler import AsyncSpecDepthScheduler, SpecDepthScheduler
 from tests.engine.test_scheduler import K, _run_step, _scheduler
 from tools.model.testing_models import TinyModels
@@ -37,14 +39,18 @@ WEAK = StepVote((0.1, 0.1, 0.1, 0.1))
 
 
 def _request(
-    rid: str, k: int, vote: StepVote | None = None, costs: StepCostTable | None = None
+    rid: str,
+    k: int,
+    vote: StepVote | None = None,
+    costs: StepCostTable | None = None,
+    max_tokens: int = 50,
 ) -> Request:
     extra: dict[str, Any] = {SPEC_DEPTH_ARG: k}
     if vote is not None:
         extra[SPEC_VOTE_ARG] = vote.to_arg()
     if costs is not None:
         extra[SPEC_COSTS_ARG] = costs.to_arg()
-    params = SamplingParams(max_tokens=50, temperature=0.0, extra_args=extra)
+    params = SamplingParams(max_tokens=max_tokens, temperature=0.0, extra_args=extra)
     return Request(rid, list(range(10, 30)), params, None)
 
 
@@ -200,3 +206,29 @@ def test_where_the_drafter_runs_at_depth_zero_anyway_a_zero_step_drafts_nothing(
     seen, asked = _drafts(sched, 4)
     assert asked[1:] == [0] * 3
     assert seen["weak"] == [0] * 4
+
+
+@pytest.mark.parametrize("cls", [SpecDepthScheduler, AsyncSpecDepthScheduler])
+def test_a_voter_held_at_zero_long_enough_runs_at_zero_and_frees_the_drafter(
+    cls: type[Any], tiny: TinyModels
+) -> None:
+    """A strong voter beside three requests at k = 0 is held at depth 0 (each draft costs
+    half a step); held `RETIRE_AFTER` steps, it runs at k = 0 from that step on, so no
+    request of the step drafts now or later and the drafter is idle (`DRAFTER_IDLE`, no
+    draft asked for), where before every held step kept it for the voter."""
+    sched = _scheduler(cls, tiny)
+    long = RETIRE_AFTER + 20
+    sched.add_request(_request("strong", K, STRONG, MID, max_tokens=long))
+    for i in range(3):
+        sched.add_request(_request(f"zero{i}", 0, max_tokens=long))
+    idle, asked = [], []
+    for _ in range(RETIRE_AFTER + 3):
+        out = sched.schedule()
+        idle.append(getattr(out, DRAFTER_IDLE))
+        asked.append(out.num_spec_tokens_to_schedule)
+        _run_step(sched, out)
+    assert idle == [False] * (RETIRE_AFTER - 1) + [True] * 4
+    assert sched.specgw_retired == 1
+    assert sched._depth(sched.requests["strong"]) == 0
+    assert asked[-4:] == [0] * 4
+    assert all(n == 1 for n in asked[1 : RETIRE_AFTER - 1])  # held: draft once, verify none

@@ -39,8 +39,16 @@ from bench.twin.engine import LiveRequest, Plan, VirtualClock
 from bench.twin.modes.adaptive import AdaptiveControl, Trace
 from bench.twin.requests import TwinRequest
 from bench.twin.schema import Workload
-from engine.interface import EngineStep
-from engine.step_rule import GUARD, Estimates, StepCostTable, StepVote, vote_step_depth
+from engine.interface import EngineStep, RequestOutcome
+from engine.step_rule import (
+    GUARD,
+    RETIRE_AFTER,
+    Estimates,
+    StepCostTable,
+    StepVote,
+    held_after,
+    vote_step_depth,
+)
 
 __all__ = ["GUARD", "AdaptiveStep"]
 
@@ -77,6 +85,10 @@ class AdaptiveStep(AdaptiveControl):
         self._estimates = Estimates()
         #: Voters in the last step `step_depth` set.
         self._voters = 0
+        #: Each voter's run of steps held at depth 0, by request index, and the voters
+        #: that ran past `RETIRE_AFTER` (k = 0 for the rest of their life), as the engine.
+        self._held: dict[int, int] = {}
+        self._retired: set[int] = set()
 
     @property
     def drafts_once_at_zero(self) -> bool:  # type: ignore[override]
@@ -85,7 +97,8 @@ class AdaptiveStep(AdaptiveControl):
         return self._voters > 0
 
     def drafts(self, live: LiveRequest) -> bool:
-        return bool(live.plan.handle[1].step is not None)
+        index, planned = live.plan.handle
+        return planned.step is not None and index not in self._retired
 
     def arrive(self, request: TwinRequest, running: int, queued: int) -> Plan:
         plan = super().arrive(request, running, queued)
@@ -111,12 +124,14 @@ class AdaptiveStep(AdaptiveControl):
     def step_depth(self, batch: int, running: Sequence[LiveRequest] = ()) -> int:
         table = self._table
         votes: list[StepVote] = []
+        voters: list[int] = []
         for live in running:
-            step = live.plan.handle[1].step
-            if step is not None:
-                votes.append(step.vote)
-        self._voters = len(votes)
+            index, planned = live.plan.handle
+            if planned.step is not None and index not in self._retired:
+                votes.append(planned.step.vote)
+                voters.append(index)
         if table is None:
+            self._voters = len(votes)
             return max((live.plan.k for live in running), default=0)
         newcomers = self._newcomers > 0
         if not self._same(table, batch, newcomers, votes):
@@ -131,7 +146,18 @@ class AdaptiveStep(AdaptiveControl):
                 self._estimates,
                 batch - len(votes),
             )
-        return self._last_depth
+        depth = self._last_depth
+        # A voter held at 0 for RETIRE_AFTER steps runs at k = 0 from this step on, as in
+        # the engine (`engine.vllm.step_votes`); a step left without voters is idle.
+        for index in voters:
+            held = held_after(self._held.get(index, 0), depth)
+            if held >= RETIRE_AFTER:
+                self._retired.add(index)
+                self._held.pop(index, None)
+            else:
+                self._held[index] = held
+        self._voters = sum(1 for index in voters if index not in self._retired)
+        return depth
 
     def _same(
         self, table: StepCostTable, batch: int, newcomers: bool, votes: list[StepVote]
@@ -152,3 +178,9 @@ class AdaptiveStep(AdaptiveControl):
     def observe_step(self, step: EngineStep) -> None:
         self._newcomers = 0
         super().observe_step(step)
+
+    def finish(self, plan: Plan, outcome: RequestOutcome | None) -> None:
+        index = plan.handle[0]
+        self._held.pop(index, None)
+        self._retired.discard(index)
+        super().finish(plan, outcome)
