@@ -172,12 +172,17 @@ class _DepthCap(StepVotes):
         for request in self.requests.values():
             if request.is_finished() or self._depth(request) <= cap:
                 continue
-            request._specgw_k = cap  # type: ignore[attr-defined]
-            if cap == 0 and request.num_computed_tokens == 0:
-                _salt_depth_zero(request)
-            if len(request.spec_token_ids) > cap:
-                request.spec_token_ids = list(request.spec_token_ids[:cap])
+            self._lower(request, cap)
             self.specgw_capped += 1
+
+    def _lower(self, request: Request, depth: int) -> None:
+        """Lower one request to `depth` for the rest of its life, drafts included (a cap,
+        a voter's retirement): at 0 before its first step it moves to the k = 0 namespace."""
+        request._specgw_k = depth  # type: ignore[attr-defined]
+        if depth == 0 and request.num_computed_tokens == 0:
+            _salt_depth_zero(request)
+        if len(request.spec_token_ids) > depth:
+            request.spec_token_ids = list(request.spec_token_ids[:depth])
 
     def _depth_zero_hits_whole_blocks(self) -> None:
         """Look up a k = 0 request's cache hit without vLLM's EAGLE last-block drop.

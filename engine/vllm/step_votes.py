@@ -36,6 +36,8 @@ class StepVotes:
     specgw_depth_rule: DepthRule
     #: The request's k (`engine.vllm.scheduler._DepthCap._depth`).
     _depth: Callable[[Request], int]
+    #: Lowers a request's k for the rest of its life (`engine.vllm.scheduler._DepthCap._lower`).
+    _lower: Callable[[Request, int], None]
 
     def _init_votes(self) -> None:
         #: The newest step costs a request brought, raw and parsed.
@@ -112,8 +114,7 @@ class StepVotes:
 
     def _retire_held(self, voters: list[tuple[Request, StepVote]], depth: int) -> bool:
         """Count each voter's steps held at depth 0; one held `RETIRE_AFTER` steps runs at
-        k = 0 from this step on (as under a cap to 0, `_cap_in_flight`: its later blocks
-        keep their namespace). Returns whether a voter is left in the step."""
+        k = 0 from this step on, as under a cap to 0. Returns whether a voter is left."""
         left = False
         for request, _ in voters:
             held = held_after(getattr(request, "_specgw_held", 0), depth)
@@ -121,8 +122,6 @@ class StepVotes:
             if held < RETIRE_AFTER:
                 left = True
                 continue
-            request._specgw_k = 0  # type: ignore[attr-defined]
-            if request.spec_token_ids:
-                request.spec_token_ids = []
+            self._lower(request, 0)
             self.specgw_retired += 1
         return left
