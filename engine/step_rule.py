@@ -38,10 +38,9 @@ GUARD = 1.0
 #: the rest of its life (a depth only goes down, as under a cap). A held step keeps the
 #: drafter for its voters, who may draft later (Model Runner V2's KV pass, the V1
 #: runner's one draft), which a step without voters skips; a hold this long says the load
-#: has outgrown what the voter's class gains from drafting. The twin (`python -m bench
-#: twin`, `adaptive-step`) read 64 best of 16 / 64 / 128 / 256: on the MoE profile 1.064 of
-#: the best static depth at c64 and at a Poisson rate against 1.052 / 1.042 without it, c4
-#: 0.997 against 0.999 (16: 0.929); no dense profile moved.
+#: has outgrown what the voter's class gains from drafting. 64 read best of 16 to 256 in
+#: the twin (`python -m bench twin`, `adaptive-step`: 1.064 of the best static depth on the
+#: MoE profile at a Poisson rate); shorter holds retired voters a later step would use.
 RETIRE_AFTER = 64
 
 
