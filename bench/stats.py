@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 from bench.replay import RequestRecord
 from bench.runner import RunResult
+from engine.interface import token_steps
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -274,12 +275,12 @@ def _pair_ratio(pairs: Sequence[tuple[int, float, int, float]]) -> float | None:
 
 def decode_step_s(record: RequestRecord) -> float | None:
     """Seconds per decode step of one request as its client saw them: (e2e - TTFT) over
-    the steps after the first token (verify steps when it speculated, else one step per
-    token), the cost the controller's model estimates per depth. None without 3 steps."""
-    steps = record.verify_steps or record.output_tokens
-    if not record.ok or record.ttft is None or steps < 3:
+    the steps after the first token (`engine.interface.token_steps` less the prefill's),
+    the cost the controller's model estimates per depth. None with fewer than 2 such steps."""
+    steps = token_steps(record.output_tokens, record.verify_steps, record.accepted_tokens) - 1
+    if not record.ok or record.ttft is None or steps < 2:
         return None
-    return (record.e2e - record.ttft) / (steps - 1)
+    return (record.e2e - record.ttft) / steps
 
 
 def median_e2e_by_index(runs: list[RunResult]) -> dict[int, tuple[float, int]]:

@@ -42,6 +42,7 @@ from engine.interface import (
     RequestOutcome,
     SpeculationOutcome,
     StepListener,
+    token_steps,
 )
 from engine.step_rule import (
     SPEC_COSTS_ARG,
@@ -259,7 +260,7 @@ class FakeEngine:
             ttft_s=first_token_at - start,
             tpot_s=(last_token_at - first_token_at) / (produced - 1) if produced > 1 else 0.0,
             e2e_s=last_token_at - start,
-            decode_steps=acct.steps + max(produced - acct.steps - acct.accepted, 0),
+            decode_steps=token_steps(produced, acct.steps, acct.accepted),
         )
         self.outcomes.append(outcome)
         gateway_id = request.extra.get(GATEWAY_ID_ARG)

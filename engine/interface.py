@@ -39,6 +39,17 @@ def depth_arg(extra_args: Mapping[str, Any] | None, key: str) -> int | None:
         return None
 
 
+def token_steps(output_tokens: int, verify_steps: int, accepted_tokens: int) -> int:
+    """Engine steps that produced a request's output tokens: the prefill's step (the first
+    token), each verify step (a sampled token and its accepted drafts) and one plain decode
+    step per other token. A last verify step whose tokens ran past `max_tokens` or a stop
+    is cut, so the output can hold fewer than 1 + verify_steps + accepted_tokens: the
+    prefill's step still counts. 0 without output."""
+    if output_tokens <= 0:
+        return 0
+    return verify_steps + max(output_tokens - verify_steps - accepted_tokens, 1)
+
+
 @dataclass(frozen=True, slots=True)
 class SpeculationOutcome:
     """What speculation did for one finished request (vLLM's per-request metrics).

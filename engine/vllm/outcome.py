@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.interface import RequestOutcome, SpeculationOutcome
+from engine.interface import RequestOutcome, SpeculationOutcome, token_steps
 
 
 def speculation_outcome(k: int, metrics: Any | None) -> SpeculationOutcome:
@@ -96,9 +96,6 @@ def request_outcome(
     )
     spec = speculation_outcome(k, completion.spec_decode_metrics if completion else None)
     ttft, tpot, e2e = timings(output.metrics, n_out)
-    # Tokens from verify steps: one sampled + accepted drafts each; every other
-    # token came from a plain one-token decode step (the prefill's first included).
-    plain_steps = max(n_out - spec.verify_steps - spec.accepted_tokens, 0)
     return RequestOutcome(
         request_id=request_id,
         prompt_tokens=len(output.prompt_token_ids or ()),
@@ -108,6 +105,6 @@ def request_outcome(
         ttft_s=ttft,
         tpot_s=tpot,
         e2e_s=e2e,
-        decode_steps=spec.verify_steps + plain_steps,
+        decode_steps=token_steps(n_out, spec.verify_steps, spec.accepted_tokens),
         cached_prompt_tokens=int(getattr(output, "num_cached_tokens", None) or 0),
     )

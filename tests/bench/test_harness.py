@@ -31,6 +31,7 @@ from bench.runner import (
 from bench.stats import (
     acceptance_length,
     class_ratios,
+    decode_step_s,
     oracle,
     percentile,
     settle_points,
@@ -406,22 +407,37 @@ def test_repeats_are_interleaved_across_modes_and_each_process_starts_once(
     assert all(p.stopped for p in procs)
 
 
+def test_a_decode_step_is_timed_over_the_steps_after_the_prefills_token() -> None:
+    # 10 tokens: the prefill's, then 3 verify steps of 1 + 3 accepted each, the last cut
+    # by max_tokens (1 + 3 + 9 > 10): 3 steps in the 90 ms after the first token.
+    cut = _rec(0, "a", 0, 4, 0.1, verify_steps=3, accepted_tokens=9)
+    assert decode_step_s(cut) == pytest.approx(0.03)
+    # Uncut: 1 + 3 verify + 4 accepted = 8 tokens, and 2 plain decode steps for the rest.
+    assert decode_step_s(_rec(0, "a", 0, 4, 0.1, verify_steps=3, accepted_tokens=4)) == (
+        pytest.approx(0.09 / 5)
+    )
+    assert decode_step_s(_rec(0, "a", 0, 0, 0.1)) == pytest.approx(0.01)
+    # One step after the first token says nothing about a step's cost.
+    assert decode_step_s(_rec(0, "a", 0, 4, 0.1, verify_steps=1, accepted_tokens=9)) is None
+
+
 def test_step_costs_are_measured_per_static_depth_and_set_beside_the_cost_model(
     tmp_path: Path,
 ) -> None:
     # k0: 10 tokens in 10 steps, 90 ms after the first token -> 10 ms a step; static-k1:
-    # 5 verify steps in 80 ms -> 20 ms; static-k2: 4 steps in 45 ms -> 15 ms.
+    # the prefill's token, then 4 verify steps (4 + 5 accepted tokens) in 80 ms -> 20 ms;
+    # static-k2: 3 verify steps (3 + 6) in 45 ms -> 15 ms.
     runs = [
         RunResult(RunKey("k0", "c4", 0), 1.0, [_rec(i, "a", 0, 0, 0.1) for i in range(3)]),
         RunResult(
             RunKey("static-k1", "c4", 0),
             1.0,
-            [_rec(i, "a", 0, 1, 0.09, verify_steps=5) for i in range(3)],
+            [_rec(i, "a", 0, 1, 0.09, verify_steps=4, accepted_tokens=5) for i in range(3)],
         ),
         RunResult(
             RunKey("static-k2", "c4", 0),
             1.0,
-            [_rec(i, "a", 0, 2, 0.055, verify_steps=4) for i in range(3)],
+            [_rec(i, "a", 0, 2, 0.055, verify_steps=3, accepted_tokens=6) for i in range(3)],
         ),
         # Adaptive's requests price no depth: only static modes are measured.
         RunResult(RunKey("adaptive", "c4", 0), 1.0, [_rec(0, "a", 0, 2, 9.0, verify_steps=4)]),

@@ -10,6 +10,7 @@ import pytest
 from vllm.outputs import CompletionOutput, RequestOutput
 from vllm.v1.metrics.stats import RequestSpecDecodeMetrics, RequestStateStats
 
+from engine.interface import token_steps
 from engine.vllm.outcome import request_outcome, speculation_outcome
 
 
@@ -74,6 +75,25 @@ def test_request_outcome_timings_and_decode_steps() -> None:
     # 6 verify steps gave 6 + 8 accepted tokens; the other 5 came one per plain step.
     assert outcome.speculation.accepted_tokens == 8
     assert outcome.decode_steps == 6 + 5
+
+
+def test_decode_steps_count_the_prefills_step_when_the_last_verify_step_was_cut() -> None:
+    # 3 verify steps of 2 accepted drafts each would give 1 + 3 + 6 = 10 tokens; max_tokens
+    # cut the last at 8: the steps are still the prefill's and the 3 verify steps.
+    metrics = RequestSpecDecodeMetrics(num_spec_tokens=2, histogram=[0, 0, 3], num_draft_tokens=6)
+    completion = CompletionOutput(
+        index=0,
+        text="",
+        token_ids=[1],
+        cumulative_logprob=None,
+        logprobs=None,
+        finish_reason="length",
+        spec_decode_metrics=metrics,
+    )
+    output = RequestOutput("r", None, [1, 2, 3], None, [completion], True, metrics=None)
+    assert request_outcome("gw-1", output, k=2, output_tokens=8).decode_steps == 1 + 3
+    assert token_steps(8, 0, 0) == 8
+    assert token_steps(0, 0, 0) == 0
 
 
 def test_tried_per_position_is_the_joint_count_of_steps_of_different_depths() -> None:
