@@ -68,10 +68,13 @@ class PrefillCost(_Strict):
 
 
 class MixedStepCost(_Strict):
-    """What a step mixing k = 0 and drafting requests costs under `uniform` batch depth,
-    as a multiple of the uniform step at its depth: vLLM runs such a step PIECEWISE
+    """What a step mixing k = 0 and drafting requests costs, as a multiple of the uniform
+    step at its depth. Under `uniform` batch depth vLLM runs such a step PIECEWISE
     (attention outside the graphs), and its k = 0 requests verify nothing, so it loses the
-    FULL graph and gains the rows it does not verify (`bench/twin/gpu_pieces.py`).
+    FULL graph and gains the rows it does not verify (`bench/twin/gpu_pieces.py`). Under
+    `per-request` depths (the CPU engine) its k = 0 requests verify nothing either, and no
+    graph is lost (`bench/mixed_step_cpu.py`); a step whose drafting requests differ in
+    depth is priced as if all drafted its deepest, an upper estimate.
 
     `ratio[batch][depth][share]`, share the fraction of the batch at k = 0; share 0 is the
     limit of one k = 0 request in a large batch (the graph loss alone). Between measured
@@ -123,16 +126,10 @@ class Profile(_Strict):
     #: depth-0 step still runs the drafter's KV pass (Model Runner V2, CUDA's default).
     #: The step rule's depth-0 steps then draft one (`engine/vllm/scheduler.py`).
     zero_skips_drafter: bool = False
-    #: The cost of a step mixing k = 0 and drafting requests (`uniform` profiles only);
-    #: None: the uniform step at its depth, as if every request verified it.
+    #: The cost of a step mixing k = 0 and drafting requests; None: the uniform step at
+    #: its depth, as if every request verified it.
     mixed_step: MixedStepCost | None = None
     notes: str = ""
-
-    @model_validator(mode="after")
-    def _mixed_needs_uniform(self) -> Profile:
-        if self.mixed_step is not None and self.batch_depth != "uniform":
-            raise ValueError("mixed_step prices uniform batch depth: set batch_depth uniform")
-        return self
 
     @field_validator("batch_stats")
     @classmethod

@@ -1,5 +1,6 @@
-"""A step mixing k = 0 and drafting requests on a `uniform` profile (`Profile.mixed_step`):
-validated, interpolated as documented, charged by the engine, and built from a measurement."""
+"""A step mixing k = 0 and drafting requests (`Profile.mixed_step`): validated, interpolated
+as documented, charged by the engine under uniform and per-request depths, and built from a
+GPU or a CPU measurement."""
 
 from __future__ import annotations
 
@@ -66,23 +67,26 @@ def test_the_factor_interpolates_share_depth_and_batch_and_holds_beyond_them() -
     assert StepCosts.of(_profile(), 16).mixed_factor(2, 1, 1) == 1.0
 
 
-def test_the_engine_charges_a_mixed_step_its_factor() -> None:
+@pytest.mark.parametrize("batch_depth", ["uniform", "per-request"])
+def test_the_engine_charges_a_mixed_step_its_factor(batch_depth: str) -> None:
     """Requests at k = 3 and k = 0 decode together for one step (batch 2, depth 3: 18 ms
     uniform, 0.8x that mixed), then the k = 0 request alone (not mixed either way)."""
     runs = [0, 3, 0]
     requests = [_request(0, runs[:2]), _request(1, runs)]
     depths = {0: 3, 1: 0}
     makespans = {}
-    for name, profile in (("uniform", _profile()), ("mixed", _profile(mixed_step=MIXED))):
+    for name, profile in (
+        ("plain", _profile(batch_depth=batch_depth)),
+        ("mixed", _profile(batch_depth=batch_depth, mixed_step=MIXED)),
+    ):
         source = PerRequestDepths(lambda r: depths[r.index])
         result = simulate(requests, source, StepCosts.of(profile, 4), VirtualClock(), clients=2)
         makespans[name] = result.makespan_s
-    assert makespans["uniform"] - makespans["mixed"] == pytest.approx(0.2 * 18.0 / 1000)
+    assert makespans["plain"] - makespans["mixed"] == pytest.approx(0.2 * 18.0 / 1000)
 
 
-def test_a_mixed_step_table_needs_a_uniform_profile_and_valid_shares(tmp_path: Path) -> None:
+def test_a_mixed_step_table_needs_valid_shares(tmp_path: Path) -> None:
     bad = {
-        "per-request": BASE | {"batch_depth": "per-request", "mixed_step": MIXED},
         "share 1": BASE | {"mixed_step": MIXED | {"ratio": {"2": {"1": {"1.0": 0.9}}}}},
         "batch 1": BASE | {"mixed_step": MIXED | {"ratio": {"1": {"1": {"0": 1.0}}}}},
         "ratio 0": BASE | {"mixed_step": MIXED | {"ratio": {"2": {"1": {"0": 0.0}}}}},
@@ -90,7 +94,7 @@ def test_a_mixed_step_table_needs_a_uniform_profile_and_valid_shares(tmp_path: P
     for name, document in bad.items():
         path = tmp_path / f"{name}.json"
         path.write_text(json.dumps(document))
-        with pytest.raises(TwinInputError, match=r"mixed_step|batch_depth"):
+        with pytest.raises(TwinInputError, match=r"mixed_step"):
             load_profile(path)
 
 
@@ -117,6 +121,27 @@ def test_a_gpu_pieces_measurement_becomes_the_profiles_table(tmp_path: Path) -> 
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_a_cpu_measurement_becomes_a_per_request_profiles_table(tmp_path: Path) -> None:
+    measurement = {
+        "source": "measured by python -m bench.mixed_step_cpu on a CPU",
+        "rows": [
+            {"batch": 4, "k": 2, "zero": 0, "mixed_over_uniform": 1.0},
+            {"batch": 4, "k": 2, "zero": 2, "mixed_over_uniform": 0.7},
+        ],
+    }
+    block = mixed_step_of(measurement, "cpu.json")
+    assert block["ratio"] == {"4": {"2": {"0.0": 1.0, "0.5": 0.7}}}
+    assert "python -m bench.mixed_step_cpu" in block["source"]
+    source, profile = tmp_path / "cpu.json", tmp_path / "p.json"
+    source.write_text(json.dumps(measurement))
+    profile.write_text(json.dumps(BASE | {"batch_depth": "per-request"}))
+    write_mixed_step(source, [profile])
+    assert StepCosts.of(load_profile(profile), 8).mixed_factor(4, 2, 2) == pytest.approx(0.7)
+    # rows without one ratio field of a known measurement are refused
+    with pytest.raises(ValueError, match="ratio field"):
+        mixed_step_of({"source": "x", "rows": [{"batch": 4, "k": 2, "zero": 1}]}, "x.json")
+
+
 @pytest.mark.parametrize(
     "name",
     [
@@ -138,3 +163,15 @@ def test_the_gpu_profiles_carry_the_measured_table(name: str) -> None:
     measured = mixed_step_of(json.loads((REPO / path).read_text()), path)
     assert MixedStepCost.model_validate(measured).ratio == profile.mixed_step.ratio
     assert StepCosts.of(profile, 64).mixed is not None
+
+
+def test_the_cpu_profile_carries_the_cpu_engines_measured_table() -> None:
+    """`cpu-embedded` prices a mixed step from the committed `bench.mixed_step_cpu` run on the
+    real CPU engine, under its own per-request depths."""
+    profile = load_profile(REPO / "bench" / "twin" / "profiles" / "cpu-embedded.json")
+    assert profile.batch_depth == "per-request"
+    assert profile.mixed_step is not None
+    assert "bench.mixed_step_cpu" in profile.mixed_step.source
+    path = profile.mixed_step.source.split("(")[-1].split(";")[0]
+    measured = mixed_step_of(json.loads((REPO / path).read_text()), path)
+    assert MixedStepCost.model_validate(measured).ratio == profile.mixed_step.ratio
