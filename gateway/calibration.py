@@ -15,13 +15,11 @@ each depth (`CostModel.first_token`).
 
 Where the engine times its steps (`Engine.on_step`), the calibration files those
 steps, as traffic's are filed (`CostModel.observe_step`): a request's mean step,
-(e2e - TTFT) / (steps - 1), also holds its last step's and its first token's
-edges, which grow with k (at batch 4, k = 4 came out 3.70x k = 0 by request means
-against 3.14x by the step clock; within 5 % at k <= 2). Calibrated by request
-means, a depth the traffic never visits would keep that bias while the visited ones
-are priced by steps, and the policy would compare prices taken two ways. The step
-clock also gives some fifty to two hundred samples per depth where request means
-give four to 32.
+(e2e - TTFT) / (steps - 1), also holds its first token's edge and its last step's,
+which grow with k. Calibrated by request means, a depth the traffic never visits
+would keep that bias while the visited ones are priced by steps, and the policy
+would compare prices taken two ways. The step clock also gives some fifty to two
+hundred samples per depth where request means give four to 32.
 """
 
 from __future__ import annotations
