@@ -30,18 +30,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from bench.k0_overhead import PROMPTS
 from engine.interface import EngineStep, GenerateRequest
-
-PROMPTS = (
-    "def fibonacci(n):\n    if n < 2:\n        return n\n    return",
-    "The JSON encoder turns Python objects into",
-    "import json\n\ndata = json.loads(",
-    "class Point:\n    def __init__(self, x, y):",
-    "Write a short note about the weather in spring.",
-    "for i in range(10):\n    print(",
-    "SELECT name, count(*) FROM users GROUP BY",
-    "Once upon a time, in a small village,",
-)
 
 
 async def _drain(engine: Any, request: GenerateRequest) -> None:

@@ -98,6 +98,15 @@ def test_a_mixed_step_table_needs_valid_shares(tmp_path: Path) -> None:
             load_profile(path)
 
 
+def _written(measurement: dict[str, Any], profile: dict[str, Any], tmp_path: Path) -> StepCosts:
+    """Write `measurement` into `profile` through the command; the result's step costs."""
+    source, path = tmp_path / "m.json", tmp_path / "p.json"
+    source.write_text(json.dumps(measurement))
+    path.write_text(json.dumps(profile))
+    write_mixed_step(source, [path])
+    return StepCosts.of(load_profile(path), 8)
+
+
 def test_a_gpu_pieces_measurement_becomes_the_profiles_table(tmp_path: Path) -> None:
     measurement = {
         "source": "measured by python -m bench.twin.gpu_pieces on a GPU",
@@ -110,12 +119,8 @@ def test_a_gpu_pieces_measurement_becomes_the_profiles_table(tmp_path: Path) -> 
     block = mixed_step_of(measurement, "m.json")
     assert block["ratio"] == {"4": {"1": {"0.0": 1.03, "0.25": 1.01}, "3": {"0.75": 0.9}}}
     assert "m.json" in block["source"]
-    source, profile = tmp_path / "m.json", tmp_path / "p.json"
-    source.write_text(json.dumps(measurement))
-    profile.write_text(json.dumps(BASE))
-    write_mixed_step(source, [profile])
-    costs = StepCosts.of(load_profile(profile), 8)
-    assert costs.mixed_factor(4, 3, 3) == pytest.approx(0.9)
+    source = tmp_path / "m.json"
+    assert _written(measurement, BASE, tmp_path).mixed_factor(4, 3, 3) == pytest.approx(0.9)
     png = tmp_path / "ratios.png"
     write_mixed_step(source, None, png)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -132,11 +137,8 @@ def test_a_cpu_measurement_becomes_a_per_request_profiles_table(tmp_path: Path) 
     block = mixed_step_of(measurement, "cpu.json")
     assert block["ratio"] == {"4": {"2": {"0.0": 1.0, "0.5": 0.7}}}
     assert "python -m bench.mixed_step_cpu" in block["source"]
-    source, profile = tmp_path / "cpu.json", tmp_path / "p.json"
-    source.write_text(json.dumps(measurement))
-    profile.write_text(json.dumps(BASE | {"batch_depth": "per-request"}))
-    write_mixed_step(source, [profile])
-    assert StepCosts.of(load_profile(profile), 8).mixed_factor(4, 2, 2) == pytest.approx(0.7)
+    costs = _written(measurement, BASE | {"batch_depth": "per-request"}, tmp_path)
+    assert costs.mixed_factor(4, 2, 2) == pytest.approx(0.7)
     # rows without one ratio field of a known measurement are refused
     with pytest.raises(ValueError, match="ratio field"):
         mixed_step_of({"source": "x", "rows": [{"batch": 4, "k": 2, "zero": 1}]}, "x.json")

@@ -53,9 +53,10 @@ def test_no_verify_step_is_acceptance_length_one() -> None:
     assert (spec.k, spec.verify_steps, spec.draft_tokens, spec.acceptance_length) == (0, 0, 0, 1.0)
 
 
-def test_request_outcome_timings_and_decode_steps() -> None:
-    stats = RequestStateStats(first_token_ts=10.0, last_token_ts=10.9, first_token_latency=0.2)
-    metrics = RequestSpecDecodeMetrics(num_spec_tokens=2, histogram=[1, 2, 3], num_draft_tokens=12)
+def _finished(
+    metrics: RequestSpecDecodeMetrics, stats: RequestStateStats | None = None
+) -> RequestOutput:
+    """A finished one-completion output (3 prompt tokens, cut by max_tokens)."""
     completion = CompletionOutput(
         index=0,
         text="",
@@ -65,8 +66,13 @@ def test_request_outcome_timings_and_decode_steps() -> None:
         finish_reason="length",
         spec_decode_metrics=metrics,
     )
-    output = RequestOutput("r", None, [1, 2, 3], None, [completion], True, metrics=stats)
-    outcome = request_outcome("gw-1", output, k=2, output_tokens=19)
+    return RequestOutput("r", None, [1, 2, 3], None, [completion], True, metrics=stats)
+
+
+def test_request_outcome_timings_and_decode_steps() -> None:
+    stats = RequestStateStats(first_token_ts=10.0, last_token_ts=10.9, first_token_latency=0.2)
+    metrics = RequestSpecDecodeMetrics(num_spec_tokens=2, histogram=[1, 2, 3], num_draft_tokens=12)
+    outcome = request_outcome("gw-1", _finished(metrics, stats), k=2, output_tokens=19)
     assert (outcome.request_id, outcome.prompt_tokens, outcome.output_tokens) == ("gw-1", 3, 19)
     assert outcome.finish_reason == "length"
     assert outcome.ttft_s == pytest.approx(0.2)
@@ -81,17 +87,8 @@ def test_decode_steps_count_the_prefills_step_when_the_last_verify_step_was_cut(
     # 3 verify steps of 2 accepted drafts each would give 1 + 3 + 6 = 10 tokens; max_tokens
     # cut the last at 8: the steps are still the prefill's and the 3 verify steps.
     metrics = RequestSpecDecodeMetrics(num_spec_tokens=2, histogram=[0, 0, 3], num_draft_tokens=6)
-    completion = CompletionOutput(
-        index=0,
-        text="",
-        token_ids=[1],
-        cumulative_logprob=None,
-        logprobs=None,
-        finish_reason="length",
-        spec_decode_metrics=metrics,
-    )
-    output = RequestOutput("r", None, [1, 2, 3], None, [completion], True, metrics=None)
-    assert request_outcome("gw-1", output, k=2, output_tokens=8).decode_steps == 1 + 3
+    outcome = request_outcome("gw-1", _finished(metrics), k=2, output_tokens=8)
+    assert outcome.decode_steps == 1 + 3
     assert token_steps(8, 0, 0) == 8
     assert token_steps(0, 0, 0) == 0
 
