@@ -1,7 +1,8 @@
 """The gateway against vLLM's own OpenAI server, on one engine configuration.
 
     python -m bench.frontend_vs_vllm [--repeats 2] [--ttft-requests 40]
-        [--load-requests 64] [--concurrency 16] [--dry]
+        [--load-requests 64] [--concurrency 16] [--interleaved 0] [--rounds 1]
+        [--gap-ms 300] [--dry]
 
 Two servers, never both up at once, alternated A B B A (`--repeats` turns each):
 
@@ -23,6 +24,20 @@ Prompts: the benchmark's chat families, the same few in the same order on both, 
 sent once untimed first, so that every timed request is a prefix-cache hit on either
 server and the TTFT tail is not the long-context family's cold prefill. `--dry` prints
 both command lines and exits.
+
+`--interleaved N` adds a finer TTFT reading: both servers up at once but only one ever
+serving, N prompts each sent to both one after the other (gateway first on even prompts,
+vLLM first on odd ones), `--gap-ms` of idle time before every request so that the
+other engine's OpenMP threads have stopped spinning (GOMP_SPINCOUNT, KMP_BLOCKTIME 200
+ms) before the next one runs. Each prompt is a pair taken within a second, so the host's
+drift (on a shared host, 10 ms of a turn's TTFT over minutes) cancels; the summary gives
+both servers' p50 and p99, the median per-pair difference and a paired bootstrap 95 %
+interval of each, and each front end's CPU per request over the phase (one request at a
+time, not at saturation). `--rounds R` repeats that phase on R fresh starts of both
+servers, the gateway started first in even rounds: a fresh start moves the difference by
+more than one phase resolves (over a millisecond between starts with `--rounds 4`), so
+only the rounds pooled, with their spread, say what the front end adds. `--repeats 0`
+runs the interleaved rounds alone.
 A benchmark, not a test: it prints figures and asserts nothing.
 """
 
@@ -169,6 +184,128 @@ def paired_verdict(turns: dict[str, list[Turn]]) -> list[str]:
             f"(target <= {TARGET_CPU_RATIO}x)"
         )
     return lines
+
+
+@dataclass
+class Pairs:
+    """TTFTs of the same prompts on both servers, taken one after the other."""
+
+    gateway_s: list[float] = field(default_factory=list)
+    vllm_s: list[float] = field(default_factory=list)
+    cpu_s_per_request: dict[str, float] = field(default_factory=dict)
+
+
+def _bootstrap(
+    pairs: list[tuple[float, float]], stat: Any, rounds: int = 2000, seed: int = 0
+) -> tuple[float, float]:
+    """95 % interval of `stat(pairs)` over resamples of whole pairs."""
+    import random
+
+    rng = random.Random(seed)
+    draws = sorted(stat(rng.choices(pairs, k=len(pairs))) for _ in range(rounds))
+    return draws[int(0.025 * rounds)], draws[int(0.975 * rounds) - 1]
+
+
+def pairs_summary(pairs: Pairs) -> list[str]:
+    """Both servers' TTFT p50 / p99 and the gateway's excess over vLLM, with paired
+    bootstrap 95 % intervals: p50 and p99 of each server's own TTFTs, their
+    difference, and the median of the per-prompt differences."""
+    both = list(zip(pairs.gateway_s, pairs.vllm_s, strict=True))
+    if not both:
+        return []
+
+    def p(values: list[float], q: float) -> float:
+        return float(percentile(values, q) or 0.0)
+
+    def excess(q: float) -> Any:
+        return lambda ps: 1e3 * (p([g for g, _ in ps], q) - p([v for _, v in ps], q))
+
+    def median_diff(ps: list[tuple[float, float]]) -> float:
+        return 1e3 * statistics.median(g - v for g, v in ps)
+
+    lines = [f"interleaved: {len(both)} prompts, each on both servers one after the other"]
+    for name, seen in (("gateway", pairs.gateway_s), ("vllm", pairs.vllm_s)):
+        cpu = pairs.cpu_s_per_request.get(name)
+        cpu_cell = f", front-end CPU {1e3 * cpu:.2f} ms/request" if cpu is not None else ""
+        lines.append(
+            f"{name:<8} TTFT p50 {1e3 * p(seen, 50):.2f} ms, p99 {1e3 * p(seen, 99):.2f} ms"
+            + cpu_cell
+        )
+    for label, stat, target in (
+        ("TTFT p50 gateway - vllm", excess(50), TARGET_TTFT_P50_MS),
+        ("TTFT p99 gateway - vllm", excess(99), TARGET_TTFT_P99_MS),
+        ("median per-prompt difference", median_diff, None),
+    ):
+        lo, hi = _bootstrap(both, stat)
+        bound = f" (target <= {target})" if target is not None else ""
+        lines.append(f"{label}: {stat(both):+.2f} ms [95 % {lo:+.2f} to {hi:+.2f}]{bound}")
+    return lines
+
+
+async def interleaved(servers: dict[str, Server], args: argparse.Namespace) -> Pairs:
+    """Each prompt on both servers, one request at a time, the first server alternating."""
+    import httpx
+    import psutil
+
+    convs = chat_messages(args.interleaved)
+    fronts = {n: psutil.Process(s.process.pid) for n, s in servers.items()}
+    seen: dict[str, list[float]] = {n: [] for n in servers}
+    cpu = dict.fromkeys(servers, 0.0)
+    async with httpx.AsyncClient(timeout=120) as client:
+        for server in servers.values():  # untimed: every prompt cached on both
+            for msgs in {json.dumps(c): c for c in convs}.values():
+                await ttft(client, server, msgs, args.max_tokens)
+        names = list(servers)
+        for i, msgs in enumerate(convs):
+            for name in names if i % 2 == 0 else names[::-1]:
+                await asyncio.sleep(args.gap_ms / 1e3)
+                before = sum(fronts[name].cpu_times()[:2])
+                seen[name].append(await ttft(client, servers[name], msgs, args.max_tokens))
+                cpu[name] += sum(fronts[name].cpu_times()[:2]) - before
+    count = max(len(convs), 1)
+    return Pairs(seen["gateway"], seen["vllm"], {n: c / count for n, c in cpu.items()})
+
+
+def interleaved_round(args: argparse.Namespace, settings: Any, workdir: Path, index: int) -> Pairs:
+    """Start both servers (the gateway first in even rounds), run the interleaved phase,
+    stop both."""
+    started: dict[str, Server] = {}
+    try:
+        for name in ("gateway", "vllm") if index % 2 == 0 else ("vllm", "gateway"):
+            started[name] = (
+                start_gateway(args.max_depth, workdir)
+                if name == "gateway"
+                else start_vllm(settings, workdir)
+            )
+        pairs = asyncio.run(interleaved({n: started[n] for n in ("gateway", "vllm")}, args))
+    finally:
+        for server in started.values():
+            server.stop()
+    print(f"round {index + 1}:", *pairs_summary(pairs)[1:], sep="\n  ", flush=True)
+    return pairs
+
+
+def rounds_summary(rounds: list[Pairs]) -> list[str]:
+    """Per round the median per-prompt difference; then the rounds pooled."""
+    diffs = [
+        1e3 * statistics.median(g - v for g, v in zip(r.gateway_s, r.vllm_s, strict=True))
+        for r in rounds
+        if r.gateway_s
+    ]
+    if not diffs:
+        return []
+    pooled = Pairs(
+        [t for r in rounds for t in r.gateway_s],
+        [t for r in rounds for t in r.vllm_s],
+        {n: statistics.mean(r.cpu_s_per_request[n] for r in rounds) for n in ("gateway", "vllm")},
+    )
+    cells = ", ".join(f"{d:+.2f}" for d in diffs)
+    return [
+        f"\n{len(rounds)} rounds, each a fresh start of both servers",
+        f"median per-prompt difference by round: {cells} ms "
+        f"(median {statistics.median(diffs):+.2f})",
+        *pairs_summary(pooled),
+    ]
 
 
 def chat_messages(count: int) -> list[list[dict[str, str]]]:
@@ -333,6 +470,9 @@ def run(args: argparse.Namespace) -> None:
             "(flags: static, pin-k K)",
         )
         return
+    if args.interleaved > 0:
+        rounds = [interleaved_round(args, settings, workdir, i) for i in range(args.rounds)]
+        print("\n".join(rounds_summary(rounds)), flush=True)
     turns: dict[str, list[Turn]] = {"gateway": [], "vllm": []}
     for name in abba_order(args.repeats, list(turns)):
         server = start_gateway(args.max_depth, workdir) if name == "gateway" else None
@@ -347,6 +487,8 @@ def run(args: argparse.Namespace) -> None:
             f"CPU {1e3 * last.cpu_s_per_request:.2f} ms/request",
             flush=True,
         )
+    if not args.repeats:
+        return
     print(
         f"\n{args.repeats} turns each (A B B A), median [min-max] over turns; "
         f"saturation: {args.concurrency} clients, {args.load_requests} requests"
@@ -364,6 +506,13 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--max-depth", type=int, default=4)
+    parser.add_argument(
+        "--interleaved", type=int, default=0, help="prompts sent to both servers in turn"
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="fresh starts of both servers, interleaved"
+    )
+    parser.add_argument("--gap-ms", type=float, default=300, help="idle before each request")
     parser.add_argument("--dry", action="store_true", help="print both commands and exit")
     run(parser.parse_args())
 

@@ -12,9 +12,12 @@ from bench.floor_abba import abba_order
 from bench.floor_profile import Case, table
 from bench.floor_timers import PhaseTimers, step_phase
 from bench.frontend_vs_vllm import (
+    Pairs,
     Turn,
     cli_flags,
     paired_verdict,
+    pairs_summary,
+    rounds_summary,
     summary_rows,
     verdict,
     vllm_command,
@@ -130,3 +133,37 @@ def test_the_paired_verdict_reads_each_pair_of_neighbouring_turns() -> None:
     assert lines[1].startswith("TTFT p50 gateway - vllm: +1.50 ms [+1.00 to +2.00]")
     assert lines[3].startswith("CPU per request gateway / vllm: 1.20x [1.15 to 1.25]")
     assert paired_verdict({"gateway": [], "vllm": []}) == []
+
+
+def test_the_interleaved_summary_pairs_each_prompt_with_itself() -> None:
+    """The host's drift moves both servers alike from prompt to prompt: the per-prompt
+    difference stays at 1 ms with a tight interval while each server's own TTFTs spread
+    over 20 ms."""
+    vllm = [0.020 + 0.0001 * i for i in range(200)]
+    gateway = [t + 0.001 for t in vllm]
+    lines = pairs_summary(Pairs(gateway, vllm, {"gateway": 0.006, "vllm": 0.005}))
+    assert lines[0] == "interleaved: 200 prompts, each on both servers one after the other"
+    assert lines[1].endswith("front-end CPU 6.00 ms/request")
+    assert lines[3].startswith("TTFT p50 gateway - vllm: +1.00 ms")
+    assert lines[5] == "median per-prompt difference: +1.00 ms [95 % +1.00 to +1.00]"
+    assert pairs_summary(Pairs()) == []
+
+
+def test_the_p50_excess_interval_is_wide_when_the_pairs_disagree() -> None:
+    vllm = [0.020] * 100
+    gateway = [0.018, 0.024] * 50  # median +1 ms, but half the prompts are 2 ms faster
+    line = pairs_summary(Pairs(gateway, vllm))[3]
+    low, high = (float(x) for x in line.split("[95 % ")[1].split("]")[0].split(" to "))
+    assert low < 0 < high
+
+
+def test_rounds_are_reported_one_by_one_and_pooled() -> None:
+    rounds = [
+        Pairs([0.021] * 10, [0.020] * 10, {"gateway": 0.004, "vllm": 0.004}),
+        Pairs([0.030] * 10, [0.0302] * 10, {"gateway": 0.006, "vllm": 0.004}),
+    ]
+    lines = rounds_summary(rounds)
+    assert lines[1] == "median per-prompt difference by round: +1.00, -0.20 ms (median +0.40)"
+    assert lines[2].startswith("interleaved: 20 prompts")
+    assert lines[3].endswith("front-end CPU 5.00 ms/request")
+    assert rounds_summary([]) == []
