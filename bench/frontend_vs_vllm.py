@@ -206,6 +206,11 @@ def _bootstrap(
     return draws[int(0.025 * rounds)], draws[int(0.975 * rounds) - 1]
 
 
+def _median_difference_ms(pairs: list[tuple[float, float]]) -> float:
+    """Median over prompts of gateway - vLLM, in ms."""
+    return 1e3 * statistics.median(g - v for g, v in pairs)
+
+
 def pairs_summary(pairs: Pairs) -> list[str]:
     """Both servers' TTFT p50 / p99 and the gateway's excess over vLLM, with paired
     bootstrap 95 % intervals: p50 and p99 of each server's own TTFTs, their
@@ -220,9 +225,6 @@ def pairs_summary(pairs: Pairs) -> list[str]:
     def excess(q: float) -> Any:
         return lambda ps: 1e3 * (p([g for g, _ in ps], q) - p([v for _, v in ps], q))
 
-    def median_diff(ps: list[tuple[float, float]]) -> float:
-        return 1e3 * statistics.median(g - v for g, v in ps)
-
     lines = [f"interleaved: {len(both)} prompts, each on both servers one after the other"]
     for name, seen in (("gateway", pairs.gateway_s), ("vllm", pairs.vllm_s)):
         cpu = pairs.cpu_s_per_request.get(name)
@@ -234,7 +236,7 @@ def pairs_summary(pairs: Pairs) -> list[str]:
     for label, stat, target in (
         ("TTFT p50 gateway - vllm", excess(50), TARGET_TTFT_P50_MS),
         ("TTFT p99 gateway - vllm", excess(99), TARGET_TTFT_P99_MS),
-        ("median per-prompt difference", median_diff, None),
+        ("median per-prompt difference", _median_difference_ms, None),
     ):
         lo, hi = _bootstrap(both, stat)
         bound = f" (target <= {target})" if target is not None else ""
@@ -252,9 +254,8 @@ async def interleaved(servers: dict[str, Server], args: argparse.Namespace) -> P
     seen: dict[str, list[float]] = {n: [] for n in servers}
     cpu = dict.fromkeys(servers, 0.0)
     async with httpx.AsyncClient(timeout=120) as client:
-        for server in servers.values():  # untimed: every prompt cached on both
-            for msgs in {json.dumps(c): c for c in convs}.values():
-                await ttft(client, server, msgs, args.max_tokens)
+        for server in servers.values():
+            await warm(client, server, convs, args.max_tokens)
         names = list(servers)
         for i, msgs in enumerate(convs):
             for name in names if i % 2 == 0 else names[::-1]:
@@ -272,11 +273,7 @@ def interleaved_round(args: argparse.Namespace, settings: Any, workdir: Path, in
     started: dict[str, Server] = {}
     try:
         for name in ("gateway", "vllm") if index % 2 == 0 else ("vllm", "gateway"):
-            started[name] = (
-                start_gateway(args.max_depth, workdir)
-                if name == "gateway"
-                else start_vllm(settings, workdir)
-            )
+            started[name] = start_server(name, args.max_depth, settings, workdir)
         pairs = asyncio.run(interleaved({n: started[n] for n in ("gateway", "vllm")}, args))
     finally:
         for server in started.values():
@@ -288,7 +285,7 @@ def interleaved_round(args: argparse.Namespace, settings: Any, workdir: Path, in
 def rounds_summary(rounds: list[Pairs]) -> list[str]:
     """Per round the median per-prompt difference; then the rounds pooled."""
     diffs = [
-        1e3 * statistics.median(g - v for g, v in zip(r.gateway_s, r.vllm_s, strict=True))
+        _median_difference_ms(list(zip(r.gateway_s, r.vllm_s, strict=True)))
         for r in rounds
         if r.gateway_s
     ]
@@ -377,6 +374,13 @@ def start_gateway(max_depth: int, workdir: Path) -> Server:
     raise RuntimeError("the gateway did not apply pin-k")
 
 
+def start_server(name: str, max_depth: int, settings: Any, workdir: Path) -> Server:
+    """`gateway` or `vllm`, up and ready."""
+    if name == "gateway":
+        return start_gateway(max_depth, workdir)
+    return start_vllm(settings, workdir)
+
+
 def _wait_ready(proc: subprocess.Popen[bytes], url: str, log: Path) -> None:
     import httpx
 
@@ -420,6 +424,15 @@ async def ttft(
     return first
 
 
+async def warm(
+    client: Any, server: Server, convs: list[list[dict[str, str]]], max_tokens: int
+) -> None:
+    """Each distinct prompt once, untimed: every prompt cached alike on both servers
+    before timing."""
+    for msgs in {json.dumps(c): c for c in convs}.values():
+        await ttft(client, server, msgs, max_tokens)
+
+
 async def measure(server: Server, args: argparse.Namespace) -> Turn:
     import httpx
     import psutil
@@ -428,9 +441,7 @@ async def measure(server: Server, args: argparse.Namespace) -> Turn:
     turn = Turn()
     convs = chat_messages(max(args.ttft_requests, args.load_requests))
     async with httpx.AsyncClient(timeout=120) as client:
-        distinct = {json.dumps(c): c for c in convs}.values()
-        for msgs in distinct:  # untimed: every prompt cached alike on both before timing
-            await ttft(client, server, msgs, args.max_tokens)
+        await warm(client, server, convs, args.max_tokens)
         for msgs in convs[: args.ttft_requests]:
             turn.ttfts_s.append(await ttft(client, server, msgs, args.max_tokens))
         queue = list(convs[: args.load_requests])
@@ -475,8 +486,7 @@ def run(args: argparse.Namespace) -> None:
         print("\n".join(rounds_summary(rounds)), flush=True)
     turns: dict[str, list[Turn]] = {"gateway": [], "vllm": []}
     for name in abba_order(args.repeats, list(turns)):
-        server = start_gateway(args.max_depth, workdir) if name == "gateway" else None
-        server = server or start_vllm(settings, workdir)
+        server = start_server(name, args.max_depth, settings, workdir)
         try:
             turns[name].append(asyncio.run(measure(server, args)))
         finally:
