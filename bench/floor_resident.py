@@ -38,6 +38,7 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -126,17 +127,23 @@ def variants(depths: list[int], null: bool) -> list[str]:
     return names
 
 
-async def run(args: argparse.Namespace) -> dict[str, Any]:
+def print_now(line: str) -> None:
+    print(line, flush=True)
+
+
+@contextlib.asynccontextmanager
+async def resident_engines(
+    args: argparse.Namespace, log: Callable[[str], None]
+) -> AsyncIterator[tuple[dict[str, Any], dict[str, set[int]], str]]:
+    """Both engines started and held, one after the other: {BASE: without a drafter,
+    "speculative": EAGLE 3.1 at K = args.max_depth}, each engine's process ids, and the
+    model's description."""
     from bench.k0_overhead import models
     from engine.settings import EngineSettings
     from engine.vllm.engine import VLLMEngine
 
     target, drafter, described = models(args)
-    print(f"model: {described}", flush=True)
-    names = variants(args.depths, args.null)
-    cells: dict[tuple[int, str], Cell] = {(c, n): Cell() for c in args.concurrency for n in names}
-    idle_cpu = {BASE: 0.0, "speculative": 0.0}
-    idle_wall = {BASE: 0.0, "speculative": 0.0}
+    log(f"model: {described}")
     async with contextlib.AsyncExitStack() as stack:
         engines: dict[str, Any] = {}
         pids: dict[str, set[int]] = {}
@@ -150,7 +157,16 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             )
             engines[name] = await stack.enter_async_context(VLLMEngine.started(settings))
             pids[name] = descendants(os.getpid()) - before
-            print(f"{name}: engine processes {sorted(pids[name])}", flush=True)
+            log(f"{name}: engine processes {sorted(pids[name])}")
+        yield engines, pids, described
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    names = variants(args.depths, args.null)
+    cells: dict[tuple[int, str], Cell] = {(c, n): Cell() for c in args.concurrency for n in names}
+    idle_cpu = {BASE: 0.0, "speculative": 0.0}
+    idle_wall = {BASE: 0.0, "speculative": 0.0}
+    async with resident_engines(args, print_now) as (engines, pids, described):
         started = time.perf_counter()
         for a in range(args.alternations):
             for conc in args.concurrency:

@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.stats import percentile
+from bench.stats import bootstrap_interval, percentile
 
 VLLM_SERVER = ("-m", "vllm.entrypoints.openai.api_server")
 #: The issue's bounds on the gateway over vLLM's server.
@@ -195,17 +195,6 @@ class Pairs:
     cpu_s_per_request: dict[str, float] = field(default_factory=dict)
 
 
-def _bootstrap(
-    pairs: list[tuple[float, float]], stat: Any, rounds: int = 2000, seed: int = 0
-) -> tuple[float, float]:
-    """95 % interval of `stat(pairs)` over resamples of whole pairs."""
-    import random
-
-    rng = random.Random(seed)
-    draws = sorted(stat(rng.choices(pairs, k=len(pairs))) for _ in range(rounds))
-    return draws[int(0.025 * rounds)], draws[int(0.975 * rounds) - 1]
-
-
 def _median_difference_ms(pairs: list[tuple[float, float]]) -> float:
     """Median over prompts of gateway - vLLM, in ms."""
     return 1e3 * statistics.median(g - v for g, v in pairs)
@@ -238,7 +227,7 @@ def pairs_summary(pairs: Pairs) -> list[str]:
         ("TTFT p99 gateway - vllm", excess(99), TARGET_TTFT_P99_MS),
         ("median per-prompt difference", _median_difference_ms, None),
     ):
-        lo, hi = _bootstrap(both, stat)
+        lo, hi = bootstrap_interval(both, stat)
         bound = f" (target <= {target})" if target is not None else ""
         lines.append(f"{label}: {stat(both):+.2f} ms [95 % {lo:+.2f} to {hi:+.2f}]{bound}")
     return lines

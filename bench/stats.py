@@ -31,10 +31,13 @@ import statistics
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from bench.replay import RequestRecord
 from bench.runner import RunResult
 from engine.interface import token_steps
+
+T = TypeVar("T")
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -78,6 +81,16 @@ def median_interval(values: list[float], level: float = 0.95) -> tuple[float, fl
     if j < 1:
         return statistics.median(xs), xs[0], xs[-1]
     return statistics.median(xs), xs[j - 1], xs[n - j]
+
+
+def bootstrap_interval(
+    items: Sequence[T], stat: Callable[[list[T]], float], rounds: int = 2000, seed: int = 0
+) -> tuple[float, float]:
+    """95 % interval of `stat(items)` over resamples of whole items (pairs, bursts: the
+    unit that is independent), seeded."""
+    rng = random.Random(seed)
+    draws = sorted(stat(rng.choices(items, k=len(items))) for _ in range(rounds))
+    return draws[int(0.025 * rounds)], draws[int(0.975 * rounds) - 1]
 
 
 def spread(values: Iterable[float | None]) -> Spread:

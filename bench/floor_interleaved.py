@@ -1,0 +1,287 @@
+"""The speculation floor per request: both engines resident, each burst run on every variant.
+
+    python -m bench.floor_interleaved [--bursts 48 24 16] [--concurrency 1 4 16] [--depths 0 4]
+
+`bench.floor_resident` compares turns of a few seconds, and the host's drift between
+two turns (a quarter within minutes on a shared VM) leaves its A/A null at about +-10 %.
+Here the unit is one burst of requests, run on every variant back to back with an idle
+gap before each: the same prompts, reply lengths and order on the engine without a
+drafter (A), on it again (A', the A/A null: the method's own resolution), and on the
+speculative engine (EAGLE 3.1, K = --max-depth) at each depth in --depths; the order of
+the variants is shuffled per burst (seeded). Each request's figure is set against the
+same request of A's run of that burst, a few seconds apart, so drift slower than that
+cancels.
+
+A burst at concurrency c: c - 1 requests start together and, once each has its first
+token, one more joins the batch they decode in (at c = 1: one request alone). Read per
+request: TTFT of the starters (a batch's prefill), TTFT of the joiner (a newcomer that
+waits for a decoding batch's step, as under steady traffic), TPOT of all (vLLM's
+per-request figures from engine-core timestamps), and the engine's CPU seconds per output
+token over the burst (its processes from /proc).
+
+Printed per concurrency and variant: the median over requests of B / A, and its 95 %
+interval from a bootstrap that resamples whole bursts (a burst's requests share a batch,
+so they are not independent). Targets: k = 0 within 1.03x on TTFT and TPOT, k > 0 TTFT
+within 1.2x. A benchmark, not a test: it prints figures and asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import math
+import random
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.floor_profile import prompts
+from bench.floor_resident import (
+    BASE,
+    NULL,
+    cpu_seconds,
+    print_now,
+    resident_engines,
+    turn_order,
+    variants,
+)
+from bench.stats import bootstrap_interval
+
+#: The figures read per request (seconds), and per burst.
+METRICS = ("ttft_start", "ttft_join", "tpot", "cpu_per_token")
+
+
+@dataclass
+class BurstRun:
+    """One variant's run of one burst: per request position, its figures (None where the
+    position does not have one: the joiner has no starter TTFT and the reverse)."""
+
+    ttft_start: list[float | None] = field(default_factory=list)
+    ttft_join: list[float | None] = field(default_factory=list)
+    tpot: list[float | None] = field(default_factory=list)
+    cpu_per_token: list[float | None] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What every variant of one burst runs: the prompts and reply lengths, in order; the
+    last one joins the others' batch (alone at concurrency 1)."""
+
+    texts: tuple[str, ...]
+    lengths: tuple[int, ...]
+
+
+def burst_plans(conc: int, bursts: int, max_tokens: int, seed: int) -> list[Plan]:
+    """`bursts` bursts of `conc` requests over the bench's family prompts (long context
+    included), reply lengths drawn in [max_tokens / 2, 3 max_tokens / 2] (seeded)."""
+    texts = prompts(conc * bursts)
+    rng = random.Random(seed)
+    plans = []
+    for b in range(bursts):
+        chunk = texts[b * conc : (b + 1) * conc]
+        lengths = tuple(rng.randint(max_tokens // 2, 3 * max_tokens // 2) for _ in chunk)
+        plans.append(Plan(tuple(chunk), lengths))
+    return plans
+
+
+async def _request(
+    engine: Any, text: str, k: int, max_tokens: int, first: asyncio.Event | None = None
+) -> Any:
+    """One greedy request to its outcome; sets `first` at its first output token."""
+    from engine.interface import GenerateRequest
+
+    request = GenerateRequest(
+        request_id=f"floor-{uuid.uuid4().hex[:12]}",
+        prompt=f"#{uuid.uuid4().hex[:8]}\n{text}",  # unique first block: no prefix hit
+        max_tokens=max_tokens,
+        k=k,
+        ignore_eos=True,
+    )
+    async for chunk in engine.generate(request):
+        if first is not None and chunk.token_ids_delta:
+            first.set()
+        if chunk.outcome is not None:
+            if first is not None:
+                first.set()
+            return chunk.outcome
+    raise RuntimeError("stream ended without an outcome")
+
+
+async def run_burst(engine: Any, pids: set[int], plan: Plan, k: int) -> BurstRun:
+    """The plan's starters together, then its joiner once each starter has a token."""
+    starters = len(plan.texts) - 1
+    firsts = [asyncio.Event() for _ in range(starters)]
+    cpu0 = cpu_seconds(pids)
+    tasks = [
+        asyncio.create_task(_request(engine, plan.texts[i], k, plan.lengths[i], firsts[i]))
+        for i in range(starters)
+    ]
+    for event in firsts:
+        await event.wait()
+    joiner = asyncio.create_task(_request(engine, plan.texts[-1], k, plan.lengths[-1]))
+    outcomes = await asyncio.gather(*tasks, joiner)
+    cpu = cpu_seconds(pids) - cpu0
+    tokens = sum(o.output_tokens for o in outcomes)
+    run = BurstRun()
+    for i, o in enumerate(outcomes):
+        joined = i == starters
+        run.ttft_start.append(None if joined else o.ttft_s)
+        run.ttft_join.append(o.ttft_s if joined else None)
+        run.tpot.append(o.tpot_s)
+    run.cpu_per_token.append(cpu / max(tokens, 1))
+    return run
+
+
+def paired_ratios(base: Sequence[float | None], other: Sequence[float | None]) -> list[float]:
+    """other / base per position where both have a positive figure."""
+    return [o / b for b, o in zip(base, other, strict=True) if b and o and b > 0 and o > 0]
+
+
+def median_ratio(bursts: Sequence[list[float]]) -> float:
+    """Median over the requests of all `bursts` of their ratios (NaN with none)."""
+    pooled = [r for burst in bursts for r in burst]
+    return statistics.median(pooled) if pooled else math.nan
+
+
+def summarise(
+    runs: dict[tuple[int, str], list[BurstRun]], concurrency: Sequence[int], names: Sequence[str]
+) -> list[dict[str, Any]]:
+    """Per concurrency and variant but A: per metric, the median ratio to A's run of the
+    same burst, its burst-bootstrap 95 % interval, both engines' median ms and n."""
+    rows = []
+    for conc in concurrency:
+        base = runs[(conc, BASE)]
+        for name in names:
+            if name == BASE:
+                continue
+            mine = runs[(conc, name)]
+            row: dict[str, Any] = {"concurrency": conc, "variant": name, "bursts": len(mine)}
+            for metric in METRICS:
+                per_burst = [
+                    paired_ratios(getattr(a, metric), getattr(b, metric))
+                    for a, b in zip(base, mine, strict=True)
+                ]
+                per_burst = [r for r in per_burst if r]
+                if not per_burst:
+                    continue
+                low, high = bootstrap_interval(per_burst, median_ratio)
+                row[metric] = {
+                    "ratio": round(median_ratio(per_burst), 4),
+                    "ci95": [round(low, 4), round(high, 4)],
+                    "n": sum(len(r) for r in per_burst),
+                    "a_ms": _median_ms(base, metric),
+                    "b_ms": _median_ms(mine, metric),
+                }
+            rows.append(row)
+    return rows
+
+
+def _median_ms(runs: Sequence[BurstRun], metric: str) -> float:
+    values = [v for run in runs for v in getattr(run, metric) if v]
+    return round(1e3 * statistics.median(values), 3) if values else math.nan
+
+
+def _cell(row: dict[str, Any], metric: str) -> str:
+    f = row.get(metric)
+    if f is None:
+        return "-"
+    return f"{f['ratio']:.3f} [{f['ci95'][0]:.3f}-{f['ci95'][1]:.3f}]"
+
+
+def table(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """The printed table: one line per concurrency and variant."""
+    lines = [
+        "ratio to the no-drafter engine's run of the same burst: median over requests "
+        "[95 % interval, bootstrap over bursts]",
+        "| c | variant | bursts | TTFT (starters) | TTFT (joiner) | TPOT | CPU/token "
+        "| TPOT ms A / B |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        cells = " | ".join(_cell(r, m) for m in METRICS)
+        tpot = r.get("tpot", {})
+        ms = f"{tpot.get('a_ms', math.nan):.2f} / {tpot.get('b_ms', math.nan):.2f}"
+        lines.append(f"| {r['concurrency']} | {r['variant']} | {r['bursts']} | {cells} | {ms} |")
+    return lines
+
+
+def _depth(name: str) -> int:
+    return 0 if name in (BASE, NULL) else int(name.split("=")[1])
+
+
+async def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict[str, Any]:
+    names = variants(args.depths, args.null)
+    bursts = dict(zip(args.concurrency, args.bursts, strict=True))
+    runs: dict[tuple[int, str], list[BurstRun]] = {
+        (c, n): [] for c in args.concurrency for n in names
+    }
+    async with resident_engines(args, log) as (engines, pids, described):
+        started = time.perf_counter()
+        for conc in args.concurrency:
+            plans = burst_plans(conc, bursts[conc], args.max_tokens, seed=conc)
+            for b, plan in enumerate(plans):
+                for name in turn_order(1000 * conc + b, names):
+                    which = BASE if name in (BASE, NULL) else "speculative"
+                    # vLLM's workers spin on their queue for a second after their last read
+                    # (`shm_broadcast`): let the engine that ran last fall asleep first.
+                    await asyncio.sleep(args.gap)
+                    burst = await run_burst(engines[which], pids[which], plan, _depth(name))
+                    runs[(conc, name)].append(burst)
+                if (b + 1) % max(1, len(plans) // 4) == 0 or b + 1 == len(plans):
+                    so_far = summarise(
+                        {key: v for key, v in runs.items() if key[0] == conc}, [conc], names
+                    )
+                    brief = "; ".join(f"{r['variant']} TPOT {_cell(r, 'tpot')}" for r in so_far)
+                    log(
+                        f"c{conc} [{b + 1}/{len(plans)}] "
+                        f"{time.perf_counter() - started:.0f} s: {brief}"
+                    )
+    rows = summarise(runs, args.concurrency, names)
+    for line in table(rows):
+        log(line)
+    raw = {
+        f"c{c} {n}": [
+            {m: getattr(r, m) for m in ("ttft_start", "ttft_join", "tpot", "cpu_per_token")}
+            for r in burst_runs
+        ]
+        for (c, n), burst_runs in runs.items()
+    }
+    return {"command": " ".join(sys.argv), "model": described, "rows": rows, "bursts": raw}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16])
+    parser.add_argument(
+        "--bursts", type=int, nargs="+", default=[48, 24, 16], help="per concurrency"
+    )
+    parser.add_argument("--depths", type=int, nargs="+", default=[0, 4])
+    parser.add_argument("--no-null", dest="null", action="store_false", help="skip A'")
+    parser.add_argument("--max-depth", type=int, default=4)
+    parser.add_argument("--gap", type=float, default=1.2, help="idle seconds before a burst")
+    parser.add_argument("--max-tokens", type=int, default=48)
+    parser.add_argument("--out", type=Path, default=Path("bench/results/floor_interleaved.json"))
+    parser.add_argument("--layers", type=int, default=16, help="tiny target layers (no real model)")
+    parser.add_argument("--hidden", type=int, default=256, help="tiny target width (no real model)")
+    args = parser.parse_args()
+    if len(args.bursts) == 1:
+        args.bursts = args.bursts * len(args.concurrency)
+    if len(args.bursts) != len(args.concurrency):
+        parser.error("--bursts: one count, or one per --concurrency")
+    body = asyncio.run(run(args, print_now))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    body["args"] = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+    args.out.write_text(json.dumps(body, indent=1) + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(KeyboardInterrupt):
+        main()
