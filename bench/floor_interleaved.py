@@ -81,7 +81,10 @@ class Plan:
 def burst_plans(conc: int, bursts: int, max_tokens: int, seed: int) -> list[Plan]:
     """`bursts` bursts of `conc` requests over the bench's family prompts (long context
     included), reply lengths drawn in [max_tokens / 2, 3 max_tokens / 2] (seeded)."""
-    texts = prompts(conc * bursts)
+    pool = prompts(conc * bursts)
+    # The pool is finite: past its end prompts repeat (each request's unique first block
+    # still keeps it from the prefix cache).
+    texts = [pool[i % len(pool)] for i in range(conc * bursts)]
     rng = random.Random(seed)
     plans = []
     for b in range(bursts):
