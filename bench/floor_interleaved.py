@@ -215,6 +215,46 @@ def table(rows: Sequence[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def plot(rows: Sequence[dict[str, Any]], path: Path, target: float = 1.03) -> Path:
+    """The k = 0 rows and the A/A null as points with their intervals, TTFT (joiner or
+    alone) and TPOT side by side, the target drawn; k > 0 rows are left to the table
+    (their ratios, up to 2x, would flatten the scale the floor is read at)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shown = [r for r in rows if r["variant"] in (NULL, "k = 0")]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 0.5 * len(shown) + 1.8), sharey=True)
+    labels = [f"c{r['concurrency']} {r['variant']} ({r['bursts']} bursts)" for r in shown]
+    for ax, (metric, title) in zip(
+        axes, (("ttft_join", "TTFT (alone or joining)"), ("tpot", "TPOT")), strict=True
+    ):
+        for y, row in enumerate(shown):
+            f = row[metric]
+            colour = "tab:gray" if row["variant"] == NULL else "tab:blue"
+            low, high = f["ci95"]
+            ax.errorbar(
+                f["ratio"],
+                y,
+                xerr=[[f["ratio"] - low], [high - f["ratio"]]],
+                fmt="o",
+                color=colour,
+                capsize=3,
+            )
+        ax.axvline(1.0, color="black", linewidth=0.8)
+        ax.axvline(target, color="tab:red", linestyle="--", linewidth=0.8)
+        ax.set_title(title)
+        ax.set_xlabel("ratio to the no-drafter engine (95 % interval)")
+    axes[0].set_yticks(range(len(shown)), labels)
+    axes[0].invert_yaxis()
+    fig.suptitle("k = 0 on the speculative engine against no drafter, request by request")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 def _depth(name: str) -> int:
     return 0 if name in (BASE, NULL) else int(name.split("=")[1])
 
@@ -273,7 +313,17 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("bench/results/floor_interleaved.json"))
     parser.add_argument("--layers", type=int, default=16, help="tiny target layers (no real model)")
     parser.add_argument("--hidden", type=int, default=256, help="tiny target width (no real model)")
+    parser.add_argument(
+        "--plot-only",
+        type=Path,
+        nargs="+",
+        help="draw the PNG (--out with .png) from these results files; run nothing",
+    )
     args = parser.parse_args()
+    if args.plot_only:
+        rows = [row for f in args.plot_only for row in json.loads(f.read_text())["rows"]]
+        print(f"wrote {plot(rows, args.out.with_suffix('.png'))}")
+        return
     if len(args.bursts) == 1:
         args.bursts = args.bursts * len(args.concurrency)
     if len(args.bursts) != len(args.concurrency):
@@ -282,7 +332,7 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     body["args"] = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
     args.out.write_text(json.dumps(body, indent=1) + "\n")
-    print(f"wrote {args.out}")
+    print(f"wrote {args.out} and {plot(body['rows'], args.out.with_suffix('.png'))}")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ burst bootstrap and the summary rows; `bench.stats.bootstrap_interval`. No engin
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +13,7 @@ from bench.floor_interleaved import (
     burst_plans,
     median_ratio,
     paired_ratios,
+    plot,
     summarise,
     table,
 )
@@ -94,3 +96,10 @@ def test_the_bootstrap_resamples_whole_items_and_is_seeded() -> None:
     assert low > 10
     assert high < 31
     assert bootstrap_interval([[2.0]] * 10, median_ratio) == (2.0, 2.0)
+
+
+def test_the_plot_draws_the_floor_rows(tmp_path: Path) -> None:
+    runs = {(4, n): [_run(1.0, 4), _run(1.1, 4)] for n in (BASE, NULL, "k = 0", "k = 4")}
+    rows = summarise(runs, [4], [BASE, NULL, "k = 0", "k = 4"])
+    path = plot(rows, tmp_path / "floor.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
