@@ -1,6 +1,6 @@
 """The speculation floor per request: both engines resident, each burst run on every variant.
 
-    python -m bench.floor_interleaved [--bursts 48 24 16] [--concurrency 1 4 16] [--depths 0 4]
+    python -m bench.floor_interleaved [--bursts 80 48 32] [--concurrency 1 4 16] [--depths 0 4]
 
 `bench.floor_resident` compares turns of a few seconds, and the host's drift between
 two turns (a quarter within minutes on a shared VM) leaves its A/A null at about +-10 %.
@@ -21,8 +21,11 @@ token over the burst (its processes from /proc).
 
 Printed per concurrency and variant: the median over requests of B / A, and its 95 %
 interval from a bootstrap that resamples whole bursts (a burst's requests share a batch,
-so they are not independent). Targets: k = 0 within 1.03x on TTFT and TPOT, k > 0 TTFT
-within 1.2x. A benchmark, not a test: it prints figures and asserts nothing.
+so they are not independent); then the same per prompt family, every concurrency pooled
+(long context among them). Targets: k = 0 within 1.03x on TTFT and TPOT, k > 0 TTFT
+within 1.2x. Written: the results (--out, raw bursts included) and a PNG of the k = 0 rows;
+`--summarise-only FILE` prints the tables again from a results file, `--plot-only FILE...`
+redraws the PNG. A benchmark, not a test: it prints figures and asserts nothing.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.floor_profile import prompts
+from bench.floor_profile import family_prompts
 from bench.floor_resident import (
     BASE,
     NULL,
@@ -76,21 +79,23 @@ class Plan:
 
     texts: tuple[str, ...]
     lengths: tuple[int, ...]
+    #: Each request's prompt family (`bench.families`).
+    families: tuple[str, ...] = ()
 
 
 def burst_plans(conc: int, bursts: int, max_tokens: int, seed: int) -> list[Plan]:
     """`bursts` bursts of `conc` requests over the bench's family prompts (long context
     included), reply lengths drawn in [max_tokens / 2, 3 max_tokens / 2] (seeded)."""
-    pool = prompts(conc * bursts)
+    pool = family_prompts(conc * bursts)
     # The pool is finite: past its end prompts repeat (each request's unique first block
     # still keeps it from the prefix cache).
-    texts = [pool[i % len(pool)] for i in range(conc * bursts)]
+    labelled = [pool[i % len(pool)] for i in range(conc * bursts)]
     rng = random.Random(seed)
     plans = []
     for b in range(bursts):
-        chunk = texts[b * conc : (b + 1) * conc]
+        chunk = labelled[b * conc : (b + 1) * conc]
         lengths = tuple(rng.randint(max_tokens // 2, 3 * max_tokens // 2) for _ in chunk)
-        plans.append(Plan(tuple(chunk), lengths))
+        plans.append(Plan(tuple(t for _, t in chunk), lengths, tuple(f for f, _ in chunk)))
     return plans
 
 
@@ -186,6 +191,74 @@ def summarise(
     return rows
 
 
+def ttfts(run: BurstRun) -> list[float | None]:
+    """Each request's TTFT, starter or joiner."""
+    return [a if a is not None else b for a, b in zip(run.ttft_start, run.ttft_join, strict=True)]
+
+
+def _tpots(run: BurstRun) -> list[float | None]:
+    return run.tpot
+
+
+#: What the family table reads of a burst run, per request.
+READS: dict[str, Callable[[BurstRun], list[float | None]]] = {"ttft": ttfts, "tpot": _tpots}
+
+
+def _kept(values: Sequence[float | None], keep: Sequence[bool]) -> list[float | None]:
+    return [v for v, k in zip(values, keep, strict=True) if k]
+
+
+def by_family(
+    runs: dict[tuple[int, str], list[BurstRun]],
+    plans: dict[int, list[Plan]],
+    names: Sequence[str],
+) -> list[dict[str, Any]]:
+    """Per prompt family and variant but A, over every concurrency: the median ratio to
+    A's run of the same burst for TTFT (starter or joiner) and TPOT, with a bootstrap
+    over the bursts the family's requests came in."""
+    families = sorted({f for ps in plans.values() for p in ps for f in p.families})
+    rows = []
+    for family in families:
+        for name in names:
+            if name == BASE:
+                continue
+            row: dict[str, Any] = {"family": family, "variant": name}
+            for metric, read in READS.items():
+                per_burst = []
+                for conc, conc_plans in plans.items():
+                    for plan, a, b in zip(
+                        conc_plans, runs[(conc, BASE)], runs[(conc, name)], strict=True
+                    ):
+                        keep = [f == family for f in plan.families]
+                        ratios = paired_ratios(_kept(read(a), keep), _kept(read(b), keep))
+                        if ratios:
+                            per_burst.append(ratios)
+                if per_burst:
+                    low, high = bootstrap_interval(per_burst, median_ratio)
+                    row[metric] = {
+                        "ratio": round(median_ratio(per_burst), 4),
+                        "ci95": [round(low, 4), round(high, 4)],
+                        "n": sum(len(r) for r in per_burst),
+                    }
+            rows.append(row)
+    return rows
+
+
+def family_table(rows: Sequence[dict[str, Any]]) -> list[str]:
+    lines = [
+        "by prompt family, every concurrency pooled: ratio to the no-drafter engine's run "
+        "of the same burst, median over requests [95 %, bootstrap over bursts]",
+        "| family | variant | TTFT | TPOT | requests |",
+        "|---|---|---|---|---|",
+    ]
+    for r in rows:
+        n = r.get("tpot", {}).get("n", 0)
+        lines.append(
+            f"| {r['family']} | {r['variant']} | {_cell(r, 'ttft')} | {_cell(r, 'tpot')} | {n} |"
+        )
+    return lines
+
+
 def _median_ms(runs: Sequence[BurstRun], metric: str) -> float:
     values = [v for run in runs for v in getattr(run, metric) if v]
     return round(1e3 * statistics.median(values), 3) if values else math.nan
@@ -265,10 +338,11 @@ async def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> d
     runs: dict[tuple[int, str], list[BurstRun]] = {
         (c, n): [] for c in args.concurrency for n in names
     }
+    all_plans = {c: burst_plans(c, bursts[c], args.max_tokens, seed=c) for c in args.concurrency}
     async with resident_engines(args, log) as (engines, pids, described):
         started = time.perf_counter()
         for conc in args.concurrency:
-            plans = burst_plans(conc, bursts[conc], args.max_tokens, seed=conc)
+            plans = all_plans[conc]
             for b, plan in enumerate(plans):
                 for name in turn_order(1000 * conc + b, names):
                     which = BASE if name in (BASE, NULL) else "speculative"
@@ -286,24 +360,61 @@ async def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> d
                         f"c{conc} [{b + 1}/{len(plans)}] "
                         f"{time.perf_counter() - started:.0f} s: {brief}"
                     )
-    rows = summarise(runs, args.concurrency, names)
-    for line in table(rows):
-        log(line)
+    rows, families = report(runs, all_plans, names, log)
     raw = {
-        f"c{c} {n}": [
-            {m: getattr(r, m) for m in ("ttft_start", "ttft_join", "tpot", "cpu_per_token")}
-            for r in burst_runs
-        ]
+        f"c{c} {n}": [{m: getattr(r, m) for m in METRICS} for r in burst_runs]
         for (c, n), burst_runs in runs.items()
     }
-    return {"command": " ".join(sys.argv), "model": described, "rows": rows, "bursts": raw}
+    return {
+        "command": " ".join(sys.argv),
+        "model": described,
+        "rows": rows,
+        "families": families,
+        "bursts": raw,
+    }
+
+
+def report(
+    runs: dict[tuple[int, str], list[BurstRun]],
+    plans: dict[int, list[Plan]],
+    names: Sequence[str],
+    log: Callable[[str], None],
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The summary rows and the family rows, both tables logged."""
+    rows = summarise(runs, list(plans), names)
+    families = by_family(runs, plans, names)
+    for line in [*table(rows), "", *family_table(families)]:
+        log(line)
+    return rows, families
+
+
+def from_results(
+    path: Path,
+) -> tuple[dict[tuple[int, str], list[BurstRun]], dict[int, list[Plan]], list[str]]:
+    """A results file's burst runs, with the plans its arguments rebuild (the same seeds)."""
+    body = json.loads(path.read_text())
+    args = body["args"]
+    names = variants(args["depths"], args["null"])
+    counts = (
+        args["bursts"] if len(args["bursts"]) > 1 else args["bursts"] * len(args["concurrency"])
+    )
+    plans = {
+        c: burst_plans(c, n, args["max_tokens"], seed=c)
+        for c, n in zip(args["concurrency"], counts, strict=True)
+    }
+    runs = {
+        (c, n): [BurstRun(**burst) for burst in body["bursts"][f"c{c} {n}"]]
+        for c in plans
+        for n in names
+    }
+    return runs, plans, names
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16])
     parser.add_argument(
-        "--bursts", type=int, nargs="+", default=[48, 24, 16], help="per concurrency"
+        "--bursts", type=int, nargs="+", default=[80, 48, 32], help="per concurrency"
     )
     parser.add_argument("--depths", type=int, nargs="+", default=[0, 4])
     parser.add_argument("--no-null", dest="null", action="store_false", help="skip A'")
@@ -314,12 +425,20 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=16, help="tiny target layers (no real model)")
     parser.add_argument("--hidden", type=int, default=256, help="tiny target width (no real model)")
     parser.add_argument(
+        "--summarise-only",
+        type=Path,
+        help="print the tables (prompt families included) from a results file; run nothing",
+    )
+    parser.add_argument(
         "--plot-only",
         type=Path,
         nargs="+",
         help="draw the PNG (--out with .png) from these results files; run nothing",
     )
     args = parser.parse_args()
+    if args.summarise_only:
+        report(*from_results(args.summarise_only), print_now)
+        return
     if args.plot_only:
         rows = [row for f in args.plot_only for row in json.loads(f.read_text())["rows"]]
         print(f"wrote {plot(rows, args.out.with_suffix('.png'))}")

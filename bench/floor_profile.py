@@ -122,6 +122,12 @@ def latency_line(cases: list[Case]) -> str:
 
 def prompts(count: int) -> list[str]:
     """Text of the benchmark's family prompts (chat messages joined), round-robin."""
+    return [text for _, text in family_prompts(count)]
+
+
+def family_prompts(count: int) -> list[tuple[str, str]]:
+    """(family, text) of the benchmark's family prompts, round-robin over the families;
+    chat messages joined, each text cut at 4,000 characters (long context included)."""
     from bench.families import load_pool
 
     pool, _ = load_pool(per_family=max(1, count // 6 + 1), seed=0)
@@ -129,8 +135,8 @@ def prompts(count: int) -> list[str]:
     for batch in zip(*pool.values(), strict=False):
         for p in batch:
             text = p.prompt or "\n".join(str(m.get("content", "")) for m in p.messages or [])
-            texts.append(text[:4000])
-    return texts[:count] if texts else ["Hello"] * count
+            texts.append((p.family, text[:4000]))
+    return texts[:count] if texts else [("none", "Hello")] * count
 
 
 async def _one(engine: Any, text: str, k: int, max_tokens: int) -> Any:

@@ -3,6 +3,8 @@ burst bootstrap and the summary rows; `bench.stats.bootstrap_interval`. No engin
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import random
 from pathlib import Path
 
@@ -11,9 +13,13 @@ import pytest
 from bench.floor_interleaved import (
     BurstRun,
     burst_plans,
+    by_family,
+    family_table,
+    from_results,
     median_ratio,
     paired_ratios,
     plot,
+    report,
     summarise,
     table,
 )
@@ -48,9 +54,11 @@ def test_every_variant_of_a_burst_runs_the_same_prompts_and_lengths() -> None:
 def test_past_the_pools_end_prompts_repeat(monkeypatch: pytest.MonkeyPatch) -> None:
     import bench.floor_interleaved as floor
 
-    monkeypatch.setattr(floor, "prompts", lambda count: ["a", "b", "c"][:count])
+    pool = [("x", "a"), ("y", "b"), ("z", "c")]
+    monkeypatch.setattr(floor, "family_prompts", lambda count: pool[:count])
     plans = burst_plans(2, 3, 8, seed=0)
     assert [p.texts for p in plans] == [("a", "b"), ("c", "a"), ("b", "c")]
+    assert [p.families for p in plans] == [("x", "y"), ("z", "x"), ("y", "z")]
 
 
 def test_ratios_pair_each_request_with_the_same_request_of_the_base_run() -> None:
@@ -103,3 +111,44 @@ def test_the_plot_draws_the_floor_rows(tmp_path: Path) -> None:
     rows = summarise(runs, [4], [BASE, NULL, "k = 0", "k = 4"])
     path = plot(rows, tmp_path / "floor.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_families_label_each_request_and_group_its_ratios() -> None:
+    plans = {4: burst_plans(4, 2, 8, seed=4)}
+    assert all(len(p.families) == 4 for p in plans[4])
+    runs = {(4, n): [_run(1.0, 4), _run(1.0, 4)] for n in (BASE, "k = 0")}
+    runs[(4, "k = 0")] = [_run(1.1, 4), _run(1.1, 4)]
+    rows = by_family(runs, plans, [BASE, "k = 0"])
+    families = {f for p in plans[4] for f in p.families}
+    assert {r["family"] for r in rows} == families
+    for row in rows:
+        assert row["ttft"]["ratio"] == pytest.approx(1.1)
+        assert row["tpot"]["ratio"] == pytest.approx(1.1)
+    assert sum(r["tpot"]["n"] for r in rows) == 8  # each request in its own family once
+    assert family_table(rows)[1].startswith("| family |")
+
+
+def test_a_results_file_summarises_again_with_its_plans(tmp_path: Path) -> None:
+    names = [BASE, NULL, "k = 0"]
+    runs = {(c, n): [_run(1.0, c) for _ in range(2)] for c in (1, 4) for n in names}
+    body = {
+        "args": {
+            "depths": [0],
+            "null": True,
+            "bursts": [2],
+            "concurrency": [1, 4],
+            "max_tokens": 8,
+        },
+        "bursts": {f"c{c} {n}": [dataclasses.asdict(r) for r in rs] for (c, n), rs in runs.items()},
+    }
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(body))
+    again, plans, read_names = from_results(path)
+    assert read_names == names
+    assert again == runs
+    assert plans == {c: burst_plans(c, 2, 8, seed=c) for c in (1, 4)}
+    lines: list[str] = []
+    rows, families = report(again, plans, read_names, lines.append)
+    assert len(rows) == 4
+    assert families
+    assert any(line.startswith("| 4 | k = 0 | 2 |") for line in lines)
