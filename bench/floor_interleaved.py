@@ -39,13 +39,12 @@ import random
 import statistics
 import sys
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.floor_profile import family_prompts
+from bench.floor_profile import _one, family_prompts
 from bench.floor_resident import (
     BASE,
     NULL,
@@ -99,41 +98,18 @@ def burst_plans(conc: int, bursts: int, max_tokens: int, seed: int) -> list[Plan
     return plans
 
 
-async def _request(
-    engine: Any, text: str, k: int, max_tokens: int, first: asyncio.Event | None = None
-) -> Any:
-    """One greedy request to its outcome; sets `first` at its first output token."""
-    from engine.interface import GenerateRequest
-
-    request = GenerateRequest(
-        request_id=f"floor-{uuid.uuid4().hex[:12]}",
-        prompt=f"#{uuid.uuid4().hex[:8]}\n{text}",  # unique first block: no prefix hit
-        max_tokens=max_tokens,
-        k=k,
-        ignore_eos=True,
-    )
-    async for chunk in engine.generate(request):
-        if first is not None and chunk.token_ids_delta:
-            first.set()
-        if chunk.outcome is not None:
-            if first is not None:
-                first.set()
-            return chunk.outcome
-    raise RuntimeError("stream ended without an outcome")
-
-
 async def run_burst(engine: Any, pids: set[int], plan: Plan, k: int) -> BurstRun:
     """The plan's starters together, then its joiner once each starter has a token."""
     starters = len(plan.texts) - 1
     firsts = [asyncio.Event() for _ in range(starters)]
     cpu0 = cpu_seconds(pids)
     tasks = [
-        asyncio.create_task(_request(engine, plan.texts[i], k, plan.lengths[i], firsts[i]))
+        asyncio.create_task(_one(engine, plan.texts[i], k, plan.lengths[i], firsts[i]))
         for i in range(starters)
     ]
     for event in firsts:
         await event.wait()
-    joiner = asyncio.create_task(_request(engine, plan.texts[-1], k, plan.lengths[-1]))
+    joiner = asyncio.create_task(_one(engine, plan.texts[-1], k, plan.lengths[-1]))
     outcomes = await asyncio.gather(*tasks, joiner)
     cpu = cpu_seconds(pids) - cpu0
     tokens = sum(o.output_tokens for o in outcomes)
@@ -395,12 +371,10 @@ def from_results(
     body = json.loads(path.read_text())
     args = body["args"]
     names = variants(args["depths"], args["null"])
-    counts = (
-        args["bursts"] if len(args["bursts"]) > 1 else args["bursts"] * len(args["concurrency"])
-    )
+    # `main` writes one burst count per concurrency (a single count already expanded).
     plans = {
         c: burst_plans(c, n, args["max_tokens"], seed=c)
-        for c, n in zip(args["concurrency"], counts, strict=True)
+        for c, n in zip(args["concurrency"], args["bursts"], strict=True)
     }
     runs = {
         (c, n): [BurstRun(**burst) for burst in body["bursts"][f"c{c} {n}"]]

@@ -139,7 +139,10 @@ def family_prompts(count: int) -> list[tuple[str, str]]:
     return texts[:count] if texts else [("none", "Hello")] * count
 
 
-async def _one(engine: Any, text: str, k: int, max_tokens: int) -> Any:
+async def _one(
+    engine: Any, text: str, k: int, max_tokens: int, first: asyncio.Event | None = None
+) -> Any:
+    """One greedy request to its outcome; sets `first`, where given, at its first token."""
     from engine.interface import GenerateRequest
 
     request = GenerateRequest(
@@ -150,6 +153,8 @@ async def _one(engine: Any, text: str, k: int, max_tokens: int) -> Any:
         ignore_eos=True,
     )
     async for chunk in engine.generate(request):
+        if first is not None and (chunk.token_ids_delta or chunk.outcome is not None):
+            first.set()
         if chunk.outcome is not None:
             return chunk.outcome
     raise RuntimeError("stream ended without an outcome")

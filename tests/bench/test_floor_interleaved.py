@@ -135,7 +135,7 @@ def test_a_results_file_summarises_again_with_its_plans(tmp_path: Path) -> None:
         "args": {
             "depths": [0],
             "null": True,
-            "bursts": [2],
+            "bursts": [2, 2],
             "concurrency": [1, 4],
             "max_tokens": 8,
         },
