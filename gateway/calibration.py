@@ -65,6 +65,10 @@ class CalibrationPoint:
 
 #: Repeated (with a unique first line) into a prompt no cache holds: the cold prefill.
 COLD_REPEATS = 8
+#: Pairs of (short, cold) requests timed; each request's fastest run is used, since a
+#: busy host only ever adds time (one pair alone read a shorter cold prefill than the
+#: short prompt's on a loaded 2-core host).
+PREFILL_PAIRS = 3
 
 
 async def _one(
@@ -80,25 +84,43 @@ async def _one(
     return outcome
 
 
+def _fresh(outcome: RequestOutcome) -> int:
+    return outcome.prompt_tokens - outcome.cached_prompt_tokens
+
+
 async def _calibrate_prefill(engine: Engine, cost: CostModel, nonce: float) -> None:
     """Seconds per cold prompt token: a long prompt no cache holds against the short one.
 
     A class at k = 0 that probes k = 1 prefills, outside the k = 0 requests' prefix
     cache (`engine.vllm.scheduler`), the prompt tokens its k = 0 runs find cached; the
     probe gate prices that (`exploration.may_pay_at_one`). Both requests at k = 0,
-    one after the other; the short one is the calibration's own prompt.
+    one after the other, `PREFILL_PAIRS` times (each cold prompt its own); the short
+    one is the calibration's own prompt. The price is the difference of the fastest
+    times to the first token over the difference of the fresh tokens.
     """
-    cold = f"Calibration {nonce:.6f}.\n" + "\n".join([PROMPT] * COLD_REPEATS)
-    short = await _one(engine, f"specgw-calibrate-prefill-short-{nonce:.0f}", 0, 2)
-    long = await _one(engine, f"specgw-calibrate-prefill-cold-{nonce:.0f}", 0, 2, cold)
-    if short is None or long is None:
+    shorts: list[RequestOutcome] = []
+    colds: list[RequestOutcome] = []
+    for pair in range(PREFILL_PAIRS):
+        tag = f"{nonce:.0f}-{pair}"
+        cold = f"Calibration {nonce:.6f} {pair}.\n" + "\n".join([PROMPT] * COLD_REPEATS)
+        short = await _one(engine, f"specgw-calibrate-prefill-short-{tag}", 0, 2)
+        long = await _one(engine, f"specgw-calibrate-prefill-cold-{tag}", 0, 2, cold)
+        if short is not None and long is not None:
+            shorts.append(short)
+            colds.append(long)
+    if not shorts:
+        log.warning("cold prefill not calibrated: the engine returned no outcome")
         return
-    fresh = long.prompt_tokens - long.cached_prompt_tokens
-    fresh_short = short.prompt_tokens - short.cached_prompt_tokens
-    if fresh - fresh_short >= 32 and long.ttft_s > short.ttft_s:
-        per_token = (long.ttft_s - short.ttft_s) / (fresh - fresh_short)
-        cost.calibrate_prefill(per_token)
-        log.info("cold prefill: %.2f ms per prompt token", per_token * 1000)
+    tokens = min(map(_fresh, colds)) - max(map(_fresh, shorts))
+    extra = min(c.ttft_s for c in colds) - min(s.ttft_s for s in shorts)
+    if tokens < 32 or extra <= 0:
+        log.warning(
+            "cold prefill not calibrated: %d more fresh tokens took %+.2f ms", tokens, extra * 1000
+        )
+        return
+    per_token = extra / tokens
+    cost.calibrate_prefill(per_token)
+    log.info("cold prefill: %.3f ms per prompt token", per_token * 1000)
 
 
 #: Batch sizes calibrated where none are configured and the engine verifies each

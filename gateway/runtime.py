@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
@@ -214,6 +215,7 @@ def real_runtime_factory(
             )
             supervisor.start()
             stack.push_async_callback(supervisor.close)
+            freeze_startup_heap()
             log.info("spec-gateway ready (K=%d)", slot.engine.max_depth)
             try:
                 yield runtime
@@ -221,6 +223,18 @@ def real_runtime_factory(
                 await runtime.begin_drain()
 
     return factory
+
+
+def freeze_startup_heap() -> None:
+    """Move everything alive at start-up out of the collector's sight (`gc.freeze`).
+
+    The engine's libraries leave about 600,000 tracked objects in this process; a full
+    collection over them stalls the event loop (about 0.5 s: time `gc.collect()` after
+    `import vllm`), which every stream and every shed answer waits out. vLLM's API server
+    freezes its start-up heap for the same reason (`vllm.utils.gc_utils.freeze_gc_heap`).
+    """
+    gc.collect()
+    gc.freeze()
 
 
 def step_rule_on(settings: ControllerSettings, engine: Engine) -> bool:

@@ -21,7 +21,13 @@ from engine.interface import (
     SpeculationOutcome,
     StepListener,
 )
-from gateway.calibration import PER_REQUEST_BATCHES, PROMPT, calibrate, calibration_batches
+from gateway.calibration import (
+    PER_REQUEST_BATCHES,
+    PREFILL_PAIRS,
+    PROMPT,
+    calibrate,
+    calibration_batches,
+)
 from gateway.control.cost_model import CostModel
 from tests.control.test_cost_model import thin_depths
 
@@ -111,18 +117,21 @@ def test_calibration_measures_every_depth_at_each_batch() -> None:
     cost = CostModel(4, 0.02, 0.08, 16.0, 2.0, 0.01)
     points = asyncio.run(calibrate(engine, cost, [1, 4], tokens=16, samples=3))
     assert [(p.batch, p.k) for p in points] == [(b, k) for b in (1, 4) for k in range(5)]
-    assert all(r.ignore_eos and r.max_tokens == 16 for r in engine.requests[:-2])
+    pairs = 2 * PREFILL_PAIRS
+    assert all(r.ignore_eos and r.max_tokens == 16 for r in engine.requests[:-pairs])
     # Untimed: one request per depth, one round of 4 at k = 4. Timed: 4 rounds of 1 (3
-    # rounded up to even), 2 rounds of 4; then a short and a cold long prompt at k = 0.
+    # rounded up to even), 2 rounds of 4; then pairs of a short and a cold long prompt
+    # at k = 0.
     warm = 5 + 4
-    assert len(engine.requests) == warm + 5 * 4 + 5 * 2 * 4 + 2
+    assert len(engine.requests) == warm + 5 * 4 + 5 * 2 * 4 + pairs
     assert [r.k for r in engine.requests[:warm]] == [0, 1, 2, 3, 4, 4, 4, 4, 4]
     # Timed rounds alternate the order of depths: 0..4, then 4..0.
     timed = engine.requests[warm : warm + 20]
     assert [r.k for r in timed] == [0, 1, 2, 3, 4, 4, 3, 2, 1, 0] * 2
-    short, cold = engine.requests[-2:]
-    assert (short.k, cold.k) == (0, 0)
-    assert len(cold.prompt or "") > 4 * len(short.prompt or "")
+    prefill = engine.requests[-pairs:]
+    for short, cold in zip(prefill[::2], prefill[1::2], strict=True):
+        assert (short.k, cold.k) == (0, 0)
+        assert len(cold.prompt or "") > 4 * len(short.prompt or "")
     assert cost.prefill_s == pytest.approx(PREFILL)
     for p in points:
         assert p.step_ms == pytest.approx(STEP[p.k] * 1000)
