@@ -41,6 +41,7 @@ from bench.gateway_proc import (
 from bench.modes import Mode
 from bench.replay import RequestRecord, replay, send_one
 from bench.workload import Arrival, ClosedLoop, WorkItem
+from gateway.calibration import PER_REQUEST_BATCHES
 
 #: The flags file is polled every 0.5 s by the gateway (FlagSettings.file_poll_interval_s).
 FLAG_SETTLE_S = 1.5
@@ -71,6 +72,10 @@ class RunResult:
         }
 
 
+#: `ControllerSettings.calibrate_batches`, as the gateway reads it from its environment.
+CALIBRATE_BATCHES_ENV = "SPECGW_CONTROL_CALIBRATE_BATCHES"
+
+
 @dataclass(frozen=True, slots=True)
 class RunPlan:
     modes: list[Mode]
@@ -79,6 +84,20 @@ class RunPlan:
     items: list[WorkItem]
     request_timeout_s: float = 300.0
     warmup: int = 8
+
+    def gateway_env(self) -> dict[str, str]:
+        """Settings every gateway of the run gets: where every arrival is a closed loop,
+        start-up calibration times only the batch sizes those loops reach (the default
+        set, `PER_REQUEST_BATCHES`, up to the largest concurrency): larger batches add
+        minutes to each speculative gateway's start on the CPU, for costs no run reads.
+        An open loop's batch is unbounded, so it keeps the default set."""
+        if not self.arrivals or not all(isinstance(a, ClosedLoop) for a in self.arrivals):
+            return {}
+        top = max(a.concurrency for a in self.arrivals if isinstance(a, ClosedLoop))
+        batches = [b for b in PER_REQUEST_BATCHES if b <= top] or [1]
+        if batches == list(PER_REQUEST_BATCHES):
+            return {}
+        return {CALIBRATE_BATCHES_ENV: json.dumps(batches)}
 
     def warmup_items(self) -> list[WorkItem]:
         """The first `warmup` requests plus one of every family they lack.
@@ -179,8 +198,12 @@ class _Gateways:
     """One gateway process per configuration, started on first use and kept up (idle
     while other modes run: only one replays at a time) until the run ends."""
 
-    def __init__(self, models: ModelPaths, workdir: Path) -> None:
+    def __init__(
+        self, models: ModelPaths, workdir: Path, env: dict[str, str] | None = None
+    ) -> None:
         self.models, self.workdir = models, workdir
+        #: Set for every configuration; a configuration's own `env` wins.
+        self.env = env or {}
         #: By configuration name (names are unique: a restart with k fixed renames).
         self.running: dict[str, tuple[GatewayConfig, GatewayProcess]] = {}
 
@@ -190,7 +213,8 @@ class _Gateways:
             return known[1]
         if known is not None:
             known[1].stop()
-        gw = start_gateway(config, self.models, self.workdir)
+        started = replace(config, env={**self.env, **config.env})
+        gw = start_gateway(started, self.models, self.workdir)
         self.running[config.name] = (config, gw)
         return gw
 
@@ -232,7 +256,7 @@ def run_all(
     modes that could not run as asked."""
     notes: list[str] = []
     per_repeat = len(plan.arrivals) * len(plan.items)
-    gateways = _Gateways(models, workdir)
+    gateways = _Gateways(models, workdir, plan.gateway_env())
     failed: set[str] = set()
     mode_notes: dict[str, list[str]] = {}
     try:

@@ -21,6 +21,7 @@ from bench.render import render_markdown, write_report
 from bench.replay import RequestRecord, request_kwargs
 from bench.report import build_summary
 from bench.runner import (
+    CALIBRATE_BATCHES_ENV,
     JsonlSink,
     RunKey,
     RunPlan,
@@ -46,6 +47,7 @@ from bench.workload import (
     family_counts,
     phase_boundaries,
 )
+from gateway.control.settings import ControllerSettings
 
 
 def test_workload_is_seeded_and_shifts_mix_at_phase_boundaries() -> None:
@@ -73,6 +75,21 @@ def test_warm_up_covers_every_family_of_the_workload() -> None:
     assert warm[:4] == items[:4]
     assert {i.family for i in warm} == {i.family for i in items}
     assert len(warm) == len({i.index for i in warm})
+
+
+def test_gateways_calibrate_only_the_batches_closed_loops_reach(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The quick run (c4) times batches 1, 2 and 4 at start-up; a run that reaches 16, or
+    any open loop (its batch is unbounded), keeps the gateway's default set."""
+    assert RunPlan([], [ClosedLoop(4)], 1, []).gateway_env() == {CALIBRATE_BATCHES_ENV: "[1, 2, 4]"}
+    assert RunPlan([], [ClosedLoop(1)], 1, []).gateway_env() == {CALIBRATE_BATCHES_ENV: "[1]"}
+    assert RunPlan([], [ClosedLoop(1), ClosedLoop(16)], 1, []).gateway_env() == {}
+    assert RunPlan([], [ClosedLoop(4), Poisson(3.0)], 1, []).gateway_env() == {}
+    # The gateway reads it as its calibration setting.
+    for name, value in RunPlan([], [ClosedLoop(8)], 1, []).gateway_env().items():
+        monkeypatch.setenv(name, value)
+    assert ControllerSettings().calibrate_batches == [1, 2, 4, 8]
 
 
 def test_each_phase_has_its_mix_in_whole_requests() -> None:

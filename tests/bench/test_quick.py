@@ -7,6 +7,8 @@ longer applies, a report that is not produced or not well-formed).
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -18,14 +20,34 @@ from bench.runner import load_runs
 
 REPO = Path(__file__).resolve().parents[2]
 PNG = b"\x89PNG\r\n\x1a\n"
+#: A loaded 2-core host has needed more than 10 minutes for the quick run.
+RUN_TIMEOUT_S = 1200
 
 
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("bench-quick")
     cmd = [sys.executable, "-m", "bench", "run", "--quick", "--out", str(out), "--no-publish"]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    # Its own session: on a timeout the whole tree goes (the gateways and their engine
+    # cores are the run's children), not the run alone, which would leave them to load
+    # the host under the tests after it.
+    proc = subprocess.Popen(
+        cmd,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        stdout, stderr = proc.communicate(timeout=RUN_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate()
+        pytest.fail(
+            f"bench run --quick ran past {RUN_TIMEOUT_S} s:\n{stdout[-3000:]}{stderr[-3000:]}"
+        )
+    assert proc.returncode == 0, stdout[-3000:] + stderr[-3000:]
     return out
 
 
