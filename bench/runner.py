@@ -94,7 +94,7 @@ class RunPlan:
         if not self.arrivals or not all(isinstance(a, ClosedLoop) for a in self.arrivals):
             return {}
         top = max(a.concurrency for a in self.arrivals if isinstance(a, ClosedLoop))
-        batches = [b for b in PER_REQUEST_BATCHES if b <= top] or [1]
+        batches = [b for b in PER_REQUEST_BATCHES if b <= top]  # 1 <= top
         if batches == list(PER_REQUEST_BATCHES):
             return {}
         return {CALIBRATE_BATCHES_ENV: json.dumps(batches)}

@@ -66,8 +66,7 @@ class CalibrationPoint:
 #: Repeated (with a unique first line) into a prompt no cache holds: the cold prefill.
 COLD_REPEATS = 8
 #: Pairs of (short, cold) requests timed; each request's fastest run is used, since a
-#: busy host only ever adds time (one pair alone read a shorter cold prefill than the
-#: short prompt's on a loaded 2-core host).
+#: busy host only ever adds time and one pair alone can read the cold prompt no slower.
 PREFILL_PAIRS = 3
 
 
