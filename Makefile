@@ -51,7 +51,7 @@ unit: install system-deps
 
 # The real-engine tier: vLLM CPU engines and `spec-gateway serve` processes.
 test-engine: install system-deps
-	$(BIN)/python -m pytest -q -m engine
+	$(BIN)/python -m pytest -q -m engine --instafail --durations=30
 
 # Both tiers, the fast one first; lint and types between them.
 test: unit lint typecheck test-engine
