@@ -18,7 +18,6 @@ after the first drafts 4.
 from __future__ import annotations
 
 import re
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +25,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from tests.gateway.conftest import GatewayProcess, start_gateway, stop_gateway
+from tests.gateway.conftest import GatewayProcess, start_gateway, stop_gateway, wait_for
 from tests.gateway.flag_files import chat_k, write_flags
 
 #: Starts `spec-gateway serve` on the real engine: the engine tier.
@@ -54,6 +53,8 @@ PRICED = {
     "SPECGW_CONTROL_COST_PRIOR_WEIGHT": "1e6",
 }
 LOWERS = re.compile(r"lowers the batch from k=(\d+) to k=(\d+)")
+#: The gateway's log line once a change to the flag file is in its flag view.
+FLAG_READ = "flags changed (FlagdProvider): ['batch-lower']"
 
 
 def write_lower_flags(directory: Path, lower: bool) -> None:
@@ -143,12 +144,12 @@ def test_chat_at_k0_lowers_a_completion_streaming_at_k4(tmp_path: Path) -> None:
         assert lowered.steps_above(cap) <= EARLY_STEPS, (cap, lowered)
         assert lowered.verify_steps > EARLY_STEPS or cap == 0, lowered
 
+        # The flag file is polled: the next requests wait for the gateway to have read it
+        # (a completion sent at once raced the poll and its chats still lowered it).
+        logged = len(gw.log_path.read_text())
         write_lower_flags(flags, lower=False)
-        deadline = time.monotonic() + 10
-        while True:
-            kept = completion_beside_chats(gw, client, model)
-            if not kept.caps or time.monotonic() > deadline:
-                break
+        wait_for(lambda: FLAG_READ in gw.log_path.read_text()[logged:], 10)
+        kept = completion_beside_chats(gw, client, model)
         assert kept.k == DEEP
         assert kept.caps == (), "batch-lower false was not applied"
         # Every verify step but the first drafted 4 (the prefill step drafts one:

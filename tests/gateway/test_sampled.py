@@ -24,6 +24,16 @@ MESSAGES = [
     {"role": "system", "content": "You answer questions about sampling fidelity."},
     {"role": "user", "content": "What does the json module do?"},
 ]
+#: Step costs fixed where a draft is cheap, not calibrated: whether a new sampled class
+#: speculates at all follows the host's prices (a calibration on a loaded host put the
+#: cold-start call at "+4 % at k = 0"). What is tested below is what the engine's setting
+#: does to a class that speculates, so its class must speculate: a prior of 0.02 of a
+#: step per draft, weighted far above the live steps.
+CHEAP_DRAFTS = {
+    "SPECGW_CONTROL_CALIBRATE_BATCHES": "[]",
+    "SPECGW_CONTROL_PRIOR_K_COST": "0.02",
+    "SPECGW_CONTROL_COST_PRIOR_WEIGHT": "1e6",
+}
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +47,11 @@ def sampling_off(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayPr
     write_flags(flags, {"batch-lower": False})
     gw = start_gateway(
         tmp,
-        {"SPECGW_ENGINE_SAMPLED_SPECULATION": "off", "SPECGW_FLAGS_DIR": str(flags)},
+        {
+            "SPECGW_ENGINE_SAMPLED_SPECULATION": "off",
+            "SPECGW_FLAGS_DIR": str(flags),
+            **CHEAP_DRAFTS,
+        },
     )
     yield gw
     stop_gateway(gw)
@@ -103,9 +117,16 @@ def test_sampled_requests_run_at_k0_where_the_engine_is_set_not_to_speculate_the
 
 
 def _bucket(gateway: GatewayProcess, batch: int) -> dict[str, list[float]]:
+    """The cost model's counts at one batch bucket; none before anything reached it (with
+    no start-up calibration, traffic opens the bucket)."""
     with gateway.http(ADMIN_KEY) as http:
         buckets = http.get("/admin/costs").json()["buckets"]
-    return next(b for b in buckets if b["batch_bucket"] == batch)
+    return next((b for b in buckets if b["batch_bucket"] == batch), {})
+
+
+def _count(bucket: dict[str, list[float]], key: str, k: int) -> float:
+    values = bucket.get(key, [])
+    return values[k] if k < len(values) else 0.0
 
 
 def test_a_request_is_costed_at_the_depth_of_the_batch_it_ran_in(
@@ -150,11 +171,13 @@ def test_a_request_is_costed_at_the_depth_of_the_batch_it_ran_in(
     assert sampled.headers["x-specgw-k"] == "0"
     depth = max(ks)
     assert depth > 0
-    assert after["samples"][0] == before["samples"][0] + 1  # a run at k = 0 ...
-    assert after["filed"][0] <= before["filed"][0]  # ... not costed as a k = 0 step
+    # A run at k = 0 ...
+    assert _count(after, "samples", 0) == _count(before, "samples", 0) + 1
+    # ... not costed as a k = 0 step.
+    assert _count(after, "filed", 0) <= _count(before, "filed", 0)
     # Its ~24 steps at the batch's depth, each one sample (a request's own mean would
     # have added one sample, less the forgetting of the ones before).
-    assert after["filed"][depth] > before["filed"][depth] + 1
+    assert _count(after, "filed", depth) > _count(before, "filed", depth) + 1
     with gateway.http() as http:
         exposition = http.get("/metrics").text
     filed = re.search(r'^specgw_engine_steps_total\{filed="true"\} (\S+)$', exposition, re.M)
