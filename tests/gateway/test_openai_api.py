@@ -9,8 +9,7 @@ import httpx
 import openai
 import pytest
 
-from gateway.calibration import PER_REQUEST_BATCHES
-from tests.gateway.conftest import ADMIN_KEY, GatewayProcess
+from tests.gateway.conftest import ADMIN_KEY, SESSION_CALIBRATION, GatewayProcess
 from tests.models import trained_model
 
 pytestmark = pytest.mark.engine
@@ -344,7 +343,7 @@ def test_client_disconnect_aborts_engine_request(gateway: GatewayProcess) -> Non
 def test_step_costs_are_calibrated_before_ready(gateway: GatewayProcess) -> None:
     """The gateway measured every depth at the calibration batch sizes at start-up; the
     cost model has them, so the policy starts from the host's own costs, not the prior's."""
-    batches = PER_REQUEST_BATCHES  # unset, on the CPU engine (each request its own depth)
+    batches = SESSION_CALIBRATION
     with gateway.http(ADMIN_KEY) as http:
         report = http.get("/admin/costs").json()
     points = {(p["batch"], p["k"]): p for p in report["calibration"]}
