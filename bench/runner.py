@@ -84,13 +84,18 @@ class RunPlan:
     items: list[WorkItem]
     request_timeout_s: float = 300.0
     warmup: int = 8
+    #: The start-up calibration's batch sizes where the run sets them (else `gateway_env`'s).
+    calibrate_batches: list[int] | None = None
 
     def gateway_env(self) -> dict[str, str]:
-        """Settings every gateway of the run gets: where every arrival is a closed loop,
-        start-up calibration times only the batch sizes those loops reach (the default
-        set, `PER_REQUEST_BATCHES`, up to the largest concurrency): larger batches add
-        minutes to each speculative gateway's start on the CPU, for costs no run reads.
-        An open loop's batch is unbounded, so it keeps the default set."""
+        """Settings every gateway of the run gets: the calibration's batch sizes where the
+        plan sets them; else, where every arrival is a closed loop, start-up calibration
+        times only the batch sizes those loops reach (the default set,
+        `PER_REQUEST_BATCHES`, up to the largest concurrency): larger batches add minutes
+        to each speculative gateway's start on the CPU, for costs no run reads. An open
+        loop's batch is unbounded, so it keeps the default set."""
+        if self.calibrate_batches is not None:
+            return {CALIBRATE_BATCHES_ENV: json.dumps(self.calibrate_batches)}
         if not self.arrivals or not all(isinstance(a, ClosedLoop) for a in self.arrivals):
             return {}
         top = max(a.concurrency for a in self.arrivals if isinstance(a, ClosedLoop))

@@ -86,6 +86,9 @@ def test_gateways_calibrate_only_the_batches_closed_loops_reach(
     assert RunPlan([], [ClosedLoop(1)], 1, []).gateway_env() == {CALIBRATE_BATCHES_ENV: "[1]"}
     assert RunPlan([], [ClosedLoop(1), ClosedLoop(16)], 1, []).gateway_env() == {}
     assert RunPlan([], [ClosedLoop(4), Poisson(3.0)], 1, []).gateway_env() == {}
+    # Where the plan sets the batches (the quick run), those.
+    set_batches = RunPlan([], [ClosedLoop(4), Poisson(3.0)], 1, [], calibrate_batches=[1])
+    assert set_batches.gateway_env() == {CALIBRATE_BATCHES_ENV: "[1]"}
     # The gateway reads it as its calibration setting.
     for name, value in RunPlan([], [ClosedLoop(8)], 1, []).gateway_env().items():
         monkeypatch.setenv(name, value)

@@ -61,6 +61,9 @@ def model_args() -> list[str]:
 #: is `calibration_batches`' (tests/gateway/test_calibration.py).
 CALIBRATE_BATCHES = "SPECGW_CONTROL_CALIBRATE_BATCHES"
 TEST_CALIBRATION = {CALIBRATE_BATCHES: "[1]"}
+#: For a test whose gateway's speculation depths do not matter (faults, limits, the
+#: nothing-lost contract, cluster state): no calibration, the cost model's prior.
+NO_CALIBRATION = {CALIBRATE_BATCHES: "[]"}
 #: The session gateway's: a few batch sizes, each timed by the engine's step clock
 #: (`test_step_costs_are_calibrated_before_ready`).
 SESSION_CALIBRATION = (1, 2, 4)

@@ -20,6 +20,7 @@ import pytest
 
 from tests.gateway.conftest import (
     ADMIN_KEY,
+    NO_CALIBRATION,
     REPO,
     GatewayProcess,
     start_gateway,
@@ -136,7 +137,11 @@ def test_class_state_survives_a_replica_restart(
     wait_for(lambda: int(classes(first).get(label, {}).get("samples", 0)) >= 1, 5)
     before = int(classes(first)[label]["samples"])
     time.sleep(1.5)  # let the last deltas flush
-    env = {"SPECGW_REDIS_URL": module_redis.url, "SPECGW_NAMESPACE": "cluster-test"}
+    env = {
+        "SPECGW_REDIS_URL": module_redis.url,
+        "SPECGW_NAMESPACE": "cluster-test",
+        **NO_CALIBRATION,
+    }
     fresh = start_gateway(tmp_path, env)
     try:
         chat(fresh)  # the class goes live here; its history comes from Redis
@@ -180,7 +185,7 @@ def slow_redis_replica(
     thread.start()
     proxy = DelayProxy(module_redis.port)
     asyncio.run_coroutine_threadsafe(proxy.start(), loop).result(5)
-    env = {"SPECGW_REDIS_URL": proxy.url, "SPECGW_NAMESPACE": "cluster-test"}
+    env = {"SPECGW_REDIS_URL": proxy.url, "SPECGW_NAMESPACE": "cluster-test", **NO_CALIBRATION}
     try:
         gw = start_gateway(tmp_path, env)
         try:

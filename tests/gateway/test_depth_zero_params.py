@@ -22,7 +22,7 @@ from typing import Any
 import openai
 import pytest
 
-from tests.gateway.conftest import GatewayProcess, start_gateway, stop_gateway
+from tests.gateway.conftest import NO_CALIBRATION, GatewayProcess, start_gateway, stop_gateway
 from tests.gateway.flag_files import write_flags
 
 pytestmark = pytest.mark.engine
@@ -170,7 +170,7 @@ def speculative(tmp_path_factory: pytest.TempPathFactory, reference: Run) -> Run
     flags = tmp / "flags"
     flags.mkdir()
     write_flags(flags, {"pin-k": K})
-    env = {"SPECGW_FLAGS_DIR": str(flags)}
+    env = {"SPECGW_FLAGS_DIR": str(flags), **NO_CALIBRATION}  # pinned: costs do not matter
     gw = start_gateway(tmp, env, ["--max-depth", str(K), *ENGINE])
     try:
         return _run(gw, reference)

@@ -33,6 +33,7 @@ from schemathesis.core.failures import AcceptedNegativeData
 from schemathesis.specs.openapi.checks import negative_data_rejection
 
 from gateway.auth import digest
+from gateway.control.settings import ControllerSettings
 from gateway.settings import GatewaySettings
 from tests.gateway.conftest import USER_KEY
 from tests.models import model_pair
@@ -59,7 +60,10 @@ def _app() -> Any:
     models = model_pair()
     engine_settings = EngineSettings(model=models.target, drafter=models.drafter, kv_cache_gib=1)
     gateway_settings = GatewaySettings(api_keys=[digest(USER_KEY)], stream_idle_timeout_s=30)
-    return create_app(gateway_settings, real_runtime_factory(engine_settings))
+    # No start-up calibration: what is checked is the API's conformance, not the speculation
+    # depth; the unset default times five batch sizes (about two minutes on this host).
+    control = ControllerSettings(calibrate_batches=[])
+    return create_app(gateway_settings, real_runtime_factory(engine_settings, control))
 
 
 def load_schema() -> Any:

@@ -105,7 +105,7 @@ def joined(spans: list[ReceivedSpan]) -> list[ReceivedSpan]:
 
 @pytest.mark.engine
 def test_vllm_request_span_is_a_child_of_the_inference_span(tmp_path: Path) -> None:
-    from tests.gateway.conftest import start_gateway, stop_gateway
+    from tests.gateway.conftest import NO_CALIBRATION, start_gateway, stop_gateway
 
     with running() as receiver:
         env = {
@@ -114,6 +114,7 @@ def test_vllm_request_span_is_a_child_of_the_inference_span(tmp_path: Path) -> N
             "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",
             "OTEL_BSP_SCHEDULE_DELAY": "100",
             "SPECGW_ENGINE_EXTRA_ARGS": json.dumps({"otlp_traces_endpoint": receiver.endpoint}),
+            **NO_CALIBRATION,
         }
         gw = start_gateway(tmp_path, extra_env=env)
         try:

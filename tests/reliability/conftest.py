@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.gateway.conftest import GatewayProcess, start_gateway, stop_gateway
+from tests.gateway.conftest import NO_CALIBRATION, GatewayProcess, start_gateway, stop_gateway
 
 #: Tests put this in any prompt whose text must never reach a log.
 MARKER = "ZQXJV"
@@ -19,7 +19,7 @@ MARKER = "ZQXJV"
 
 @pytest.fixture(scope="session")
 def shared_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
-    gw = start_gateway(tmp_path_factory.mktemp("reliability-gw"))
+    gw = start_gateway(tmp_path_factory.mktemp("reliability-gw"), NO_CALIBRATION)
     yield gw
     stop_gateway(gw)
     log = gw.log_path.read_text(errors="replace")

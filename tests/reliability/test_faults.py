@@ -19,7 +19,7 @@ import httpx
 import psutil
 import pytest
 
-from tests.gateway.conftest import GatewayProcess, start_gateway, stop_gateway
+from tests.gateway.conftest import NO_CALIBRATION, GatewayProcess, start_gateway, stop_gateway
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
@@ -95,7 +95,7 @@ class StreamProbe:
 def gateway_proc(tmp_path: Path) -> Iterator[GatewayProcess]:
     gw = start_gateway(
         tmp_path,
-        {"SPECGW_ENGINE_STALL_BOUND_S": "4", "SPECGW_DRAIN_TIMEOUT_S": "3"},
+        {"SPECGW_ENGINE_STALL_BOUND_S": "4", "SPECGW_DRAIN_TIMEOUT_S": "3", **NO_CALIBRATION},
     )
     yield gw
     stop_gateway(gw)

@@ -29,6 +29,7 @@ import pytest
 
 from tests.gateway.conftest import (
     ADMIN_KEY,
+    NO_CALIBRATION,
     USER_KEY,
     GatewayProcess,
     start_gateway,
@@ -74,6 +75,7 @@ def small_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayP
             "SPECGW_MAX_RUNNING": str(MAX_RUNNING),
             "SPECGW_MAX_QUEUED": str(MAX_QUEUED),
             "SPECGW_QUEUE_TIMEOUT_S": "120",
+            **NO_CALIBRATION,
         },
     )
     yield gw
