@@ -35,13 +35,7 @@ from typing import Any
 import httpx
 import psutil
 
-from tests.gateway.conftest import (
-    NO_CALIBRATION,
-    USER_KEY,
-    GatewayProcess,
-    start_gateway,
-    stop_gateway,
-)
+from tests.gateway.conftest import USER_KEY, GatewayProcess, start_gateway, stop_gateway
 from tests.redis_fixtures import RedisServer
 from tests.reliability.soak_client import (
     GOOD,
@@ -215,7 +209,6 @@ def _soak_env() -> dict[str, str]:
         "SPECGW_DRAIN_TIMEOUT_S": "5",
         "SPECGW_ENGINE_STALL_BOUND_S": "15",
         "SPECGW_QUEUE_TIMEOUT_S": "60",
-        **NO_CALIBRATION,
     }
 
 
