@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from bench.gpu_smoke import PhaseResult, SmokeRecord, failures, parse_args, phases, report
+from tests.gateway.conftest import TEST_CALIBRATION
 
 
 def _phase(name: str, *records: SmokeRecord, wall_s: float = 2.0) -> PhaseResult:
@@ -92,8 +93,8 @@ def test_the_script_runs_end_to_end_on_the_fake_backend(tmp_path: Path) -> None:
 @pytest.mark.engine
 def test_the_dry_smoke_runs_end_to_end(tmp_path: Path) -> None:
     """The same script on the CPU build and the embedded model, tiny sizes: 0 = passed."""
-    # Calibrated at batch 1 only, as the suite's other gateways (tests/gateway/conftest.py).
-    done = _dry_smoke(tmp_path, SPECGW_CONTROL_CALIBRATE_BATCHES="[1]")
+    # Calibrated as the suite's other gateways are.
+    done = _dry_smoke(tmp_path, **TEST_CALIBRATION)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "gpu-smoke: ok" in done.stdout
     assert "no-spec" in done.stdout

@@ -16,7 +16,7 @@ import httpx
 import psutil
 import pytest
 
-from tests.gateway.conftest import GatewayProcess, start_gateway, stop_gateway
+from tests.gateway.conftest import NO_CALIBRATION, GatewayProcess, start_gateway, stop_gateway
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(900)]
 
@@ -31,7 +31,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess
     gw = start_gateway(
         tmp_path_factory.mktemp("idle-hang"),
         {
-            "SPECGW_CONTROL_CALIBRATE_BATCHES": "[]",
+            **NO_CALIBRATION,
             "SPECGW_LIVENESS_HUNG_S": str(LIVENESS_HUNG_S),
         },
     )

@@ -10,7 +10,7 @@ from typing import Any
 import openai
 
 from gateway.auth import digest
-from tests.gateway.conftest import ADMIN_KEY, GatewayProcess
+from tests.gateway.conftest import ADMIN_KEY, NO_CALIBRATION, GatewayProcess
 
 MODEL = "specgw-default"
 PROMPT = "Say hi."
@@ -27,7 +27,7 @@ def limits_env(
         "SPECGW_ADMIN_KEYS": digest(ADMIN_KEY),
         "SPECGW_TENANTS": json.dumps({"keys": digests, **tenants}),
         # No start-up calibration: these tests count requests, not the policy's speed.
-        "SPECGW_CONTROL_CALIBRATE_BATCHES": "[]",
+        **NO_CALIBRATION,
     }
     if redis_url is not None:
         env["SPECGW_REDIS_URL"] = redis_url

@@ -25,7 +25,13 @@ from pathlib import Path
 import openai
 import pytest
 
-from tests.gateway.conftest import GatewayProcess, start_gateway, stop_gateway, wait_for
+from tests.gateway.conftest import (
+    NO_CALIBRATION,
+    GatewayProcess,
+    start_gateway,
+    stop_gateway,
+    wait_for,
+)
 from tests.gateway.flag_files import chat_k, write_flags
 
 #: Starts `spec-gateway serve` on the real engine: the engine tier.
@@ -48,7 +54,7 @@ EARLY_STEPS = 30
 #: A prior of half a step per draft, weighted far above the live steps (a per-depth
 #: memory of 1 / `cost_step_forgetting` steps), keeps the call clear.
 PRICED = {
-    "SPECGW_CONTROL_CALIBRATE_BATCHES": "[]",
+    **NO_CALIBRATION,
     "SPECGW_CONTROL_PRIOR_K_COST": "0.5",
     "SPECGW_CONTROL_COST_PRIOR_WEIGHT": "1e6",
 }

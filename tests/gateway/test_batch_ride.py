@@ -17,7 +17,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from tests.gateway.conftest import start_gateway, stop_gateway
+from tests.gateway.conftest import NO_CALIBRATION, start_gateway, stop_gateway
 from tests.gateway.flag_files import chat_k, write_flags
 
 #: Starts `spec-gateway serve` on the real engine: the engine tier.
@@ -62,7 +62,7 @@ def test_a_shallow_request_rides_at_the_depth_a_request_in_flight_chose(tmp_path
         tmp_path,
         {
             "SPECGW_FLAGS_DIR": str(flags),
-            "SPECGW_CONTROL_CALIBRATE_BATCHES": "[]",
+            **NO_CALIBRATION,
             "SPECGW_FILE_POLL_INTERVAL_S": "0.2",
         },
         ["--default-k", str(COLD_K)],

@@ -52,7 +52,7 @@ def replicas(
     env = {
         "SPECGW_REDIS_URL": module_redis.url,
         "SPECGW_NAMESPACE": "cluster-test",
-        "SPECGW_CONTROL_CALIBRATE_BATCHES": "[]",
+        **NO_CALIBRATION,
     }
     gateways = start_replicas(tmp_path_factory.mktemp("replicas"), env)
     yield gateways

@@ -12,6 +12,7 @@ import pytest
 
 from tests.gateway.conftest import (
     ADMIN_KEY,
+    NO_CALIBRATION,
     GatewayProcess,
     start_gateway,
     stop_gateway,
@@ -30,7 +31,7 @@ MESSAGES = [
 #: does to a class that speculates, so its class must speculate: a prior of 0.02 of a
 #: step per draft, weighted far above the live steps.
 CHEAP_DRAFTS = {
-    "SPECGW_CONTROL_CALIBRATE_BATCHES": "[]",
+    **NO_CALIBRATION,
     "SPECGW_CONTROL_PRIOR_K_COST": "0.02",
     "SPECGW_CONTROL_COST_PRIOR_WEIGHT": "1e6",
 }

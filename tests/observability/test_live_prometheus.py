@@ -15,7 +15,7 @@ import httpx
 import pytest
 import yaml
 
-from tests.gateway.conftest import GatewayProcess, start_gateway, stop_gateway
+from tests.gateway.conftest import NO_CALIBRATION, GatewayProcess, start_gateway, stop_gateway
 from tests.observability.prometheus_server import running_prometheus, until
 from tools.dashboards.build import RULE_FILES, concrete, shipped_expressions
 
@@ -29,9 +29,7 @@ def live_gateway(
     # No start-up calibration: the acceptance panels and rules need speculating traffic,
     # and on a CPU the calibrated policy (first-token price, step costs) rightly runs
     # 24-token replies at k = 0; from the cost prior it speculates.
-    gw = start_gateway(
-        tmp_path_factory.mktemp("gw-live"), {"SPECGW_CONTROL_CALIBRATE_BATCHES": "[]"}
-    )
+    gw = start_gateway(tmp_path_factory.mktemp("gw-live"), NO_CALIBRATION)
     yield gw
     stop_gateway(gw)
 
