@@ -42,6 +42,7 @@ from bench.modes import Mode
 from bench.replay import RequestRecord, replay, send_one
 from bench.workload import Arrival, ClosedLoop, WorkItem
 from gateway.calibration import PER_REQUEST_BATCHES
+from gateway.config.catalogue import env_names
 
 #: The flags file is polled every 0.5 s by the gateway (FlagSettings.file_poll_interval_s).
 FLAG_SETTLE_S = 1.5
@@ -73,7 +74,7 @@ class RunResult:
 
 
 #: `ControllerSettings.calibrate_batches`, as the gateway reads it from its environment.
-CALIBRATE_BATCHES_ENV = "SPECGW_CONTROL_CALIBRATE_BATCHES"
+CALIBRATE_BATCHES_ENV = env_names(("control", "calibrate_batches"))[0]
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,8 +7,9 @@ For a request of a class whose k at batch bucket b is k (`ClassState.adaptive_k`
 1. Its share s is `exploration_share` (5 %; the class's `exploration-share` flag
    where set). A class at k = 0 learns only from its probes: s is raised to
    `zero_probe_share` (20 %) while k = 1 could still pay with p_1 at its upper
-   bound (`may_pay_at_one`); where even that cannot pay, s stays at
-   `exploration_share` at batch 1 and is 0 above it (the probe would make every
+   bound (`may_pay_at_one`); where even that cannot pay, its probes only watch for
+   a drift up: s is scaled by `watch_probe_scale` (0.5) at batch 1, where each probe
+   costs its own request the draft, and is 0 above it (the probe would make every
    batch-mate draft and would prefill its prompt cold, outside the k = 0 cache
    namespace, `engine.vllm.scheduler`).
 2. s is per batch, s / b: a probe deeper than its batch makes the drafter draft
@@ -62,7 +63,7 @@ def may_pay_at_one(policy: Policy, inp: PolicyInput, prior_strength: float) -> b
     trials plus the prior's `prior_strength` pseudo-trials. A probe from k = 0 costs
     (its first token dearer, no prefix-cache hit from the class's k = 0 runs, every
     batch-mate drafting), so a class whose measured acceptance cannot pay even at
-    the bound probes only at `exploration_share`, which still lets a drift show.
+    the bound probes only to watch for a drift (`Exploration.probe`, batch 1 only).
     `inp.switch_steps` prices the prompt tokens the class's k = 0 runs find cached,
     which a k = 1 request prefills again outside their cache namespace.
     """
@@ -98,6 +99,7 @@ class Exploration:
         "cost_min_samples",
         "cost_probe_share",
         "exploration_share",
+        "watch_probe_scale",
         "zero_probe_share",
     )
 
@@ -113,6 +115,7 @@ class Exploration:
         self._floor = floor
         self.exploration_share = settings.exploration_share
         self.zero_probe_share = settings.zero_probe_share
+        self.watch_probe_scale = settings.watch_probe_scale
         self.cost_probe_share = settings.cost_probe_share
         self.cost_min_samples = settings.cost_min_samples
         #: Per bucket: the largest `min_samples` every depth is known to meet. Run
@@ -144,6 +147,8 @@ class Exploration:
                 share = max(share, self.zero_probe_share)
             elif bucket > 1:
                 share = 0.0
+            else:
+                share *= self.watch_probe_scale
         if reach is not None:
             # Above batch 1 no further than k + 1, as for the thin depths (step 3).
             reach = min(reach, k_max) if bucket == 1 else min(reach, k + 1, k_max)

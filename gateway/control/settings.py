@@ -122,6 +122,14 @@ class ControllerSettings(BaseSettings):
         "the batch size above it. Also the share at which a class probes a deeper depth "
         "its estimate favours but its evidence does not yet carry past the hysteresis.",
     )
+    watch_probe_scale: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="Scale of the share at which a class at k=0 probes k=1 at batch 1 where "
+        "k=1 cannot pay even at the upper bound of its acceptance: such probes only watch for "
+        "a drift up, and each costs its request the draft (1: the class's full share).",
+    )
     prior_output_tokens: float = Field(
         128.0,
         ge=1,

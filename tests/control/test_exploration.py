@@ -16,7 +16,8 @@ if TYPE_CHECKING:
     from _typeshed import SupportsLenAndGetItem
 
 T = TypeVar("T")
-SETTINGS = ControllerSettings()  # shares: exploration 0.05, zero-probe 0.2, cost-probe 0.2
+SETTINGS = ControllerSettings()  # shares: exploration 0.05, zero-probe 0.2, cost-probe 0.2;
+# watch-probe scale 0.5
 
 
 class ScriptedRandom(random.Random):
@@ -73,7 +74,9 @@ CASES = [
     ("the class's flag", 3, True, (0, 5), 1, 0.3, LoadSnapshot(), 0.3, [2, 4], 4),
     ("k = 0 while k = 1 may pay", 0, True, (0, 5), 1, None, LoadSnapshot(), 0.2, [], 1),
     ("k = 0 may pay, batch 16", 0, True, (0, 5), 16, None, LoadSnapshot(), 0.2 / 16, [], 1),
-    ("k = 0 cannot pay, batch 1", 0, False, (0, 5), 1, None, LoadSnapshot(), 0.05, [], 1),
+    # Its probes only watch for a drift up: half the share (`watch_probe_scale`).
+    ("k = 0 cannot pay, batch 1", 0, False, (0, 5), 1, None, LoadSnapshot(), 0.025, [], 1),
+    ("k = 0 cannot pay, its flag", 0, False, (0, 5), 1, 0.3, LoadSnapshot(), 0.15, [], 1),
     ("k = 0 cannot pay, batch 16", 0, False, (0, 5), 16, None, LoadSnapshot(), 0.0, [], None),
     (
         # Under load, thin depths up to k + 1 only: deeper, the whole batch drafts deep.

@@ -17,6 +17,7 @@ import openai
 import pytest
 
 from gateway.auth import digest
+from gateway.config.catalogue import env_names
 from tests.models import model_pair
 
 USER_KEY = "sk-test-user"
@@ -56,10 +57,10 @@ def model_args() -> list[str]:
 
 
 #: The start-up calibration a test gateway runs unless its test sets one: batch 1 only.
-#: The gateway's own default on the CPU engine (1, 2, 4, 8, 16) took 113 to 130 s of a
-#: start on a 2-core host, against about 25 s for batch 1. Which batches the default picks
-#: is `calibration_batches`' (tests/gateway/test_calibration.py).
-CALIBRATE_BATCHES = "SPECGW_CONTROL_CALIBRATE_BATCHES"
+#: The gateway's own default on the CPU engine (1, 2, 4, 8, 16) takes minutes of a start
+#: (its log's `step costs calibrated in`), batch 1 a fraction of it. Which batches the
+#: default picks is `calibration_batches`' (tests/gateway/test_calibration.py).
+CALIBRATE_BATCHES = env_names(("control", "calibrate_batches"))[0]
 TEST_CALIBRATION = {CALIBRATE_BATCHES: "[1]"}
 #: For a test whose gateway's speculation depths do not matter (faults, limits, the
 #: nothing-lost contract, cluster state): no calibration, the cost model's prior.

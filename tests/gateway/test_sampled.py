@@ -26,8 +26,8 @@ MESSAGES = [
     {"role": "user", "content": "What does the json module do?"},
 ]
 #: Step costs fixed where a draft is cheap, not calibrated: whether a new sampled class
-#: speculates at all follows the host's prices (a calibration on a loaded host put the
-#: cold-start call at "+4 % at k = 0"). What is tested below is what the engine's setting
+#: speculates at all follows the host's prices (a calibration on a loaded host can price
+#: k = 0 above every depth at cold start). What is tested below is what the engine's setting
 #: does to a class that speculates, so its class must speculate: a prior of 0.02 of a
 #: step per draft, weighted far above the live steps.
 CHEAP_DRAFTS = {

@@ -21,6 +21,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gateway.cli import app
+from tests.gateway.conftest import NO_CALIBRATION
 from tests.observability.otlp_receiver import running
 from tests.observability.test_genai_export import OTEL_VARIABLES, fields
 
@@ -48,7 +49,7 @@ def test_serve_exports_as_the_named_service_and_logs_the_ids(tmp_path: Path) -> 
         env = clean_env(
             OTEL_EXPORTER_OTLP_ENDPOINT=receiver.base_url,
             OTEL_SERVICE_NAME="gw-cli",
-            SPECGW_CONTROL_CALIBRATE_BATCHES="[]",  # ready without the start-up calibration
+            **NO_CALIBRATION,  # ready without the start-up calibration
         )
         cmd = [sys.executable, "-m", "gateway.cli", "serve", "--backend", "fake"]
         with stderr_file.open("wb") as log:
