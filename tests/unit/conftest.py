@@ -9,6 +9,7 @@ through `app.router.lifespan_context`, so start-up and teardown are the real one
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -82,6 +83,61 @@ def gateway_settings(**overrides: Any) -> GatewaySettings:
 QUICK_START = ControllerSettings(calibrate_batches=[])
 
 
+#: An in-process exchange on the fake engine takes milliseconds; httpx's ASGITransport
+#: enforces no timeout, so without this bound a request the app never answers would hold
+#: its test until pytest-timeout's 1,200 s, with only the event loop's thread in the dump.
+EXCHANGE_TIMEOUT_S = 120.0
+
+
+def pending_tasks() -> str:
+    """Every unfinished task on the running loop with the frames it is suspended in (its
+    await chain: `Task.get_stack` gives a suspended coroutine's outermost frame only)."""
+    lines: list[str] = []
+    for task in asyncio.all_tasks():
+        lines.append(repr(task))
+        awaited: Any = task.get_coro()
+        while awaited is not None:
+            frame = getattr(awaited, "cr_frame", None) or getattr(awaited, "ag_frame", None)
+            if frame is not None:
+                code = frame.f_code
+                lines.append(f"  {code.co_filename}:{frame.f_lineno} {code.co_name}")
+            awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "ag_await", None)
+    return "\n".join(lines)
+
+
+class BoundedASGITransport(httpx.ASGITransport):
+    """`httpx.ASGITransport` whose exchanges time out: a hang fails its test in
+    `EXCHANGE_TIMEOUT_S` with the app's pending tasks as they were at the deadline,
+    kept in `hangs` (the openai client retries a failed exchange, so the test's
+    teardown reports them)."""
+
+    def __init__(self, app: FastAPI) -> None:
+        super().__init__(app=app)
+        self.hangs: list[str] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        task = asyncio.current_task()
+        assert task is not None
+        expired: list[str] = []
+
+        def expire() -> None:  # at the deadline, before cancelling unwinds the frames
+            expired.append(pending_tasks())
+            task.cancel()
+
+        deadline = asyncio.get_running_loop().call_later(EXCHANGE_TIMEOUT_S, expire)
+        try:
+            return await super().handle_async_request(request)
+        except asyncio.CancelledError:
+            if not expired or task.uncancel() > 0:
+                raise
+            hang = f"{request.method} {request.url} unanswered in {EXCHANGE_TIMEOUT_S} s; "
+            hang += f"pending tasks:\n{expired[0]}"
+            self.hangs.append(hang)
+            raise httpx.ReadTimeout(hang, request=request) from None
+        finally:
+            deadline.cancel()
+
+
 @asynccontextmanager
 async def serve_in_process(
     settings: GatewaySettings | None = None,
@@ -97,10 +153,16 @@ async def serve_in_process(
         frontend_config=frontend,
     )
     app = create_app(settings or gateway_settings(), factory)
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url=BASE_URL) as http:
+    transport = BoundedASGITransport(app)
+    try:
+        async with (
+            app.router.lifespan_context(app),
+            httpx.AsyncClient(transport=transport, base_url=BASE_URL) as http,
+        ):
             yield InProcessGateway(app, http)
+    finally:
+        if transport.hangs:  # the cause of whatever the test saw after it
+            raise AssertionError("\n\n".join(transport.hangs))
 
 
 @pytest_asyncio.fixture(loop_scope="session")
