@@ -88,10 +88,10 @@ def record(base_url: str, api_key: str) -> str:
 
 def main() -> None:
     from bench.gateway_proc import BENCH_KEY, GatewayConfig, model_paths, start_gateway
-    from bench.runner import CALIBRATE_BATCHES_ENV
+    from tests.gateway.conftest import NO_CALIBRATION
 
     with tempfile.TemporaryDirectory(prefix="record-vllm-") as tmp:
-        env = {CALIBRATE_BATCHES_ENV: "[]"}
+        env = dict(NO_CALIBRATION)
         gw = start_gateway(GatewayConfig("record", env=env), model_paths(Path(tmp)), Path(tmp))
         try:
             text = record(gw.base_url, BENCH_KEY)
