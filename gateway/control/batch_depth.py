@@ -149,9 +149,10 @@ class BatchDepth:
     def floor(self, load: LoadSnapshot, bucket: int, k: int, k_min: int) -> int:
         """The deepest D <= k at which every guarded request in flight keeps its floor.
 
-        A request in flight yields `gains[D]` tokens a step at batch depth D, each
-        step costing c(D) = cost(D) / cost(0) of a step at k = 0: that share of its
-        speed at k = 0, which must stay at or above its class's `batch_floor`.
+        A request in flight yields `gains[D]` tokens a step at batch depth D (at most
+        its own k's: one held at k = 0 yields one token at every D), each step costing
+        c(D) = cost(D) / cost(0) of a step at k = 0: that share of its speed at k = 0,
+        which must stay at or above its class's `batch_floor`.
         Weighed whatever depth the batch runs at now: excusing depths the batch
         already had would let each deep newcomer keep the batch deep for the next
         one, below the guarded requests' floor. Requests in flight keep their k, so

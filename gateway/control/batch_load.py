@@ -16,8 +16,13 @@ request and with no per-step work:
 - `gains`: summed over them, the tokens per step each would yield were the batch
   to run at depth D (its class's choice capped at D), so that a newcomer's k is
   weighed for the whole batch (`BatchDepth.held`, `BatchDepth.lower_for_batch`);
-- `guarded`: those whose class has a `batch_floor`, by (gains, floor), so that no
-  newcomer takes them below their floor (`BatchDepth.floor`);
+- `guarded`: those whose class has a `batch_floor`, by (gains at their own depth,
+  floor), so that no newcomer takes them below their floor (`BatchDepth.floor`). A
+  request verifies at most its own k whatever the batch drafts (per-request depths),
+  so one held or lowered below its class's choice yields E[tokens | min(its k, D)]
+  at batch depth D: held at k = 0, one token a step at every D. Weighed at its
+  class's choice instead, a request held at 0 let the next newcomer draft deep
+  beside it, and it paid the deep steps for one token each;
 - `anchored`: the largest depth one of them *chose* for its class, at which a
   newcomer of a shallower class rides (it pays that depth anyway). Riders anchor
   at their class's k, never at a depth another rider holds, so a batch of riders
@@ -74,6 +79,16 @@ def _tally(counts: dict[int, int], depth: int, step: int) -> int:
     else:
         counts.pop(depth, None)
     return max(counts) if counts else 0
+
+
+def own_gains(gains: tuple[float, ...], depth: int) -> tuple[float, ...]:
+    """`gains` (expected tokens per step at each batch depth D) of a request that
+    verifies at most `depth` drafts: E[tokens | min(depth, D)]."""
+    last = len(gains) - 1
+    if last <= depth:
+        return gains
+    cut = gains[depth]
+    return gains[:depth] + (cut,) * (last - depth + 1)
 
 
 def _lowered(counts: dict[int, int], depth: int) -> dict[int, int]:
@@ -141,7 +156,7 @@ class BatchLoad:
         self._add(gains, 1.0)
         self._entered += prompt_tokens
         if floor > 0.0:
-            key = (gains, floor)
+            key = (own_gains(gains, k), floor)
             self._guarded[key] = self._guarded.get(key, 0) + 1
         self._fixed += fixed
         return Ticket(
@@ -170,6 +185,12 @@ class BatchLoad:
         self._tokens = None
         self._deepest = max(self._at)
         self._caps.append(depth)
+        if self._guarded:
+            guarded: dict[tuple[tuple[float, ...], float], int] = {}
+            for (gains, floor), n in self._guarded.items():
+                key = (own_gains(gains, depth), floor)
+                guarded[key] = guarded.get(key, 0) + n
+            self._guarded = guarded
         if self._anchored > depth:
             self._anchors = _lowered(self._anchors, depth)
             self._anchored = max(self._anchors)
@@ -206,7 +227,7 @@ class BatchLoad:
         if not self._n:
             self._caps.clear()
         if ticket.floor > 0.0:
-            key = (ticket.gains, ticket.floor)
+            key = (own_gains(ticket.gains, k), ticket.floor)
             left = self._guarded.get(key, 0) - 1
             if left > 0:
                 self._guarded[key] = left
@@ -259,5 +280,6 @@ class BatchLoad:
 
     @property
     def guarded(self) -> dict[tuple[tuple[float, ...], float], int]:
-        """(gains, floor) -> requests in flight with a `batch_floor`; live, do not mutate."""
+        """(gains at their own depth, floor) -> requests in flight with a `batch_floor`;
+        live, do not mutate."""
         return self._guarded

@@ -36,7 +36,8 @@ class LoadSnapshot(NamedTuple):
     #: (`BatchMeans.prefill`); None at decision time and where no one tracks it.
     prefill: int | None = None
     #: The requests in flight whose class has a `batch_floor`: (their gains per
-    #: batch depth, the floor) -> how many (`BatchLoad.guarded`); None or empty: none.
+    #: batch depth at their own k, the floor) -> how many (`BatchLoad.guarded`); None
+    #: or empty: none.
     guarded: Mapping[tuple[tuple[float, ...], float], int] | None = None
     #: The largest k among the requests in flight at decision time (`BatchLoad.deepest`);
     #: 0 where no one tracks the batch.

@@ -14,6 +14,7 @@ import dataclasses
 import pytest
 
 from gateway.control.batch_depth import BatchDepth
+from gateway.control.batch_load import BatchLoad
 from gateway.control.cost_model import CostModel
 from gateway.control.decision import LoadSnapshot, SpeculationDecision
 from tests.control.test_cost_model import step_calibrated
@@ -135,6 +136,19 @@ def test_floor_is_the_deepest_depth_every_guarded_request_affords(
 ) -> None:
     load = LoadSnapshot(running=3, guarded=guarded)
     assert _batch().floor(load, BUCKET, k, k_min) == depth, case
+
+
+def test_a_guarded_request_held_at_zero_keeps_newcomers_at_zero() -> None:
+    """A chat request held at k = 0 for its batch yields one token a step at any depth
+    (it verifies none), so a newcomer that would draft deep beside it is floored to 0;
+    running at the k = 4 its class chose, the same request bears k = 4 (3.2 >= 0.98 x
+    2.39)."""
+    batch = _batch()
+    for k, depth in ((0, 0), (4, 4)):
+        load = BatchLoad()
+        load.enter(k, CHAT, 40, floor=0.98)
+        snapshot = LoadSnapshot(running=3, guarded=load.guarded)
+        assert batch.floor(snapshot, BUCKET, 4, 0) == depth, k
 
 
 def _decision(k: int, gains: tuple[float, ...]) -> SpeculationDecision:

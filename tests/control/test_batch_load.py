@@ -104,19 +104,64 @@ def test_prefill_counts_the_prompts_that_entered_during_a_life() -> None:
     assert [load.leave(t).prefill for t in later] == [20, 0]
 
 
+CHAT = (1.0, 1.8, 2.4, 2.9, 3.3)
+
+
 def test_requests_with_a_floor_are_guarded_while_in_flight() -> None:
     """Only requests whose class has a `batch_floor` are filed, by (gains, floor), and
     each leaves with its own ticket."""
     load = BatchLoad(Clock())
     tool = (1.0, 1.2, 1.25)
-    a = load.enter(0, tool, 300, floor=0.98)
-    b = load.enter(0, tool, 300, floor=0.98)
-    chat = load.enter(4, (1.0, 1.8, 2.4, 2.9, 3.3), 40)  # no floor: not guarded
+    a = load.enter(2, tool, 300, floor=0.98)
+    b = load.enter(2, tool, 300, floor=0.98)
+    chat = load.enter(4, CHAT, 40)  # no floor: not guarded
     assert load.guarded == {(tool, 0.98): 2}
     load.leave(a)
     assert load.guarded == {(tool, 0.98): 1}
     load.leave(chat)
     load.leave(b)
+    assert load.guarded == {}
+
+
+@pytest.mark.parametrize(
+    ("k", "weighed"),
+    [
+        (4, CHAT),
+        (2, (1.0, 1.8, 2.4, 2.4, 2.4)),
+        # Held at 0 for its batch: one token a step, however deep the batch drafts.
+        (0, (1.0, 1.0, 1.0, 1.0, 1.0)),
+    ],
+)
+def test_a_guarded_request_is_weighed_at_the_depth_it_runs_at(
+    k: int, weighed: tuple[float, ...]
+) -> None:
+    """A request verifies at most its own k whatever the batch drafts, so one held below
+    its class's choice yields E[tokens | min(k, D)] at batch depth D, not its class's
+    gains (`own_gains`)."""
+    load = BatchLoad(Clock())
+    ticket = load.enter(k, CHAT, 40, floor=0.98)
+    assert load.guarded == {(weighed, 0.98): 1}
+    assert load.gains == pytest.approx([*CHAT, *[CHAT[-1]] * (17 - len(CHAT))])  # the class's
+    load.leave(ticket)
+    assert load.guarded == {}
+
+
+def test_a_cap_lowers_what_the_guarded_requests_in_flight_are_weighed_at() -> None:
+    """After the engine lowers the batch to a cap, the guarded requests it lowered yield
+    tokens at the cap; one that enters later is weighed at its own k, and each leaves
+    with the key it is filed under."""
+    load = BatchLoad(Clock())
+    deep = load.enter(4, CHAT, 40, floor=0.98)
+    two = load.enter(2, CHAT, 40, floor=0.98)
+    load.cap(1)
+    at_one = (1.0, 1.8, 1.8, 1.8, 1.8)
+    assert load.guarded == {(at_one, 0.98): 2}
+    late = load.enter(3, CHAT, 40, floor=0.98)
+    assert load.guarded == {(at_one, 0.98): 2, ((1.0, 1.8, 2.4, 2.9, 2.9), 0.98): 1}
+    load.leave(deep)
+    assert load.guarded == {(at_one, 0.98): 1, ((1.0, 1.8, 2.4, 2.9, 2.9), 0.98): 1}
+    load.leave(late)
+    load.leave(two)
     assert load.guarded == {}
 
 
