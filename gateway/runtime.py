@@ -216,6 +216,10 @@ def real_runtime_factory(
             supervisor.start()
             stack.push_async_callback(supervisor.close)
             freeze_startup_heap()
+            # Given back to the collector on the way out, so that the interpreter's exit
+            # frees the start-up heap (nanobind reports objects that outlive their
+            # bindings as leaked).
+            stack.callback(gc.unfreeze)
             log.info("spec-gateway ready (K=%d)", slot.engine.max_depth)
             try:
                 yield runtime

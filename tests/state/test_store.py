@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 from gateway.state import ClassStateSettings, RedisClassStore
 from tests.redis_fixtures import DelayProxy, RedisServer
+from tests.timing import collector_paused
 
 FAST: dict[str, Any] = {
     "flush_interval_s": 0.1,
@@ -43,24 +43,6 @@ async def running(url: str, **overrides: Any) -> AsyncIterator[RedisClassStore]:
 #: over 10 ms when the process is descheduled on a few cores shared with the suite's
 #: engines and a restarting redis-server: a 10 ms bound would time the scheduler.
 NO_WAIT_S = 0.05
-
-
-@contextmanager
-def collector_paused() -> Iterator[None]:
-    """Time the store's calls, not the interpreter's garbage collector.
-
-    Under the full suite this process also holds torch and vLLM, and a full collection
-    there takes 10 ms or more and lands on whichever call happens to be timed. What
-    these tests bound is waiting on Redis: a call blocked on a down or slow server
-    would take the 300 ms operation timeout.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 async def until(predicate: Callable[[], bool], timeout_s: float = 5.0) -> float:
