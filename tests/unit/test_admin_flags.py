@@ -19,6 +19,7 @@ from tests.unit.conftest import (
     ADMIN_KEY,
     MESSAGES,
     MODEL,
+    QUICK_START,
     USER_KEY,
     InProcessGateway,
     gateway_settings,
@@ -28,9 +29,15 @@ from tests.unit.conftest import (
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 
+#: No probes: the tests compare a class's k before and after a flag change, and a probe
+#: (k - 1 or k + 1 on a share of requests, drawn at random) would move it.
+NO_PROBES = QUICK_START.model_copy(update={"exploration_share": 0.0})
+
+
 @pytest_asyncio.fixture(loop_scope="session")
 async def flagged(redis_server: RedisServer) -> AsyncIterator[InProcessGateway]:
-    async with serve_in_process(gateway_settings(redis_url=redis_server.url)) as started:
+    settings = gateway_settings(redis_url=redis_server.url)
+    async with serve_in_process(settings, controller=NO_PROBES) as started:
         yield started
 
 
@@ -97,11 +104,13 @@ async def test_a_pin_for_one_label_leaves_the_others(flagged: InProcessGateway) 
     other = "Summarise: " + "the river runs to the sea " * 40  # a longer class
     other_label, other_k = await _chat_k(flagged, other)
     assert other_label != label
-    pinned = 0 if k else 1
+    pinned = min({0, 1, 2} - {k, other_k})  # neither class's own k
     answer = await _flag(flagged, "PUT", "pin-k", value=pinned, label=label)
     assert answer.status_code == 200, answer.text
     assert await _until_k(flagged, pinned) == pinned
-    assert (await _chat_k(flagged, other))[1] == other_k
+    # Not `== other_k`: the class's own k may move with what its first request taught it
+    # and the step times the cost model read (wall-clock, on a loaded host), not the pin.
+    assert (await _chat_k(flagged, other))[1] != pinned
 
 
 @pytest.mark.parametrize(("flag", "value"), [("pin-k", "four"), ("no-such-flag", 1), ("k-max", -3)])
