@@ -8,7 +8,6 @@ import gc
 
 import pytest
 
-from gateway.runtime import freeze_startup_heap
 from tests.models import ModelPair, model_pair
 
 pytest_plugins = ["tests.redis_fixtures", "tests.tier_guard"]
@@ -24,8 +23,11 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """Freeze what collection imported, as the gateway freezes its start-up heap
     (`gateway.runtime.freeze_startup_heap`): a full collection over the libraries'
     objects otherwise pauses whichever test is running for about 0.5 s, and a test
-    that bounds a wait in wall time reads the pause as the wait."""
-    freeze_startup_heap()
+    that bounds a wait in wall time reads the pause as the wait. Not imported from the
+    gateway: this conftest must import nothing that imports vLLM before `tests/cuda`
+    picks its platform."""
+    gc.collect()
+    gc.freeze()
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
