@@ -25,16 +25,28 @@ MESSAGES = [
     {"role": "system", "content": "You answer questions about sampling fidelity."},
     {"role": "user", "content": "What does the json module do?"},
 ]
-#: Step costs fixed where a draft is cheap, not calibrated: whether a new sampled class
-#: speculates at all follows the host's prices (a calibration on a loaded host can price
-#: k = 0 above every depth at cold start). What is tested below is what the engine's setting
-#: does to a class that speculates, so its class must speculate: a prior of 0.02 of a
-#: step per draft, weighted far above the live steps.
+#: Step costs fixed where a draft is cheap, not calibrated, and no probes: whether a new
+#: class speculates at all follows the host's prices (a calibration on a loaded host can
+#: price k = 0 above every depth at cold start, and the policy steps a cold class down at
+#: once), and with no calibration every depth is thin, so a probe may run any request at
+#: k = 0 (`gateway.control.exploration`). What is tested below is what the engine's setting
+#: does to a class that speculates, so its class must speculate: a prior of 0.02 of a step
+#: per draft, weighted far above the live steps, and no exploration.
 CHEAP_DRAFTS = {
     **NO_CALIBRATION,
     "SPECGW_CONTROL_PRIOR_K_COST": "0.02",
     "SPECGW_CONTROL_COST_PRIOR_WEIGHT": "1e6",
+    "SPECGW_CONTROL_EXPLORATION_SHARE": "0",
 }
+
+
+@pytest.fixture(scope="module")
+def sampling_auto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    # A gateway of its own: on the session's shared one, a class another test taught
+    # (k = 0 included) seeds a similar new class (`cold start: like ...`).
+    gw = start_gateway(tmp_path_factory.mktemp("gw-sampling-auto"), CHEAP_DRAFTS)
+    yield gw
+    stop_gateway(gw)
 
 
 @pytest.fixture(scope="module")
@@ -63,11 +75,14 @@ def _classes(gateway: GatewayProcess) -> dict[str, dict[str, object]]:
         return {r["label"]: r for r in http.get("/admin/classes").json()["data"]}
 
 
-def test_sampled_requests_speculate_in_a_class_of_their_own(gateway: GatewayProcess) -> None:
+def test_sampled_requests_speculate_in_a_class_of_their_own(
+    sampling_auto: GatewayProcess,
+) -> None:
     """With the CPU sampler's expand kernel fixed (`engine.vllm.expand_fix`) sampled
     speculation is exact on this build (`sampled_speculation: auto`), so a sampled
     request speculates; it accepts drafts less often than a greedy one of the same
     prompt, so it is classed by its temperature's bucket, apart from the greedy class."""
+    gateway = sampling_auto
     client = gateway.client()
     greedy = client.chat.completions.with_raw_response.create(
         model=MODEL, messages=MESSAGES, max_tokens=16, temperature=0

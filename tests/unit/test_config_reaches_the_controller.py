@@ -38,6 +38,11 @@ async def test_a_controller_setting_from_yaml_reaches_the_admin_api(
     config = tmp_path / "gateway.yaml"
     control: dict[str, Any] = {"default_k": 1, "exploration_share": 0.0}
     control |= {"calibrate_batches": [1, 2], "calibrate_tokens": 8}
+    # A cold class steps down at once where its prior pays more at a smaller k at the
+    # measured costs, and the calibration's wall-clock step times on a loaded host can
+    # price k = 1 above k = 0: a cheap draft, weighted far above the measurements, keeps
+    # the first request at `default_k`.
+    control |= {"prior_k_cost": 0.02, "cost_prior_weight": 1e6}
     tree = {
         "api_keys": [digest(USER_KEY)],
         "admin_keys": [digest(ADMIN_KEY)],
