@@ -10,15 +10,25 @@ that decides whether speculation pays at all, and the step costs cannot see it
 `in_steps(b)` gives the seconds to the first token at each depth, in steps at
 k = 0 of bucket b, from start-up calibration (the same prompt at every depth, so
 the depths differ only in k): from the calibrated bucket nearest b (in powers of
-two), a depth not measured there taking the nearest measured depth's. A deeper
-first chain never costs less than a shallower one for the same prompt, so a
-bucket's measured seconds are fitted non-decreasing in depth (least squares, pool
-adjacent violators): calibration times each depth in a few rounds of a burst of b
-requests, whose noise otherwise orders the depths at random (in the twin at batch
-64, depth 5's first token read cheaper than depth 1's, and the step rule drafted
-5 deep where 3 was best; `python -m bench twin`). Traffic does not refine it:
-the prompts of the depths classes run at differ (long tool-call prompts at k = 0,
-short chats deep), which would bias the difference more than it teaches.
+two). The first chain at depth k is the drafter's prefill, paid once at any k > 0,
+and k drafter passes, so a bucket's measured seconds are fitted by least squares to
+
+    f(k) = f(0) + j [k > 0] + s k,    j, s >= 0,
+
+(`chain_fit`) and every depth, measured or not, reads the fit. Calibration times
+each depth in a few rounds of a burst of b requests, and a burst's requests share
+their first step, so each depth's median rests on a couple of independent draws:
+at batch 64 on a GPU a draft adds a few hundredths of a step to the first token and
+the rounds' noise some tenths. Read depth by depth (even fitted non-decreasing),
+that noise priced depth 2 above depth 1 by 0.35 steps where the profile said 0.03,
+and the step rule ran a third of the steps that admit newcomers at depth 1 where 3
+was best (`python -m bench twin`, measured-h100-llama8b-eagle3 at c64: 0.987 of
+the best static depth on one seed). With fewer than two depths above 0 measured,
+or none at 0, the measured depths are fitted non-decreasing (least squares, pool
+adjacent violators) and a depth not measured takes the nearest measured one's.
+Traffic does not refine it: the prompts of the depths classes run at differ (long
+tool-call prompts at k = 0, short chats deep), which would bias the difference
+more than it teaches.
 
 `prefill_steps(b)`: one cold prompt token's prefill, in steps at k = 0 of b
 (calibrated at batch 1), the price of prefilling again a prompt another cache
@@ -27,6 +37,7 @@ namespace holds.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from gateway.control.cost_steps import StepCosts
@@ -44,10 +55,62 @@ def non_decreasing(values: Sequence[float]) -> tuple[float, ...]:
     return tuple(total / count for total, count in blocks for _ in range(count))
 
 
+def chain_fit(depths: Sequence[int], seconds: Sequence[float]) -> tuple[float, float, float]:
+    """(f(0), j, s) of `f(k) = f(0) + j [k > 0] + s k` fitted to (depth, seconds) by least
+    squares with j, s >= 0 (the module docstring): the unconstrained fit where it is
+    feasible, else the better of the fits with j = 0 or s = 0 (both, where neither
+    alone is feasible). Needs depth 0 and two depths above it."""
+    n = len(depths)
+    best: tuple[float, float, float] | None = None
+    best_sse = math.inf
+    for free_j, free_s in ((True, True), (False, True), (True, False), (False, False)):
+        columns = [[1.0] * n]
+        if free_j:
+            columns.append([1.0 if d > 0 else 0.0 for d in depths])
+        if free_s:
+            columns.append([float(d) for d in depths])
+        coef = _least_squares(columns, seconds)
+        if coef is None:
+            continue
+        a = coef[0]
+        j = coef[1] if free_j else 0.0
+        s = coef[-1] if free_s else 0.0
+        if j < 0.0 or s < 0.0:
+            continue
+        fitted = (a + (j if d > 0 else 0.0) + s * d for d in depths)
+        sse = sum((y - f) ** 2 for y, f in zip(seconds, fitted, strict=True))
+        if free_j and free_s:
+            return a, j, s  # feasible: the least-squares fit itself
+        if sse < best_sse:
+            best, best_sse = (a, j, s), sse
+    assert best is not None  # the intercept alone always fits
+    return best
+
+
+def _least_squares(columns: list[list[float]], y: Sequence[float]) -> list[float] | None:
+    """The coefficients of `y` on `columns` (normal equations, Gauss-Jordan), or None where
+    they are singular."""
+    m = len(columns)
+    a = [[sum(p * q for p, q in zip(ci, cj, strict=True)) for cj in columns] for ci in columns]
+    b = [sum(p * q for p, q in zip(ci, y, strict=True)) for ci in columns]
+    for i in range(m):
+        pivot = max(range(i, m), key=lambda r: abs(a[r][i]))
+        if abs(a[pivot][i]) < 1e-12:
+            return None
+        a[i], a[pivot] = a[pivot], a[i]
+        b[i], b[pivot] = b[pivot], b[i]
+        for r in range(m):
+            if r != i:
+                f = a[r][i] / a[i][i]
+                a[r] = [x - f * z for x, z in zip(a[r], a[i], strict=True)]
+                b[r] -= f * b[i]
+    return [b[i] / a[i][i] for i in range(m)]
+
+
 class FirstTokenPrices:
     """Calibrated seconds to the first token per (bucket, depth), and the cold prefill."""
 
-    __slots__ = ("_in_steps", "_nearest", "_seconds", "max_k", "prefill_s")
+    __slots__ = ("_drafts", "_in_steps", "_nearest", "_seconds", "max_k", "prefill_s")
 
     def __init__(self, max_k: int) -> None:
         self.max_k = max_k
@@ -58,6 +121,8 @@ class FirstTokenPrices:
         #: Per bucket: the calibrated seconds each depth borrows (`_borrowed`); they change
         #: only with calibration, while `in_steps` follows every refresh of the step at k = 0.
         self._nearest: dict[int, tuple[float, ...]] = {}
+        #: Per bucket: the same without the chain's jump (`drafts_in_steps`).
+        self._drafts: dict[int, tuple[float, ...]] = {}
         #: Seconds to prefill one prompt token cold, at batch 1 (calibration); 0 = unknown.
         self.prefill_s = 0.0
 
@@ -70,6 +135,7 @@ class FirstTokenPrices:
         row[k] = seconds
         self._in_steps.clear()
         self._nearest.clear()
+        self._drafts.clear()
         return True
 
     def calibrate_prefill(self, seconds_per_token: float) -> None:
@@ -78,6 +144,7 @@ class FirstTokenPrices:
     def forget(self, bucket: int) -> None:
         """Drop the bucket's cached prices: its step at k = 0 (their unit) moved."""
         self._in_steps.pop(bucket, None)
+        self._drafts.pop(bucket, None)
 
     def in_steps(self, bucket: int, steps: StepCosts) -> tuple[float, ...]:
         """Time to the first token at k = 0..K, in steps at k = 0 of this bucket (empty
@@ -92,20 +159,62 @@ class FirstTokenPrices:
         self._in_steps[bucket] = cached
         return cached
 
+    def drafts_in_steps(self, bucket: int, steps: StepCosts) -> tuple[float, ...]:
+        """`in_steps` less the chain's jump j at k > 0 (f(0) + s k): what the depth of a
+        step that newcomers enter adds to it, for the step rule
+        (`engine.step_rule.StepCostTable`). The jump is the newcomers' drafter prefill,
+        which such a step pays at any depth while a request in it drafts, at depth 0
+        too (held there, its voters keep their drafter KV). Where the depths were not
+        fitted as a chain, `in_steps`."""
+        cached = self._drafts.get(bucket)
+        if cached is not None:
+            return cached
+        cached = self.in_steps(bucket, steps)
+        fit = self._fit(bucket) if cached else None
+        if fit is not None:
+            a, _, s = fit
+            step0 = steps.step_zero(bucket)
+            cached = tuple((a + s * d) / step0 for d in range(self.max_k + 1))
+        self._drafts[bucket] = cached
+        return cached
+
+    def _fit(self, bucket: int) -> tuple[float, float, float] | None:
+        """`chain_fit` of the calibrated bucket nearest this one, None where it has too
+        few depths for it (the module docstring)."""
+        near = self._near(bucket)
+        depths, seconds = zip(
+            *((d, s) for d, s in enumerate(self._seconds[near]) if s is not None), strict=True
+        )
+        if depths[0] == 0 and sum(1 for d in depths if d > 0) >= 2:
+            return chain_fit(depths, seconds)
+        return None
+
+    def _near(self, bucket: int) -> int:
+        return min(self._seconds, key=lambda b: (abs(b.bit_length() - bucket.bit_length()), b))
+
     def _borrowed(self, bucket: int) -> tuple[float, ...]:
         """Seconds to the first token at k = 0..K for this bucket: the calibrated bucket
-        nearest it (in powers of two), fitted non-decreasing over its measured depths,
-        each depth from the nearest measured depth there."""
+        nearest it (in powers of two), its measured depths fitted (the module docstring)."""
         borrowed = self._nearest.get(bucket)
         if borrowed is None:
-            near = min(self._seconds, key=lambda b: (abs(b.bit_length() - bucket.bit_length()), b))
-            depths, seconds = zip(
-                *((d, s) for d, s in enumerate(self._seconds[near]) if s is not None), strict=True
-            )
-            measured = list(zip(depths, non_decreasing(seconds), strict=True))
-            borrowed = tuple(
-                min(measured, key=lambda m: (abs(m[0] - d), m[0]))[1] for d in range(self.max_k + 1)
-            )
+            fit = self._fit(bucket)
+            if fit is not None:
+                a, j, s = fit
+                borrowed = tuple(a + (j if d > 0 else 0.0) + s * d for d in range(self.max_k + 1))
+            else:
+                depths, seconds = zip(
+                    *(
+                        (d, s)
+                        for d, s in enumerate(self._seconds[self._near(bucket)])
+                        if s is not None
+                    ),
+                    strict=True,
+                )
+                measured = list(zip(depths, non_decreasing(seconds), strict=True))
+                borrowed = tuple(
+                    min(measured, key=lambda m: (abs(m[0] - d), m[0]))[1]
+                    for d in range(self.max_k + 1)
+                )
             self._nearest[bucket] = borrowed
         return borrowed
 

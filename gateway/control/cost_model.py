@@ -181,7 +181,9 @@ class CostModel:
         """Every bucket's relative decode costs and first-token prices, for the engine's
         step-depth rule (`engine.step_rule`); rebuilt only when a bucket's version or its
         held steps' cost moves. Depth 0 there is what holding the step at 0 costs: the
-        held steps' cost where known (`gateway.control.cost_held`)."""
+        held steps' cost where known (`gateway.control.cost_held`). The first-token
+        prices are the first drafts' (`FirstTokenPrices.drafts_in_steps`): a step pays
+        its newcomers' drafter prefill at any depth."""
         held = tuple(self.held_cost(b) for b in BUCKETS)
         versions = (*(self._bucket_versions.get(b, 0) for b in BUCKETS), *_rounded(held))
         if self._table is None or self._table[0] != versions:
@@ -191,7 +193,7 @@ class CostModel:
                     _holding(self.relative_costs_in(b), h)
                     for b, h in zip(BUCKETS, held, strict=True)
                 ),
-                tuple(self.first_token(b) for b in BUCKETS),
+                tuple(self._first.drafts_in_steps(b, self._steps) for b in BUCKETS),
             )
             self._table = (versions, table)
         return self._table[1]

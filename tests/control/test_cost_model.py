@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import itertools
+import math
 import random
+import statistics
 
 import pytest
 
 from engine.interface import RequestOutcome, SpeculationOutcome
-from gateway.control.cost_first_token import non_decreasing
+from gateway.control.cost_first_token import chain_fit, non_decreasing
 from gateway.control.cost_model import STALE_STEPS, STEPS_PER_REFRESH, CostModel
 from gateway.control.exploration import Exploration
 from gateway.control.settings import ControllerSettings
@@ -213,7 +215,9 @@ def test_non_decreasing_is_the_pool_adjacent_violators_fit(
 
 def test_first_token_prices_never_fall_with_depth() -> None:
     """A burst's noise can time a deeper first chain below a shallower one; the prices the
-    policy and the step rule read are the least-squares non-decreasing fit."""
+    policy and the step rule read are the chain's least-squares fit, f(0) + j + s k with
+    j, s >= 0: here the depths' slope would be negative, so s = 0 and every depth above
+    0 reads their mean."""
     model = _calibrated(MEASURED, 1, 8)
     noisy = (0.030, 0.052, 0.048, 0.060, 0.041)
     for k, seconds in enumerate(noisy):
@@ -221,8 +225,43 @@ def test_first_token_prices_never_fall_with_depth() -> None:
     prices = model.first_token(1)
     assert all(b >= a for a, b in itertools.pairwise(prices))
     step0 = MEASURED[0]
-    want = (0.030, 0.050, 0.050, (0.060 + 0.041) / 2, (0.060 + 0.041) / 2)
+    mean = sum(noisy[1:]) / 4
+    want = (0.030, mean, mean, mean, mean)
     assert prices == pytest.approx([s / step0 for s in want], rel=0.05)
+
+
+def test_the_chain_fit_reads_the_drafts_price_through_the_rounds_noise() -> None:
+    """At batch 64 on a GPU a draft adds a few hundredths of a step to the first token and
+    a burst's noise some tenths: depth by depth the noise orders the prices; the chain's
+    fit over all depths recovers the slope, and every depth reads it."""
+    rng = random.Random(7)
+    truth = [4.3 + (0.1 if d else 0.0) + 0.035 * d for d in range(8)]
+    errors_fit, errors_raw = [], []
+    for _ in range(200):
+        seen = [t * rng.lognormvariate(0.0, 0.05 / math.sqrt(2)) for t in truth]
+        a, j, s = chain_fit(range(8), seen)
+        assert min(j, s) >= 0
+        fitted = [a + (j if d else 0.0) + s * d for d in range(8)]
+        # What the step rule weighs: a newcomers' step at depth 3 over one at depth 1.
+        errors_fit.append(abs((fitted[3] - fitted[1]) - (truth[3] - truth[1])))
+        errors_raw.append(abs((seen[3] - seen[1]) - (truth[3] - truth[1])))
+    assert statistics.median(errors_fit) < 0.4 * statistics.median(errors_raw)
+    assert statistics.median(errors_fit) < 0.07
+
+
+@pytest.mark.parametrize(
+    ("depths", "seconds", "fit"),
+    [
+        ((0, 1, 2, 3), (1.0, 2.0, 2.5, 3.0), (1.0, 0.5, 0.5)),  # a jump and a slope
+        ((0, 1, 2, 3), (1.0, 2.0, 3.0, 4.0), (1.0, 0.0, 1.0)),  # a line
+        ((0, 2, 4), (1.0, 3.0, 3.0), (1.0, 2.0, 0.0)),  # a jump: the slope would be < 0
+        ((0, 1, 2), (3.0, 2.0, 1.0), (2.0, 0.0, 0.0)),  # falling: the level alone
+    ],
+)
+def test_chain_fit_is_the_least_squares_fit_with_nonnegative_jump_and_slope(
+    depths: tuple[int, ...], seconds: tuple[float, ...], fit: tuple[float, float, float]
+) -> None:
+    assert chain_fit(depths, seconds) == pytest.approx(fit, abs=1e-9)
 
 
 def test_steps_that_carried_other_requests_prefill_are_filed_at_no_depth() -> None:
