@@ -20,10 +20,9 @@ each depth in a few rounds of a burst of b requests, and a burst's requests shar
 their first step, so each depth's median rests on a couple of independent draws:
 at batch 64 on a GPU a draft adds a few hundredths of a step to the first token and
 the rounds' noise some tenths. Read depth by depth (even fitted non-decreasing),
-that noise priced depth 2 above depth 1 by 0.35 steps where the profile said 0.03,
-and the step rule ran a third of the steps that admit newcomers at depth 1 where 3
-was best (`python -m bench twin`, measured-h100-llama8b-eagle3 at c64: 0.987 of
-the best static depth on one seed). With fewer than two depths above 0 measured,
+that noise set the depths' differences, and the step rule ran about a third of the
+steps that admit newcomers at depth 1 where 3 was best (`python -m bench twin`,
+measured-h100-llama8b-eagle3 at c64). With fewer than two depths above 0 measured,
 or none at 0, the measured depths are fitted non-decreasing (least squares, pool
 adjacent violators) and a depth not measured takes the nearest measured one's.
 Traffic does not refine it: the prompts of the depths classes run at differ (long
