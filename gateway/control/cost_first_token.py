@@ -109,7 +109,7 @@ def _least_squares(columns: list[list[float]], y: Sequence[float]) -> list[float
 class FirstTokenPrices:
     """Calibrated seconds to the first token per (bucket, depth), and the cold prefill."""
 
-    __slots__ = ("_drafts", "_in_steps", "_nearest", "_seconds", "max_k", "prefill_s")
+    __slots__ = ("_in_steps", "_nearest", "_seconds", "max_k", "prefill_s")
 
     def __init__(self, max_k: int) -> None:
         self.max_k = max_k
@@ -117,11 +117,10 @@ class FirstTokenPrices:
         self._seconds: dict[int, list[float | None]] = {}
         #: Per bucket: `in_steps` as of the bucket's last refresh.
         self._in_steps: dict[int, tuple[float, ...]] = {}
-        #: Per bucket: the calibrated seconds each depth borrows (`_borrowed`); they change
-        #: only with calibration, while `in_steps` follows every refresh of the step at k = 0.
-        self._nearest: dict[int, tuple[float, ...]] = {}
-        #: Per bucket: the same without the chain's jump (`drafts_in_steps`).
-        self._drafts: dict[int, tuple[float, ...]] = {}
+        #: Per bucket: the calibrated seconds each depth borrows, with the chain's jump and
+        #: without it (`_borrowed`); they change only with calibration, while `in_steps`
+        #: follows every refresh of the step at k = 0.
+        self._nearest: dict[int, tuple[tuple[float, ...], tuple[float, ...]]] = {}
         #: Seconds to prefill one prompt token cold, at batch 1 (calibration); 0 = unknown.
         self.prefill_s = 0.0
 
@@ -134,7 +133,6 @@ class FirstTokenPrices:
         row[k] = seconds
         self._in_steps.clear()
         self._nearest.clear()
-        self._drafts.clear()
         return True
 
     def calibrate_prefill(self, seconds_per_token: float) -> None:
@@ -143,7 +141,6 @@ class FirstTokenPrices:
     def forget(self, bucket: int) -> None:
         """Drop the bucket's cached prices: its step at k = 0 (their unit) moved."""
         self._in_steps.pop(bucket, None)
-        self._drafts.pop(bucket, None)
 
     def in_steps(self, bucket: int, steps: StepCosts) -> tuple[float, ...]:
         """Time to the first token at k = 0..K, in steps at k = 0 of this bucket (empty
@@ -154,66 +151,46 @@ class FirstTokenPrices:
         cached = ()
         if self._seconds:
             step0 = steps.step_zero(bucket)
-            cached = tuple(s / step0 for s in self._borrowed(bucket))
+            cached = tuple(s / step0 for s in self._borrowed(bucket)[0])
         self._in_steps[bucket] = cached
         return cached
 
     def drafts_in_steps(self, bucket: int, steps: StepCosts) -> tuple[float, ...]:
         """`in_steps` less the chain's jump j at k > 0 (f(0) + s k): what the depth of a
         step that newcomers enter adds to it, for the step rule
-        (`engine.step_rule.StepCostTable`). The jump is the newcomers' drafter prefill,
-        which such a step pays at any depth while a request in it drafts, at depth 0
-        too (held there, its voters keep their drafter KV). Where the depths were not
-        fitted as a chain, `in_steps`."""
-        cached = self._drafts.get(bucket)
-        if cached is not None:
-            return cached
-        cached = self.in_steps(bucket, steps)
-        fit = self._fit(bucket) if cached else None
-        if fit is not None:
-            a, _, s = fit
-            step0 = steps.step_zero(bucket)
-            cached = tuple((a + s * d) / step0 for d in range(self.max_k + 1))
-        self._drafts[bucket] = cached
-        return cached
+        (`engine.step_rule.StepCostTable`, rebuilt only as costs move). The jump is the
+        newcomers' drafter prefill, which such a step pays at any depth while a request
+        in it drafts, at depth 0 too (held there, its voters keep their drafter KV).
+        Where the depths were not fitted as a chain, `in_steps`."""
+        if not self._seconds:
+            return ()
+        step0 = steps.step_zero(bucket)
+        return tuple(s / step0 for s in self._borrowed(bucket)[1])
 
-    def _fit(self, bucket: int) -> tuple[float, float, float] | None:
-        """`chain_fit` of the calibrated bucket nearest this one, None where it has too
-        few depths for it (the module docstring)."""
-        near = self._near(bucket)
-        depths, seconds = zip(
-            *((d, s) for d, s in enumerate(self._seconds[near]) if s is not None), strict=True
-        )
-        if depths[0] == 0 and sum(1 for d in depths if d > 0) >= 2:
-            return chain_fit(depths, seconds)
-        return None
-
-    def _near(self, bucket: int) -> int:
-        return min(self._seconds, key=lambda b: (abs(b.bit_length() - bucket.bit_length()), b))
-
-    def _borrowed(self, bucket: int) -> tuple[float, ...]:
-        """Seconds to the first token at k = 0..K for this bucket: the calibrated bucket
-        nearest it (in powers of two), its measured depths fitted (the module docstring)."""
+    def _borrowed(self, bucket: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """Seconds to the first token at k = 0..K for this bucket, with the chain's jump and
+        without it: the calibrated bucket nearest it (in powers of two), its measured
+        depths fitted (the module docstring)."""
         borrowed = self._nearest.get(bucket)
         if borrowed is None:
-            fit = self._fit(bucket)
-            if fit is not None:
-                a, j, s = fit
-                borrowed = tuple(a + (j if d > 0 else 0.0) + s * d for d in range(self.max_k + 1))
+            near = min(self._seconds, key=lambda b: (abs(b.bit_length() - bucket.bit_length()), b))
+            depths, seconds = zip(
+                *((d, s) for d, s in enumerate(self._seconds[near]) if s is not None), strict=True
+            )
+            every = range(self.max_k + 1)
+            if depths[0] == 0 and sum(1 for d in depths if d > 0) >= 2:
+                a, j, s = chain_fit(depths, seconds)
+                drafts = tuple(a + s * d for d in every)
+                borrowed = (
+                    tuple(f + (j if d > 0 else 0.0) for d, f in zip(every, drafts, strict=True)),
+                    drafts,
+                )
             else:
-                depths, seconds = zip(
-                    *(
-                        (d, s)
-                        for d, s in enumerate(self._seconds[self._near(bucket)])
-                        if s is not None
-                    ),
-                    strict=True,
-                )
                 measured = list(zip(depths, non_decreasing(seconds), strict=True))
-                borrowed = tuple(
-                    min(measured, key=lambda m: (abs(m[0] - d), m[0]))[1]
-                    for d in range(self.max_k + 1)
+                nearest = tuple(
+                    min(measured, key=lambda m: (abs(m[0] - d), m[0]))[1] for d in every
                 )
+                borrowed = (nearest, nearest)
             self._nearest[bucket] = borrowed
         return borrowed
 
