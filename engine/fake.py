@@ -200,7 +200,8 @@ class FakeEngine:
     def _depth_of(self, request: GenerateRequest) -> int:
         """Its k, or for a voter (`engine.step_rule`) the rule's depth for its class
         beside the requests running at k = 0 (riders, as the vLLM scheduler counts them)
-        at admission, at most its k: the fake runs each request on its own, not in steps."""
+        at admission, at most its k: the fake runs each request on its own, not in steps,
+        so a rider (`StepVote.rides`) has no voters to ride with and runs at 0."""
         k = max(0, min(request.k, self.max_depth))
         vote = StepVote.from_arg(request.extra.get(SPEC_VOTE_ARG))
         costs = StepCostTable.from_arg(request.extra.get(SPEC_COSTS_ARG))

@@ -77,10 +77,13 @@ def choose_step_depth(
     costs: Sequence[float],
     floor: float | None = 1.0,
     riders: int = 0,
+    riding: Sequence[tuple[Sequence[float], int]] = (),
 ) -> StepDepth:
     """The step's depth for `groups` of (p_1..p_K, requests) at step costs `costs`
     (c(B, d) for d = 0..K, any unit; only ratios matter), beside `riders` requests that
-    verify none at any depth (one token a step each, and no guard). Module docstring."""
+    verify none at any depth (one token a step each, and no guard) and `riding` groups
+    that verify the step's depth (E(d) tokens each) with no guard and no say in whether
+    the step drafts: alone they leave it at 0. Module docstring."""
     if not costs or costs[0] <= 0:
         raise ValueError("step costs need c(B, 0) > 0")
     max_depth = len(costs) - 1
@@ -88,13 +91,16 @@ def choose_step_depth(
     live = [(g, n) for g, (_, n) in zip(gains, groups, strict=True) if n > 0]
     if not live:
         return StepDepth(0, tuple(False for _ in groups), 0.0)
-    requests = sum(n for _, n in live) + riders
+    along = [(expected_tokens(p, max_depth), n) for p, n in riding if n > 0]
+    requests = sum(n for _, n in live) + riders + sum(n for _, n in along)
     best, best_rate = 0, requests / costs[0]
     for d in range(1, max_depth + 1):
         cost = costs[d]
         if cost <= 0:
             continue
         tokens = float(riders)
+        for group, n in along:
+            tokens += n * group[d]
         worst = float("inf")
         for group, n in live:
             tokens += n * group[d]
@@ -129,9 +135,18 @@ class StepVote:
     acceptance: tuple[float, ...]
     probe: int = 0
     class_id: str = ""
+    #: A rider: its class's own depth is 0, so it has no say in the step's depth; it
+    #: verifies the depth its step's voters set, counted at its class's E(d) with no
+    #: guard (the step runs at that depth whatever it does), while its drafter KV is
+    #: whole (`engine.vllm.step_votes`).
+    rides: bool = False
 
     def to_arg(self) -> dict[str, Any]:
-        return {"p": list(self.acceptance), "probe": self.probe, "class": self.class_id}
+        arg: dict[str, Any] = {"p": list(self.acceptance), "probe": self.probe}
+        arg["class"] = self.class_id
+        if self.rides:
+            arg["rides"] = True
+        return arg
 
     @classmethod
     def from_arg(cls, value: object) -> StepVote | None:
@@ -141,9 +156,15 @@ class StepVote:
             return None
         acceptance = _acceptance(value.get("p"))
         probe, class_id = value.get("probe", 0), value.get("class", "")
-        if acceptance is None or not isinstance(probe, int) or not isinstance(class_id, str):
+        rides = value.get("rides", False)
+        if (
+            acceptance is None
+            or not isinstance(probe, int)
+            or not isinstance(class_id, str)
+            or not isinstance(rides, bool)
+        ):
             return None
-        return cls(acceptance, max(0, probe), class_id)
+        return cls(acceptance, max(0, probe), class_id, rides)
 
 
 def _acceptance(value: object) -> tuple[float, ...] | None:
@@ -290,23 +311,31 @@ def vote_step_depth(
     `allowed`: the depths the engine can run as one step (a FULL decode graph); the
     others are never chosen. `estimates`: each voter read at its class's newest.
     `riders`: the step's requests without a vote, which verify none at any depth but
-    pay the step's time (`choose_step_depth`). A probe runs the step at its depth only
-    where its class is the whole step: in a mixed batch every request would pay for it,
-    and there the other classes' deeper votes already try those positions.
+    pay the step's time (`choose_step_depth`); votes that ride (`StepVote.rides`) are
+    counted at their class's E(d) without the guard, and a step of riders alone runs
+    at 0. A probe runs the step at its depth only where its class is the whole step: in
+    a mixed batch every request would pay for it, and there the other classes' deeper
+    votes already try those positions.
     """
-    if not votes:
+    counts: dict[tuple[float, ...], int] = {}
+    riding: dict[tuple[float, ...], int] = {}
+    probe = 0
+    for vote in votes:
+        p = vote.acceptance if estimates is None else estimates.current(vote)
+        if vote.rides:
+            riding[p] = riding.get(p, 0) + 1
+            continue
+        counts[p] = counts.get(p, 0) + 1
+        probe = max(probe, vote.probe)
+    if not counts:
         return 0
     costs = list(table.costs(batch, newcomers))
     if allowed is not None:
         costs = [c if d == 0 or d in allowed else 0.0 for d, c in enumerate(costs)]
-    counts: dict[tuple[float, ...], int] = {}
-    probe = 0
-    for vote in votes:
-        p = vote.acceptance if estimates is None else estimates.current(vote)
-        counts[p] = counts.get(p, 0) + 1
-        probe = max(probe, vote.probe)
-    depth = choose_step_depth(list(counts.items()), costs, floor, riders).depth
-    if len(counts) == 1 and riders == 0 and probe > depth:
+    depth = choose_step_depth(
+        list(counts.items()), costs, floor, riders, list(riding.items())
+    ).depth
+    if len(counts) == 1 and riders == 0 and not riding and probe > depth:
         max_depth = len(costs) - 1
         target = min(probe, max_depth)
         deeper = [d for d in range(target, max_depth + 1) if allowed is None or d in allowed]

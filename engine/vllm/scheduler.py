@@ -152,7 +152,7 @@ class _DepthCap(StepVotes):
             cap = requested_cap(request, self.num_spec_tokens)
             if cap is not None:
                 self._cap_in_flight(cap)
-            if self._depth(request) == 0:
+            if self._depth(request) == 0 or self._rides(request):
                 _salt_depth_zero(request)
         super().add_request(request)  # type: ignore[misc]
 
@@ -254,9 +254,13 @@ class _DepthCap(StepVotes):
             # would skip (`engine.vllm.draft_skip`): draft once, verify none.
             depth = 1
         scheduler_output.num_spec_tokens_to_schedule = depth
-        # No request of the step drafts in it or later (a depth only goes down): Model
-        # Runner V2 may skip the drafter's KV pass (`engine.vllm.draft_skip`).
-        setattr(scheduler_output, DRAFTER_IDLE, not any(self._depth(r) for r in scheduled))
+        # No request of the step drafts in it or later (a depth only goes down; a rider
+        # drafts only beside voters): Model Runner V2 may skip the drafter's KV pass
+        # (`engine.vllm.draft_skip`).
+        idle = not any(self._drafts_later(r) for r in scheduled)
+        setattr(scheduler_output, DRAFTER_IDLE, idle)
+        if depth == 0 and (idle or rule.zero_skips_drafter):
+            self._drop_riders(scheduled)
         self._specgw_step = depth
         if rule.is_mixed(wanted):
             self.specgw_mixed_steps += 1

@@ -5,6 +5,12 @@ p_1..p_K, `engine.step_rule.StepVote`) and the gateway's step costs
 (`extra_args[SPEC_COSTS_ARG]`; the newest that parse are kept). The voters of a step
 then run at the rule's depth (`engine.step_rule.vote_step_depth`), each at most its own
 k; under the uniform batch-depth rule only depths with a FULL decode graph are chosen.
+A rider's vote (`StepVote.rides`) counts in that depth without a say in it: it verifies
+the voters' depth, none in a step without voters, and none for good once a step skips
+the drafter (its drafter KV then has a gap). A rider keeps no drafter running, so its
+blocks go to the k = 0 prefix-cache namespace (`engine.vllm.scheduler`): a k > 0 request
+never reuses a prompt whose drafter KV a rider's step skipped; a rider that hits blocks
+there drafts from what drafter KV they have (lower acceptance, never another output).
 Mixed into `engine.vllm.scheduler`'s schedulers, which own k (`_depth`) and the depth rule.
 """
 
@@ -49,6 +55,8 @@ class StepVotes:
         self.specgw_voted_steps: dict[int, int] = {}
         #: Voters retired after `RETIRE_AFTER` steps held at depth 0 (k = 0 since).
         self.specgw_retired = 0
+        #: Riders set to k = 0 for good by a step that skipped the drafter.
+        self.specgw_riders_dropped = 0
         #: Each class's newest estimates, as the voters brought them.
         self.specgw_estimates = Estimates()
 
@@ -77,11 +85,36 @@ class StepVotes:
         return vote
 
     def _step_k(self, request: Request) -> int:
-        """What the request asks of this step: its k, or for a voter at most the rule's depth."""
+        """What the request asks of this step: its k, or for a voter at most the rule's
+        depth; a rider (`StepVote.rides`) verifies that depth, and none without voters."""
         k = self._depth(request)
-        if self._voted is not None and k > 0 and self._vote(request) is not None:
-            return min(k, self._voted)
+        if k > 0 and (vote := self._vote(request)) is not None:
+            if vote.rides and self._voted is None:
+                return 0
+            if self._voted is not None:
+                return min(k, self._voted)
         return k
+
+    def _drafts_later(self, request: Request) -> bool:
+        """Whether the request keeps the drafter running in its step: k > 0, not a rider."""
+        if self._depth(request) <= 0:
+            return False
+        vote = self._vote(request)
+        return vote is None or not vote.rides
+
+    def _rides(self, request: Request) -> bool:
+        vote = self._vote(request)
+        return vote is not None and vote.rides
+
+    def _drop_riders(self, scheduled: list[Request]) -> None:
+        """The drafter skips this step: its riders' drafter KV will have a gap, so they run
+        at k = 0 for the rest of their life (drafts from a gap would mostly be rejected)."""
+        for request in scheduled:
+            if self._rides(request) and self._depth(request) > 0:
+                # Not `_lower`: a rider's blocks are in the k = 0 namespace from admission.
+                request._specgw_k = 0  # type: ignore[attr-defined]
+                request.spec_token_ids = []
+                self.specgw_riders_dropped += 1
 
     def _vote_depth(self, scheduled: list[Request], newcomers: bool) -> int | None:
         """The step rule's depth for the step's voters (None: none, or no costs yet),
@@ -89,14 +122,19 @@ class StepVotes:
         table = self.specgw_costs
         if table is None:
             return None
-        voters = [
-            (request, vote)
-            for request in scheduled
-            if (vote := self._vote(request)) is not None and self._depth(request) > 0
-        ]
+        voters: list[tuple[Request, StepVote]] = []
+        riding: list[StepVote] = []
+        for request in scheduled:
+            vote = self._vote(request)
+            if vote is None or self._depth(request) <= 0:
+                continue
+            if vote.rides:
+                riding.append(vote)
+            else:
+                voters.append((request, vote))
         if not voters:
             return None
-        votes = [vote for _, vote in voters]
+        votes = [vote for _, vote in voters] + riding
         rule = self.specgw_depth_rule
         allowed = rule.captured if rule.policy is BatchDepthPolicy.UNIFORM else None
         depth = vote_step_depth(

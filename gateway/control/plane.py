@@ -215,23 +215,23 @@ class ControlPlane:
         """The plan with its class's vote for the engine's step rule: the class's live
         p_1..p_K, the plane's probe depth where it explores, bound by K and the flags.
 
-        A request at k = 0 sends no vote and runs at k = 0, as with per-request depths,
-        whether its class's own depth at its load is 0 or it probes depth 0: a voter may
-        draft in a later step, so every step it is in keeps the drafter, which a step of
-        only k = 0 requests skips (`engine/vllm/draft_skip.py`); a probe of depth 0 is
-        there to time that step."""
+        A request at k = 0 (its class's own depth at its load, or a probe of depth 0)
+        rides (`StepVote.rides`): it has no say in a step's depth and keeps no drafter
+        running (a voter may draft in a later step, so every step it is in keeps the
+        drafter, which a step without voters skips, `engine/vllm/draft_skip.py`; a probe
+        of 0 is there to time such a step), but where voters set a depth it verifies it,
+        as its drafts then cost the step nothing more; it runs at k = 0 for good once a
+        step skips the drafter (its drafter KV has a gap)."""
         controller = self.controller
         decision = plan.decision
         acceptance = controller.acceptance_of(plan.class_id)
         if decision is None or not acceptance or (o is not None and not o.enabled):
             return plan
-        if decision.k == 0:
-            return plan
         bound = controller.settings.max_k if o is None else min(o.k_max, controller.settings.max_k)
         if bound <= 0:
             return plan
         probe = decision.k if decision.explored else 0
-        vote = StepVote(acceptance, probe, plan.class_id)
+        vote = StepVote(acceptance, probe, plan.class_id, rides=decision.k == 0)
         step = StepArgs(vote, controller.cost_model.step_table(), self._news(plan.class_id))
         return plan._replace(step=step, bound=bound)
 
@@ -292,7 +292,7 @@ class ControlPlane:
     # ---- the request's life in the batch ---------------------------------------------
     def _enter(self, plan: Plan, prompt_tokens: int) -> Ticket:
         step = plan.step
-        if step is not None:
+        if step is not None and not step.vote.rides:
             self._voting[plan.class_id] = self._voting.get(plan.class_id, 0) + 1
             self._sent[plan.class_id] = step.vote.acceptance
             for other, acceptance in step.news.items():
@@ -304,7 +304,7 @@ class ControlPlane:
         return batch.enter(plan.k, plan.gains, prompt_tokens, plan.floor, plan.anchor, plan.fixed)
 
     def _finish(self, plan: Plan, ticket: Ticket, outcome: RequestOutcome | None) -> BatchMeans:
-        if plan.step is not None:
+        if plan.step is not None and not plan.step.vote.rides:
             left = self._voting.get(plan.class_id, 1) - 1
             if left > 0:
                 self._voting[plan.class_id] = left

@@ -17,6 +17,7 @@ from bench.twin.requests import build_requests
 from bench.twin.runner import Case, run_case, scaled
 from bench.twin.schema import load_profile, load_workload
 from bench.twin.summary import build_summary
+from engine.interface import EngineStep
 from engine.step_rule import RETIRE_AFTER, StepArgs, StepCostTable, StepVote
 from gateway.control.settings import ControllerSettings
 
@@ -149,3 +150,37 @@ def test_a_voter_held_at_zero_long_enough_retires_as_in_the_engine() -> None:
     assert not source.drafts(voter)
     source.finish(voter.plan, None)
     assert source.drafts(voter)  # the index is free for the next request
+
+
+def test_a_rider_verifies_its_voters_depth_until_a_step_skips_the_drafter() -> None:
+    """The engine's riders (`engine.vllm.step_votes`) in the twin: a request at k = 0 with
+    a rider's vote verifies the depth a strong voter sets (its weak class no longer holds
+    the step lower, as a request without a vote would); a step without voters skips the
+    drafter, and from then on it verifies none, voters or not."""
+    profile = load_profile(FIXTURES / "profile_small.json")
+    workload = scaled(load_workload(FIXTURES / "workload_small.json"), 20)
+    costs = StepCosts.of(profile, MAX_RUNNING)
+    source = AdaptiveStep(workload, costs, VirtualClock(), SEED)
+    table = StepCostTable((1, 64), ((1.0, 1.3, 1.6, 1.9, 2.2),) * 2, ((), ()))
+    source._table = table
+    strong = StepVote((0.9, 0.85, 0.8, 0.75), class_id="chat")
+    weak = StepVote((0.2, 0.1, 0.1, 0.1), class_id="tools", rides=True)
+
+    def live(index: int, step: StepArgs | None) -> Any:
+        planned = SimpleNamespace(step=step, finish=lambda outcome: None)
+        return SimpleNamespace(plan=SimpleNamespace(handle=(index, planned)), pos=1)
+
+    voter = live(0, StepArgs(strong, table))
+    riders = [live(i, StepArgs(weak, table)) for i in (1, 2, 3)]
+    plain = [live(i, None) for i in (1, 2, 3)]
+    assert source.step_depth(4, [voter, *plain]) == 0
+    assert source.step_depth(4, [voter, *riders]) > 0
+    assert all(source.drafts(r) for r in riders)
+    source.observe_step(EngineStep(0.01, 4, 4))
+    alone = riders[:1]
+    assert source.step_depth(1, alone) == 0
+    assert not source.drafts_once_at_zero  # no voter: the drafter is skipped
+    source.observe_step(EngineStep(0.01, 1, 1))
+    assert source.step_depth(2, [voter, *alone]) > 0
+    assert not source.drafts(alone[0])  # its drafter KV has a gap
+    assert source.drafts(riders[1])

@@ -67,10 +67,11 @@ def test_without_speculation_drops_the_vote() -> None:
     assert unserved.engine_k == 0
 
 
-def test_a_class_at_zero_sends_no_vote_so_its_steps_may_skip_the_drafter() -> None:
-    """A class whose own depth at its load is 0 runs at k = 0 without a vote, as with
-    per-request depths: a voter may draft later, so its steps keep the drafter's KV pass;
-    a probe of a deeper depth still votes."""
+def test_a_class_at_zero_rides_without_a_say_in_the_steps_depth() -> None:
+    """A class whose own depth at its load is 0 keeps k = 0 as its depth and sends a
+    rider's vote (`StepVote.rides`), bound by K: no say in a step's depth and no drafter
+    kept for it, but where voters set a depth it verifies it; a probe of a deeper depth
+    still votes."""
     clock = Clock()
     settings = ControllerSettings(
         max_k=K, default_k=0, exploration_share=0.0, zero_probe_share=0.0, cost_probe_share=0.0
@@ -80,7 +81,11 @@ def test_a_class_at_zero_sends_no_vote_so_its_steps_may_skip_the_drafter() -> No
     planned = plane.plan_chat(CHAT, 100, running=0)
     assert planned.plan.decision is not None
     assert not planned.plan.decision.explored
-    assert (planned.k, planned.engine_k, planned.step) == (0, 0, None)
+    assert (planned.k, planned.engine_k) == (0, K)
+    assert planned.step is not None
+    assert planned.step.vote.rides
+    assert planned.step.vote.probe == 0
+    assert planned.step.vote.acceptance == controller.acceptance_of(planned.class_id)
     probing = ControllerSettings(max_k=K, default_k=0, zero_probe_share=1.0)
     controller = Controller(probing, max_depth=K, rng=random.Random(0), clock=clock)
     plane = ControlPlane(controller, overrides=lambda c, lbl: None, clock=clock, step_rule=True)
@@ -92,9 +97,10 @@ def test_a_class_at_zero_sends_no_vote_so_its_steps_may_skip_the_drafter() -> No
     assert probe.engine_k == K
 
 
-def test_a_probe_of_depth_zero_sends_no_vote() -> None:
-    """A probe at k = 0 is there to time the step no request drafts in: a vote would
-    keep the drafter in every step it is in. Probes of deeper depths vote."""
+def test_a_probe_of_depth_zero_rides() -> None:
+    """A probe at k = 0 is there to time the step no request drafts in: it rides, which
+    keeps no drafter running (a step of riders alone skips it). Probes of deeper depths
+    vote, at their depth."""
     clock = Clock()
     settings = ControllerSettings(max_k=K, default_k=1, exploration_share=1.0)
     controller = Controller(settings, max_depth=K, rng=random.Random(0), clock=clock)
@@ -106,7 +112,9 @@ def test_a_probe_of_depth_zero_sends_no_vote() -> None:
         assert decision is not None
         if decision.explored:
             seen.add(planned.k > 0)
-            assert (planned.step is not None) is (planned.k > 0)
+            assert planned.step is not None
+            assert planned.step.vote.rides is (planned.k == 0)
+            assert planned.step.vote.probe == planned.k
     assert seen == {False, True}
 
 

@@ -18,6 +18,7 @@ from vllm.v1.request import Request
 from vllm.v1.structured_output import StructuredOutputManager
 
 from engine.interface import SPEC_DEPTH_ARG
+from engine.step_rule import SPEC_VOTE_ARG, StepVote
 from engine.vllm.scheduler import DEPTH_ZERO_SALT, SpecDepthScheduler
 from tools.model.testing_models import TinyModels
 
@@ -94,3 +95,22 @@ def test_depth_zero_hits_whole_blocks_and_stays_apart(tiny: TinyModels) -> None:
     scheduled = sched.schedule().num_scheduled_tokens
     assert scheduled["again"] == len(PROMPT) - 3 * BLOCK
     assert scheduled["drafting"] == len(PROMPT)
+
+
+def test_a_riders_blocks_stay_in_the_depth_zero_namespace(tiny: TinyModels) -> None:
+    """A rider keeps no drafter running (`engine.vllm.step_votes`), so its prompt's blocks
+    may lack drafter KV: they go to the k = 0 namespace, and a drafting request with the
+    same prompt reuses none of them."""
+    sched = _scheduler(tiny)
+    rider = _request("rider", 2)
+    vote = StepVote((0.5, 0.3), class_id="tools", rides=True)
+    assert rider.sampling_params is not None
+    assert rider.sampling_params.extra_args is not None
+    rider.sampling_params.extra_args[SPEC_VOTE_ARG] = vote.to_arg()
+    sched.add_request(rider)
+    assert rider.cache_salt == DEPTH_ZERO_SALT
+    _finish(sched)
+    drafting = _request("drafting", 2)
+    sched.add_request(drafting)
+    assert drafting.cache_salt is None
+    assert sched.schedule().num_scheduled_tokens["drafting"] == len(PROMPT)

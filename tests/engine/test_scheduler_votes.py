@@ -232,3 +232,53 @@ def test_a_voter_held_at_zero_long_enough_runs_at_zero_and_frees_the_drafter(
     assert sched._depth(sched.requests["strong"]) == 0
     assert asked[-4:] == [0] * 4
     assert all(n == 1 for n in asked[1 : RETIRE_AFTER - 1])  # held: draft once, verify none
+
+
+@pytest.mark.parametrize("cls", [SpecDepthScheduler, AsyncSpecDepthScheduler])
+def test_a_rider_verifies_the_voters_depth_and_none_without_them(
+    cls: type[Any], tiny: TinyModels
+) -> None:
+    """A rider (its class's own depth is 0) beside a strong voter verifies the voter's
+    depth; it keeps the drafter while its prompt prefills, and once a step without voters
+    skips the drafter it runs at k = 0 for good (its drafter KV has a gap)."""
+    rider = StepVote(WEAK.acceptance, class_id="tools", rides=True)
+    sched = _scheduler(cls, tiny)
+    sched.add_request(_request("strong", K, STRONG, CHEAP, max_tokens=12))
+    sched.add_request(_request("rider", K, rider, max_tokens=60))
+    seen, asked = _drafts(sched, 4)
+    assert asked[2:] == [K] * 2
+    assert seen["rider"][2:] == [K] * 2  # cheap drafts: the voter's depth, verified
+    assert sched.specgw_riders_dropped == 0
+    while "strong" in sched.requests and not sched.requests["strong"].is_finished():
+        _drafts(sched, 1)
+    seen, asked = _drafts(sched, 3)
+    # The first step after the voter verifies the drafts made in the voter's last step.
+    assert seen["rider"][1:] == [0] * 2
+    assert asked == [0] * 3
+    assert sched.specgw_riders_dropped == 1
+    assert sched._depth(sched.requests["rider"]) == 0
+
+
+@pytest.mark.parametrize("cls", [SpecDepthScheduler, AsyncSpecDepthScheduler])
+def test_riders_alone_keep_no_drafter_and_run_at_zero_from_then_on(
+    cls: type[Any], tiny: TinyModels
+) -> None:
+    """Riders alone: no step of theirs runs the drafter (`DRAFTER_IDLE`, no draft asked
+    for, not even one where depth 0 skips the drafter), so their drafter KV has a gap
+    from their first step and they run at k = 0 for good."""
+    rider = StepVote(STRONG.acceptance, class_id="tools", rides=True)
+    sched = _scheduler(cls, tiny)
+    sched.add_request(_request("r1", K, rider, CHEAP))
+    sched.add_request(_request("r2", K, rider))
+    idle, asked = [], []
+    for _ in range(3):
+        out = sched.schedule()
+        idle.append(getattr(out, DRAFTER_IDLE))
+        asked.append(out.num_spec_tokens_to_schedule)
+        for rid in out.num_scheduled_tokens:
+            assert not out.scheduled_spec_decode_tokens.get(rid)
+        _run_step(sched, out)
+    assert idle == [True] * 3
+    assert asked == [0] * 3
+    assert sched.specgw_riders_dropped == 2
+    assert [sched._depth(sched.requests[r]) for r in ("r1", "r2")] == [0, 0]

@@ -162,8 +162,45 @@ def test_table_and_vote_survive_their_wire_form() -> None:
     assert StepVote.from_arg(args[SPEC_VOTE_ARG]) == vote
 
 
+def test_a_riders_vote_survives_its_wire_form() -> None:
+    rider = StepVote((0.4, 0.2), class_id="tools", rides=True)
+    assert StepVote.from_arg(rider.to_arg()) == rider
+    assert "rides" not in StepVote((0.4,)).to_arg()  # a voter's wire form is unchanged
+
+
+def test_riders_count_at_their_gain_without_a_guard_or_a_say() -> None:
+    """A rider verifies the voters' depth: its E(d) counts in the step's tokens, so a
+    weak rider deepens the step over one that verifies none; it is never guarded (the
+    step runs at the voters' depth whatever it does), and riders alone run at 0."""
+    table = _table({4: (1.0, 1.3, 1.6, 1.9, 2.2)})
+    strong, weak = (0.9, 0.85, 0.8, 0.75), (0.2, 0.1, 0.1, 0.1)
+    voter = StepVote(strong, class_id="chat")
+    rider = StepVote(weak, class_id="tools", rides=True)
+    costs = table.costs(4, False)
+    beside_plain = vote_step_depth([voter], table, 4, False, riders=3)
+    assert beside_plain == choose_step_depth([(strong, 1)], costs, 1.0, 3).depth
+    with_riders = vote_step_depth([voter, rider, rider, rider], table, 4, False)
+    assert with_riders == choose_step_depth([(strong, 1)], costs, 1.0, 0, [(weak, 3)]).depth
+    assert with_riders > beside_plain
+    # As a voter the weak class guards the step: its drafts lose at every depth.
+    assert vote_step_depth([voter] + [StepVote(weak)] * 3, table, 4, False) == 0
+    assert vote_step_depth([rider, rider], table, 2, False) == 0
+    # A probe still sets the depth only where its class is the whole step.
+    probe = StepVote(strong, probe=4, class_id="chat")
+    assert vote_step_depth([probe, rider], table, 2, False) < 4
+
+
 @pytest.mark.parametrize(
-    "raw", [None, {}, {"p": []}, {"p": [1.5]}, {"p": ["a"]}, {"p": [0.5], "probe": "2"}]
+    "raw",
+    [
+        None,
+        {},
+        {"p": []},
+        {"p": [1.5]},
+        {"p": ["a"]},
+        {"p": [0.5], "probe": "2"},
+        {"p": [0.5], "rides": "yes"},
+    ],
 )
 def test_a_malformed_vote_is_refused(raw: object) -> None:
     assert StepVote.from_arg(raw) is None

@@ -14,13 +14,16 @@ the voters of the step, the newest step costs, whether newcomers enter, with the
 guard that no request loses by the depth (`GUARD`, `None` in `adaptive-step-free`).
 No hindsight: the rule reads only what the controller has learned.
 
-Every voter verifies the step's depth; a request of a class whose own depth at its
-load is 0 sends no vote and verifies none (`ControlPlane._with_vote`), as with
-per-request depths (the drafter prefills every prompt in a step it runs in: Model
-Runner V2 drafts the step's depth for the whole batch; on the gateway's engine a step
-without voters skips it, prefills included). Steps are filed in the cost model by the plane
-(`ControlPlane.observe_step`: a decode-only step of the requests in flight, each
-verifying the same d drafts, ran at d), as the gateway files them. A record's k (and
+Every voter verifies the step's depth; a request at k = 0 (its class's own depth at
+its load, or a probe of 0) rides (`ControlPlane._with_vote`, `StepVote.rides`): it
+verifies the depth its step's voters set, counted at its class's E[tokens | d] without
+a say in the depth, and none for good once a step without voters skips the drafter (the
+drafter prefills every prompt in a step it runs in: Model Runner V2 drafts the step's
+depth for the whole batch; on the gateway's engine a step without voters skips it,
+prefills included), as in the engine (`engine.vllm.step_votes`). Steps are filed in
+the cost model by the plane (`ControlPlane.observe_step`: a decode-only step of the
+requests in flight, each verifying the same d drafts, ran at d), as the gateway files
+them. A record's k (and
 its class's choice) is the depth the rule gives its class alone at its arrival's load:
 its vote, which settles as the controller learns; the steps it ran in follow the batch.
 A step whose voters the rule holds at depth 0 keeps their drafter KV: it costs a
@@ -57,7 +60,7 @@ class AdaptiveStep(AdaptiveControl):
     """Per-step depths from the engine's step rule on the plane's votes and costs."""
 
     engine_wide = True
-    #: A request without a vote (its class's own depth is 0) verifies none.
+    #: Only voters, and riders beside voters, verify the step's depth (`drafts`).
     bounded = True
 
     def __init__(
@@ -89,6 +92,12 @@ class AdaptiveStep(AdaptiveControl):
         #: that ran past `RETIRE_AFTER` (k = 0 for the rest of their life), as the engine.
         self._held: dict[int, int] = {}
         self._retired: set[int] = set()
+        #: Riders of the last step, those entered since, whether one entered with a vote,
+        #: and the riders whose drafter KV has a gap (k = 0 for the rest of their life).
+        self._riding: list[int] = []
+        self._new_riders: list[int] = []
+        self._new_voter = False
+        self._dropped: set[int] = set()
 
     @property
     def drafts_once_at_zero(self) -> bool:  # type: ignore[override]
@@ -97,8 +106,15 @@ class AdaptiveStep(AdaptiveControl):
         return self._voters > 0
 
     def drafts(self, live: LiveRequest) -> bool:
+        """A voter drafts unless retired; a rider beside voters while its drafter KV is
+        whole (`engine.vllm.step_votes`)."""
         index, planned = live.plan.handle
-        return planned.step is not None and index not in self._retired
+        step = planned.step
+        if step is None:
+            return False
+        if step.vote.rides:
+            return self._voters > 0 and index not in self._dropped
+        return index not in self._retired
 
     def arrive(self, request: TwinRequest, running: int, queued: int) -> Plan:
         plan = super().arrive(request, running, queued)
@@ -120,18 +136,32 @@ class AdaptiveStep(AdaptiveControl):
     def enter(self, plan: Plan) -> None:
         super().enter(plan)
         self._newcomers += 1
+        index, planned = plan.handle
+        if planned.step is not None:
+            if planned.step.vote.rides:
+                self._new_riders.append(index)
+            else:
+                self._new_voter = True
 
     def step_depth(self, batch: int, running: Sequence[LiveRequest] = ()) -> int:
         table = self._table
         votes: list[StepVote] = []
         voters: list[int] = []
+        riding = self._riding = []
         for live in running:
             index, planned = live.plan.handle
-            if planned.step is not None and index not in self._retired:
-                votes.append(planned.step.vote)
+            step = planned.step
+            if step is None:
+                continue
+            if step.vote.rides:
+                if index not in self._dropped:
+                    votes.append(step.vote)
+                    riding.append(index)
+            elif index not in self._retired:
+                votes.append(step.vote)
                 voters.append(index)
         if table is None:
-            self._voters = len(votes)
+            self._voters = len(voters)
             return max((live.plan.k for live in running), default=0)
         newcomers = self._newcomers > 0
         if not self._same(table, batch, newcomers, votes):
@@ -176,6 +206,14 @@ class AdaptiveStep(AdaptiveControl):
         )
 
     def observe_step(self, step: EngineStep) -> None:
+        # A step without voters skips the drafter: the riders in it, newcomers included,
+        # lose their drafter KV's continuity (`engine.vllm.step_votes`).
+        if not ((step.decode_requests and self._voters) or self._new_voter):
+            self._dropped.update(self._riding if step.decode_requests else ())
+            self._dropped.update(self._new_riders)
+        self._riding = []
+        self._new_riders = []
+        self._new_voter = False
         self._newcomers = 0
         super().observe_step(step)
 
@@ -183,4 +221,5 @@ class AdaptiveStep(AdaptiveControl):
         index = plan.handle[0]
         self._held.pop(index, None)
         self._retired.discard(index)
+        self._dropped.discard(index)
         super().finish(plan, outcome)
