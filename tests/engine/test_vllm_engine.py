@@ -7,6 +7,7 @@ speculative engine serves every test of the module.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import AsyncIterator
 
@@ -23,7 +24,7 @@ from engine.interface import (
     GenerateRequest,
     RequestOutcome,
 )
-from engine.step_rule import StepArgs, StepCostTable, StepVote
+from engine.step_rule import StepArgs, StepCostTable, StepVote, vote_step_depth
 from engine.vllm.engine import VLLMEngine
 from tests.engine.contract import CONTRACT, collect
 from tests.engine.engines import (
@@ -374,6 +375,45 @@ def _voter(
     return GenerateRequest(
         request_id=rid, prompt=prompt, max_tokens=MAX_TOKENS, k=bound, extra=extra
     )
+
+
+async def test_a_rider_verifies_its_voters_depth_and_alone_skips_the_drafter(
+    engine: VLLMEngine, reference: dict[str, list[int]]
+) -> None:
+    """A request at k = 0 with a rider's vote (`StepVote.rides`, bound K) admitted beside a
+    running voter verifies the voter's depth, with no guard for its weak class (as a voter
+    it would hold the step below 4); alone it verifies none and its steps skip the
+    drafter. Greedy output exact both ways."""
+    cheap = StepCostTable((1, 256), ((1.0, 1.1, 1.2, 1.3, 1.4),) * 2, ((), ()))
+    strong = StepVote((0.9, 0.85, 0.8, 0.75), class_id="chat")
+    rider = StepVote((0.3, 0.2, 0.1, 0.1), class_id="tools", rides=True)
+    assert vote_step_depth([strong, StepVote(rider.acceptance)], cheap, 2, False) < 4
+    assert vote_step_depth([strong, rider], cheap, 2, False) == 4
+    voter_prompt, rider_prompt = GREEDY_PROMPTS[0], GREEDY_PROMPTS[1]
+    voter = _voter("ride-voter", voter_prompt, 4, strong, cheap)
+    voter = dataclasses.replace(voter, max_tokens=4 * MAX_TOKENS)
+    stream = engine.generate(voter)
+    first = await anext(stream)  # the voter is running
+    riding = asyncio.create_task(
+        _greedy_request(engine, _voter("ride-rider", rider_prompt, 4, rider, cheap))
+    )
+    rest = [chunk async for chunk in stream]
+    tokens, outcome = await riding
+    assert tokens == reference[rider_prompt]
+    assert [*first.token_ids_delta, *(t for c in rest for t in c.token_ids_delta)][
+        :MAX_TOKENS
+    ] == reference[voter_prompt]
+    spec = outcome.speculation
+    assert spec.verify_steps > 0
+    assert len(spec.drafted_per_position) == 4
+    assert spec.drafted_per_position[3] > 0  # the voters' depth, past its own guard's
+    skips = await engine.drafter_skips()
+    tokens, outcome = await _greedy_request(
+        engine, _voter("ride-alone", rider_prompt, 4, rider, cheap)
+    )
+    assert tokens == reference[rider_prompt]
+    assert (outcome.speculation.verify_steps, outcome.speculation.draft_tokens) == (0, 0)
+    assert await engine.drafter_skips() > skips  # no voter: its steps skip the drafter
 
 
 async def test_the_step_rule_sets_a_voters_depth_in_the_engine(
