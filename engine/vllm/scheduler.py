@@ -177,9 +177,10 @@ class _DepthCap(StepVotes):
 
     def _lower(self, request: Request, depth: int) -> None:
         """Lower one request to `depth` for the rest of its life, drafts included (a cap,
-        a voter's retirement): at 0 before its first step it moves to the k = 0 namespace."""
+        a voter's retirement, a rider's drop): at 0 before its first step it moves to the
+        k = 0 namespace, where a rider is from admission."""
         request._specgw_k = depth  # type: ignore[attr-defined]
-        if depth == 0 and request.num_computed_tokens == 0:
+        if depth == 0 and request.num_computed_tokens == 0 and not self._rides(request):
             _salt_depth_zero(request)
         if len(request.spec_token_ids) > depth:
             request.spec_token_ids = list(request.spec_token_ids[:depth])

@@ -111,9 +111,7 @@ class StepVotes:
         at k = 0 for the rest of their life (drafts from a gap would mostly be rejected)."""
         for request in scheduled:
             if self._rides(request) and self._depth(request) > 0:
-                # Not `_lower`: a rider's blocks are in the k = 0 namespace from admission.
-                request._specgw_k = 0  # type: ignore[attr-defined]
-                request.spec_token_ids = []
+                self._lower(request, 0)
                 self.specgw_riders_dropped += 1
 
     def _vote_depth(self, scheduled: list[Request], newcomers: bool) -> int | None:

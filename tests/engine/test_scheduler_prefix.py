@@ -17,7 +17,7 @@ from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.request import Request
 from vllm.v1.structured_output import StructuredOutputManager
 
-from engine.interface import SPEC_DEPTH_ARG
+from engine.interface import SPEC_CAP_ARG, SPEC_DEPTH_ARG
 from engine.step_rule import SPEC_VOTE_ARG, StepVote
 from engine.vllm.scheduler import DEPTH_ZERO_SALT, SpecDepthScheduler
 from tools.model.testing_models import TinyModels
@@ -108,6 +108,14 @@ def test_a_riders_blocks_stay_in_the_depth_zero_namespace(tiny: TinyModels) -> N
     assert rider.sampling_params.extra_args is not None
     rider.sampling_params.extra_args[SPEC_VOTE_ARG] = vote.to_arg()
     sched.add_request(rider)
+    assert rider.cache_salt == DEPTH_ZERO_SALT
+    # A newcomer's cap to 0 before the rider's first step keeps it there, salted once.
+    capping = _request("capping", 0)
+    assert capping.sampling_params is not None
+    assert capping.sampling_params.extra_args is not None
+    capping.sampling_params.extra_args[SPEC_CAP_ARG] = 0
+    sched.add_request(capping)
+    assert sched._depth(rider) == 0
     assert rider.cache_salt == DEPTH_ZERO_SALT
     _finish(sched)
     drafting = _request("drafting", 2)
