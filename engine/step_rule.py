@@ -135,15 +135,14 @@ class StepVote:
     acceptance: tuple[float, ...]
     probe: int = 0
     class_id: str = ""
-    #: A rider: its class's own depth is 0, so it has no say in the step's depth; it
+    #: A rider: a request at k = 0, so it has no say in the step's depth; it
     #: verifies the depth its step's voters set, counted at its class's E(d) with no
     #: guard (the step runs at that depth whatever it does), while its drafter KV is
     #: whole (`engine.vllm.step_votes`).
     rides: bool = False
 
     def to_arg(self) -> dict[str, Any]:
-        arg: dict[str, Any] = {"p": list(self.acceptance), "probe": self.probe}
-        arg["class"] = self.class_id
+        arg = {"p": list(self.acceptance), "probe": self.probe, "class": self.class_id}
         if self.rides:
             arg["rides"] = True
         return arg

@@ -97,10 +97,7 @@ class StepVotes:
 
     def _drafts_later(self, request: Request) -> bool:
         """Whether the request keeps the drafter running in its step: k > 0, not a rider."""
-        if self._depth(request) <= 0:
-            return False
-        vote = self._vote(request)
-        return vote is None or not vote.rides
+        return self._depth(request) > 0 and not self._rides(request)
 
     def _rides(self, request: Request) -> bool:
         vote = self._vote(request)
