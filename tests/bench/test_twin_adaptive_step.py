@@ -18,7 +18,14 @@ from bench.twin.runner import Case, run_case, scaled
 from bench.twin.schema import load_profile, load_workload
 from bench.twin.summary import build_summary
 from engine.interface import EngineStep
-from engine.step_rule import RETIRE_AFTER, StepArgs, StepCostTable, StepVote
+from engine.step_rule import (
+    GUARD,
+    RETIRE_AFTER,
+    StepArgs,
+    StepCostTable,
+    StepVote,
+    vote_step_depth,
+)
 from gateway.control.settings import ControllerSettings
 
 FIXTURES = Path(__file__).parent / "twin_fixtures"
@@ -184,3 +191,32 @@ def test_a_rider_verifies_its_voters_depth_until_a_step_skips_the_drafter() -> N
     assert source.step_depth(2, [voter, *alone]) > 0
     assert not source.drafts(alone[0])  # its drafter KV has a gap
     assert source.drafts(riders[1])
+
+
+def test_a_request_a_batch_rule_held_at_zero_keeps_its_classs_choice() -> None:
+    """Held at 0 by a batch rule (`BatchDepth.fit`), a request rides, but its record's
+    choice is the depth its class's vote gets alone (what settling reads), not 0."""
+    profile = load_profile(FIXTURES / "profile_small.json")
+    workload = scaled(load_workload(FIXTURES / "workload_small.json"), 240)
+    costs = StepCosts.of(profile, MAX_RUNNING)
+    clock = VirtualClock()
+    source = AdaptiveStep(workload, costs, clock, SEED)
+    held: list[tuple[int, int]] = []
+    arrive = source.arrive
+
+    def watch(request: Any, running: int, queued: int) -> Any:
+        plan = arrive(request, running, queued)
+        step = plan.handle[1].step
+        if step is not None and step.vote.rides and plan.handle[1].reason.startswith("batch:"):
+            vote = StepVote(step.vote.acceptance, 0, step.vote.class_id)
+            alone = vote_step_depth([vote], step.costs, running + 1, False, None, GUARD)
+            held.append((plan.chosen, alone))
+        return plan
+
+    source.arrive = watch  # type: ignore[method-assign]
+    # At 32 the fixture's batch rules hold most arrivals at 0 (its step costs grow dear).
+    result = simulate(build_requests(workload, SEED), source, costs, clock, clients=32)
+    assert held
+    assert all(chosen == alone for chosen, alone in held)
+    assert any(alone > 0 for _, alone in held)
+    assert any(r.chosen > r.k for r in result.records)

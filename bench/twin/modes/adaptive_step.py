@@ -26,6 +26,9 @@ requests in flight, each verifying the same d drafts, ran at d), as the gateway 
 them. A record's k (and
 its class's choice) is the depth the rule gives its class alone at its arrival's load:
 its vote, which settles as the controller learns; the steps it ran in follow the batch.
+A request a batch rule held at 0 while its class chose a depth rides, but its class's
+choice is the depth its vote would get (`metrics`: settling reads the class's choice,
+not what the batch rules fitted the request to).
 A step whose voters the rule holds at depth 0 keeps their drafter KV: it costs a
 depth-1 step where the profile's depth 0 skips the drafter (the V1 runner: the engine
 drafts one, verified by none) and the profile's k = 0 elsewhere (Model Runner V2 runs
@@ -36,6 +39,7 @@ the drafter's KV pass); a step without voters is one no request drafts in
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from bench.twin.costs import StepCosts
 from bench.twin.engine import LiveRequest, Plan, VirtualClock
@@ -125,8 +129,14 @@ class AdaptiveStep(AdaptiveControl):
         self._estimates.take(step.vote, step.news)
         self._last = ()  # the estimates moved: the next step recomputes
         solo = vote_step_depth([step.vote], step.costs, running + 1, False, None, self._guard)
+        chosen = solo
+        if step.vote.rides and plan.chosen:
+            # Its class chose a depth here and a batch rule held this request at 0
+            # (`BatchDepth.fit`): its class's vote is the one it would have sent.
+            voted = replace(step.vote, rides=False)
+            chosen = vote_step_depth([voted], step.costs, running + 1, False, None, self._guard)
         # A probe of the plane's exploration asks for its depth: alone in its step it gets it.
-        return Plan(max(solo, min(step.vote.probe, self._max_k)), None, plan.handle, solo)
+        return Plan(max(solo, min(step.vote.probe, self._max_k)), None, plan.handle, chosen)
 
     def prefills_drafter(self, k: int) -> bool:
         # Model Runner V2 drafts over the whole step: where the gateway's engine skips
