@@ -76,14 +76,13 @@ def choose_step_depth(
     groups: Sequence[tuple[Sequence[float], int]],
     costs: Sequence[float],
     floor: float | None = 1.0,
-    riders: int = 0,
     riding: Sequence[tuple[Sequence[float], int]] = (),
 ) -> StepDepth:
     """The step's depth for `groups` of (p_1..p_K, requests) at step costs `costs`
-    (c(B, d) for d = 0..K, any unit; only ratios matter), beside `riders` requests that
-    verify none at any depth (one token a step each, and no guard) and `riding` groups
-    that verify the step's depth (E(d) tokens each) with no guard and no say in whether
-    the step drafts: alone they leave it at 0. Module docstring."""
+    (c(B, d) for d = 0..K, any unit; only ratios matter), beside `riding` groups that
+    verify the step's depth (E(d) tokens each) with no guard and no say in whether the
+    step drafts: alone they leave it at 0. A riding group without acceptance (p = ())
+    verifies none: one token a step each, a request without a vote. Module docstring."""
     if not costs or costs[0] <= 0:
         raise ValueError("step costs need c(B, 0) > 0")
     max_depth = len(costs) - 1
@@ -92,13 +91,13 @@ def choose_step_depth(
     if not live:
         return StepDepth(0, tuple(False for _ in groups), 0.0)
     along = [(expected_tokens(p, max_depth), n) for p, n in riding if n > 0]
-    requests = sum(n for _, n in live) + riders + sum(n for _, n in along)
+    requests = sum(n for _, n in live) + sum(n for _, n in along)
     best, best_rate = 0, requests / costs[0]
     for d in range(1, max_depth + 1):
         cost = costs[d]
         if cost <= 0:
             continue
-        tokens = float(riders)
+        tokens = 0.0
         for group, n in along:
             tokens += n * group[d]
         worst = float("inf")
@@ -331,10 +330,10 @@ def vote_step_depth(
     costs = list(table.costs(batch, newcomers))
     if allowed is not None:
         costs = [c if d == 0 or d in allowed else 0.0 for d, c in enumerate(costs)]
-    depth = choose_step_depth(
-        list(counts.items()), costs, floor, riders, list(riding.items())
-    ).depth
-    if len(counts) == 1 and riders == 0 and not riding and probe > depth:
+    # Requests without a vote first: the sums then add in the order they always did.
+    passengers = [((), riders), *riding.items()] if riders > 0 else list(riding.items())
+    depth = choose_step_depth(list(counts.items()), costs, floor, passengers).depth
+    if len(counts) == 1 and not passengers and probe > depth:
         max_depth = len(costs) - 1
         target = min(probe, max_depth)
         deeper = [d for d in range(target, max_depth + 1) if allowed is None or d in allowed]

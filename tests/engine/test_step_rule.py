@@ -178,9 +178,9 @@ def test_riders_count_at_their_gain_without_a_guard_or_a_say() -> None:
     rider = StepVote(weak, class_id="tools", rides=True)
     costs = table.costs(4, False)
     beside_plain = vote_step_depth([voter], table, 4, False, riders=3)
-    assert beside_plain == choose_step_depth([(strong, 1)], costs, 1.0, 3).depth
+    assert beside_plain == choose_step_depth([(strong, 1)], costs, 1.0, [((), 3)]).depth
     with_riders = vote_step_depth([voter, rider, rider, rider], table, 4, False)
-    assert with_riders == choose_step_depth([(strong, 1)], costs, 1.0, 0, [(weak, 3)]).depth
+    assert with_riders == choose_step_depth([(strong, 1)], costs, 1.0, [(weak, 3)]).depth
     assert with_riders > beside_plain
     # As a voter the weak class guards the step: its drafts lose at every depth.
     assert vote_step_depth([voter] + [StepVote(weak)] * 3, table, 4, False) == 0
@@ -238,20 +238,21 @@ def test_a_probe_sets_the_depth_only_where_its_class_is_the_whole_step() -> None
 
 
 def test_riders_pay_the_steps_time_and_never_gain_from_it() -> None:
-    """Requests without a vote verify none at any depth: one token a step each. Alone a
-    strong voter drafts; beside enough riders the step's time outweighs its gain, and
-    the riders (who gain nothing by construction) do not trip the guard."""
+    """Requests without a vote verify none at any depth: one token a step each, a riding
+    group without acceptance. Alone a strong voter drafts; beside enough riders the
+    step's time outweighs its gain, and the riders (who gain nothing by construction) do
+    not trip the guard."""
     costs = [1.0, 1.3, 1.6]
     strong = ((0.9, 0.9), 1)
     assert choose_step_depth([strong], costs).depth == 2
     # d = 2: (1 + 0.9 + 0.81 + riders) / 1.6 against (1 + riders) / 1.0 at d = 0
-    assert choose_step_depth([strong], costs, riders=1).depth == 2  # 4.71 / 1.6 > 2
-    assert choose_step_depth([strong], costs, riders=4).depth == 0  # 6.71 / 1.6 < 5
-    counted = choose_step_depth([strong], costs, riders=1)
+    assert choose_step_depth([strong], costs, riding=[((), 1)]).depth == 2  # 4.71 / 1.6 > 2
+    assert choose_step_depth([strong], costs, riding=[((), 4)]).depth == 0  # 6.71 / 1.6 < 5
+    counted = choose_step_depth([strong], costs, riding=[((), 1)])
     assert counted.rate == pytest.approx((1 + 0.9 + 0.81 + 1) / 1.6)
     assert counted.drafts == (True,)
     # the guard reads the voters only: with riders it still lets the voters draft
-    assert choose_step_depth([strong], costs, floor=1.0, riders=1).depth == 2
+    assert choose_step_depth([strong], costs, floor=1.0, riding=[((), 1)]).depth == 2
 
 
 def test_a_probe_does_not_set_the_depth_of_a_step_with_riders() -> None:
