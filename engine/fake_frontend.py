@@ -137,6 +137,10 @@ class FakeFrontend:
         """The fake's tokens are words (`FakeEngine` counts a prompt the same way)."""
         return len(text.split())
 
+    async def check_model(self, request: SampledRequest) -> None:
+        if request.model and request.model != self.served_model_name:
+            raise not_found(request.model, self.served_model_name)
+
     async def models(self) -> ModelList:
         name = self.served_model_name
         card = ModelCard(id=name, root=name, max_model_len=self.max_model_len)
@@ -151,8 +155,7 @@ class FakeFrontend:
         cap: int | None = None,
         step: StepArgs | None = None,
     ) -> ChatResult:
-        if request.model and request.model != self.served_model_name:
-            raise not_found(request.model, self.served_model_name)
+        await self.check_model(request)
         prompt = chat_prompt(request)
         asked = request.max_completion_tokens or request.max_tokens
         job = self._job(f"chatcmpl-{gateway_id}", prompt, request, asked, k, gateway_id, cap, step)
@@ -183,8 +186,7 @@ class FakeFrontend:
         cap: int | None = None,
         step: StepArgs | None = None,
     ) -> CompletionResult:
-        if request.model and request.model != self.served_model_name:
-            raise not_found(request.model, self.served_model_name)
+        await self.check_model(request)
         prompt = self._completion_prompt(request)
         # vLLM runs prompt i of a completion as engine request `cmpl-<id>-<i>`.
         job = self._job(
@@ -211,8 +213,7 @@ class FakeFrontend:
         step: StepArgs | None = None,
     ) -> ResponsesResult:
         """vLLM's Responses answer (`engine.fake_responses`), under `resp_<gateway id>`."""
-        if request.model and request.model != self.served_model_name:
-            raise not_found(request.model, self.served_model_name)
+        await self.check_model(request)
         request.request_id = f"resp_{gateway_id}"
         prompt = responses_prompt(request)
         asked = request.max_output_tokens

@@ -87,6 +87,13 @@ class ServingPort(Protocol):
         """Tokens of plain text with the served tokenizer."""
         ...
 
+    async def check_model(self, request: SampledRequest) -> None:
+        """Raise the `NOT_FOUND` error the answering methods would raise for a model the
+        backend does not serve (none for the served name, a loaded adapter's, or none at
+        all): the gateway asks before it classifies a request, so a refused one takes
+        no class's decision."""
+        ...
+
     async def chat(
         self,
         request: ChatCompletionRequest,

@@ -26,7 +26,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from engine.protocol import ClientError
 from gateway.api import admin_routes, openai_routes, ops_routes
 from gateway.api.deps import require_admin
-from gateway.api.gate import AdmissionGate
+from gateway.api.gate import GATED, AdmissionGate
 from gateway.api.responses import error_docs, error_response
 from gateway.auth import KeyRing
 from gateway.connections import EdgeStats
@@ -190,7 +190,12 @@ def _install_error_handlers(app: FastAPI) -> None:
         message = str(first.get("msg", "invalid request"))
         param = ".".join(loc) or None
         text = f"{param}: {message}" if param else message
-        return error_response(GatewayError(ErrorKind.INVALID_REQUEST, text, param=param))
+        error = GatewayError(ErrorKind.INVALID_REQUEST, text, param=param)
+        endpoint = GATED.get(request.url.path)
+        runtime = getattr(request.app.state, "runtime", None)
+        if endpoint is not None and runtime is not None and runtime.ready:
+            runtime.service.refused(endpoint, error)
+        return error_response(error)
 
     @app.exception_handler(StarletteHTTPException)
     async def on_http(request: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -8,19 +8,20 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from opentelemetry.trace import Tracer
 
-from engine.interface import EngineStep, RequestOutcome
-from engine.port import RESERVED_XARGS, ServingPort
+from engine.interface import EngineError, EngineStep, RequestOutcome
+from engine.port import RESERVED_XARGS, SampledRequest, ServingPort
 from engine.protocol import ChatCompletionRequest, CompletionRequest, ResponsesRequest
 from gateway import limits
 from gateway.admission import ANY_KEY, Admission
 from gateway.control.features import sampling_bucket, unserved_by_drafts
 from gateway.control.plane import ControlPlane, Plan, PlannedRequest
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, from_engine
 from gateway.intake import approx_tokens, chat_intake, check_tools, completion_intake
 from gateway.observability.inference_span import UNTRACED, InferenceSpan, InferenceSpans
 from gateway.outcomes import OutcomeBoard
@@ -133,11 +134,36 @@ class InferenceService:
     def leave(self, key: str = ANY_KEY) -> None:
         self._admission.leave(key)
 
+    def refused(self, endpoint: str, error: GatewayError) -> None:
+        """Count a request refused before it was classified (its body did not parse)."""
+        if self._telemetry is not None:
+            self._telemetry.request_refused(endpoint, error)
+
+    @contextmanager
+    def _refusing(self, endpoint: str) -> Iterator[None]:
+        """Checks before a request is classified: what they refuse is counted unclassified
+        and takes no class's decision."""
+        try:
+            yield
+        except GatewayError as exc:
+            self.refused(endpoint, exc)
+            raise
+
+    async def _served(self, request: SampledRequest) -> None:
+        """The model the request names is served (the backend's own check, first, as
+        vLLM's serving runs it): an unknown model is refused before it is classified."""
+        try:
+            await self._frontend.check_model(request)
+        except EngineError as exc:
+            raise from_engine(exc) from None
+
     async def chat(
         self, request: ChatCompletionRequest, tenant: Tenant = UNLIMITED_ANONYMOUS
     ) -> JsonReply | StreamReply:
-        messages, view = chat_intake(request, self._frontend.harmony_messages, self._settings)
-        planned, tokens = self._plan_chat_view(view, messages, request)
+        with self._refusing("chat"):
+            await self._served(request)
+            messages, view = chat_intake(request, self._frontend.harmony_messages, self._settings)
+            planned, tokens = self._plan_chat_view(view, messages, request)
         asked = request.max_completion_tokens or _chat_max_tokens(request)
         return await self._run(
             "chat",
@@ -157,16 +183,18 @@ class InferenceService:
     ) -> JsonReply | StreamReply:
         """`/v1/responses`, checked and classified as the chat request it renders to
         (`gateway.responses_request`)."""
-        limits.reject_reserved_xargs(request.vllm_xargs, RESERVED_XARGS)
-        refuse_unserved(request)
-        # Never kept: vLLM's opt-in store holds every response in memory for good.
-        request.store = False
-        messages, view = chat_reading(request)
-        limits.check_chat({"messages": messages, "stop": request.stop}, self._settings)
-        text_format = text_format_schema(request)
-        if text_format is not None:
-            limits.check_schema(text_format, "text.format", self._settings)
-        planned, tokens = self._plan_chat_view(view, messages, request)
+        with self._refusing("responses"):
+            await self._served(request)
+            limits.reject_reserved_xargs(request.vllm_xargs, RESERVED_XARGS)
+            refuse_unserved(request)
+            # Never kept: vLLM's opt-in store holds every response in memory for good.
+            request.store = False
+            messages, view = chat_reading(request)
+            limits.check_chat({"messages": messages, "stop": request.stop}, self._settings)
+            text_format = text_format_schema(request)
+            if text_format is not None:
+                limits.check_schema(text_format, "text.format", self._settings)
+            planned, tokens = self._plan_chat_view(view, messages, request)
         return await self._run(
             "responses",
             "resp_",
@@ -212,7 +240,9 @@ class InferenceService:
     async def completion(
         self, request: CompletionRequest, tenant: Tenant = UNLIMITED_ANONYMOUS
     ) -> JsonReply | StreamReply:
-        text = completion_intake(request, self._settings)
+        with self._refusing("completions"):
+            await self._served(request)
+            text = completion_intake(request, self._settings)
         tokens = approx_tokens(len(text))
         sampling = sampling_bucket(self._frontend.temperature_of(request))
         admission = self._admission

@@ -17,7 +17,7 @@ from gateway.observability.metrics import GatewayMetrics
 from gateway.replies import Finished
 
 log = logging.getLogger("specgw.requests")
-#: The class label of requests refused before they were parsed.
+#: The class label of requests refused before they were classified.
 UNCLASSIFIED = "unclassified"
 
 
@@ -76,5 +76,14 @@ class GatewayTelemetry:
         self._metrics.record_request(UNCLASSIFIED, error.status, error.kind.openai_type)
         log.info(
             "request shed",
+            extra={"endpoint": endpoint, "class": UNCLASSIFIED, "error": error.kind.label},
+        )
+
+    def request_refused(self, endpoint: str, error: GatewayError) -> None:
+        """A request refused after it arrived and before it was classified: its body or
+        the model it names."""
+        self._metrics.record_request(UNCLASSIFIED, error.status, error.kind.openai_type)
+        log.info(
+            "request refused",
             extra={"endpoint": endpoint, "class": UNCLASSIFIED, "error": error.kind.label},
         )

@@ -307,6 +307,19 @@ class OpenAIFrontend:
             if ids is not None:
                 request.prompt = ids
 
+    async def check_model(self, request: SampledRequest) -> None:
+        """vLLM's own check (`OpenAIServing._check_model`: a served name, a loaded LoRA
+        adapter, one the runtime LoRA resolver loads, or none), the one each answering
+        method runs first."""
+        serving = (
+            self._state.openai_serving_completion
+            if isinstance(request, CompletionRequest)
+            else self._state.openai_serving_chat
+        )
+        error = await serving._check_model(request)
+        if error is not None:
+            raise refused(error)
+
     async def models(self) -> ModelList:
         listed: ModelList = await self._state.openai_serving_models.show_available_models()
         return listed

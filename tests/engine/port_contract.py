@@ -188,11 +188,26 @@ async def a_cap_is_taken_with_the_request(h: PortHarness) -> None:
 
 
 async def an_unknown_model_is_a_not_found_error(h: PortHarness) -> None:
+    """Answering and `check_model` (asked before classification) refuse it alike."""
     request = _chat(h.port, model="no-such-model")
     with pytest.raises(EngineError) as caught:
         await h.port.chat(request, k=0, gateway_id=_gid())
     assert caught.value.kind is ErrorClass.NOT_FOUND
     assert "no-such-model" in str(caught.value)
+    unknown = [
+        request,
+        _completion(h.port, model="no-such-model"),
+        ResponsesRequest.model_validate({"model": "no-such-model", "input": "Hello"}),
+    ]
+    for each in unknown:
+        with pytest.raises(EngineError) as checked:
+            await h.port.check_model(each)
+        assert checked.value.kind is ErrorClass.NOT_FOUND, type(each).__name__
+        assert checked.value.param == "model"
+        assert "no-such-model" in str(checked.value)
+    await h.port.check_model(_chat(h.port))
+    await h.port.check_model(_completion(h.port))
+    await h.port.check_model(ChatCompletionRequest.model_validate({"messages": MESSAGES}))
 
 
 async def _refused(answer: Awaitable[Any]) -> None:

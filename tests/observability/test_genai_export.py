@@ -176,8 +176,29 @@ async def test_a_streamed_completion_is_one_text_completion_span(
 async def test_a_refused_request_ends_its_span_with_the_error(
     receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A request vLLM's layer refuses after admission (here: an unknown model) is an
-    inference span with status ERROR and the gateway's error code as `error.type`."""
+    """A request the backend refuses after admission (here: a prompt over the context) is
+    an inference span with status ERROR and the gateway's error code as `error.type`."""
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.base_url}
+    async with traced_gateway(monkeypatch, env) as gw:
+        r = await gw.http.post(
+            "/v1/completions",
+            headers=gw.auth("sk-unit-user"),
+            json={"model": MODEL, "prompt": "word " * 2100, "max_tokens": 4},
+        )
+    assert r.status_code == 400, r.text
+    spans = receiver.wait_for(lambda got: len(got) >= 2)
+    (inference,) = by_kind(spans, "INTERNAL")
+    assert inference.name == f"text_completion {MODEL}"
+    assert inference.status == "ERROR"
+    assert inference.attributes["error.type"] == r.json()["error"]["code"] == "invalid_request"
+    assert inference.attributes["gen_ai.response.finish_reasons"] == ["error"]
+
+
+async def test_an_unknown_model_has_no_inference_span(
+    receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Refused before it is classified: the server span says 404, and no inference span
+    claims a model call that never happened."""
     env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.base_url}
     async with traced_gateway(monkeypatch, env) as gw:
         r = await gw.http.post(
@@ -186,12 +207,10 @@ async def test_a_refused_request_ends_its_span_with_the_error(
             json={"model": "no-such-model", "messages": MESSAGES, "max_tokens": 4},
         )
     assert r.status_code == 404
-    spans = receiver.wait_for(lambda got: len(got) >= 2)
-    (inference,) = by_kind(spans, "INTERNAL")
-    assert inference.name == "chat no-such-model"
-    assert inference.status == "ERROR"
-    assert inference.attributes["error.type"] == r.json()["error"]["code"] == "not_found"
-    assert inference.attributes["gen_ai.response.finish_reasons"] == ["error"]
+    spans = receiver.wait_for(lambda got: len(by_kind(got, "SERVER")) >= 1)
+    (server,) = by_kind(spans, "SERVER")
+    assert server.attributes["http.status_code"] == 404, server.attributes
+    assert by_kind(spans, "INTERNAL") == []
 
 
 async def test_the_log_line_of_a_request_carries_its_request_id_and_trace_id(

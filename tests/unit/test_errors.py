@@ -6,6 +6,7 @@ from typing import Any
 
 import openai
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.unit.conftest import ADMIN_KEY, MESSAGES, MODEL, USER_KEY, InProcessGateway
 
@@ -121,3 +122,59 @@ async def test_a_wrong_method_names_the_allowed_ones(gateway: InProcessGateway) 
     response = await gateway.http.get("/v1/chat/completions", headers=gateway.auth(USER_KEY))
     assert response.status_code == 405
     assert response.headers["allow"] == "POST"
+
+
+def _unclassified(exposition: str) -> dict[str, float]:
+    """`specgw_requests_total` of the class `unclassified`, by status."""
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(exposition):
+        for sample in family.samples:
+            labels = sample.labels
+            if sample.name == "specgw_requests_total" and labels["class"] == "unclassified":
+                out[labels["status"]] = out.get(labels["status"], 0.0) + sample.value
+    return out
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "status"),
+    [
+        ("/v1/chat/completions", {"model": "no-such-model", "messages": MESSAGES}, 404),
+        ("/v1/completions", {"model": "no-such-model", "prompt": "def f():"}, 404),
+        ("/v1/responses", {"model": "no-such-model", "input": "Hello"}, 404),
+        ("/v1/chat/completions", {"model": MODEL, "messages": "hi"}, 400),
+        (
+            "/v1/chat/completions",
+            {"model": MODEL, "messages": [{"role": "user", "content": "a\x00b"}]},
+            400,
+        ),
+        (
+            "/v1/chat/completions",
+            {"model": MODEL, "messages": MESSAGES, "tools": [{"type": "function"}]},
+            400,
+        ),
+        ("/v1/completions", {"model": MODEL, "prompt": "x", "vllm_xargs": {"specgw_k": 1}}, 400),
+    ],
+    ids=[
+        "unknown-model-chat",
+        "unknown-model-completion",
+        "unknown-model-responses",
+        "body-does-not-parse",
+        "nul-in-content",
+        "tool-without-function",
+        "reserved-xargs",
+    ],
+)
+async def test_a_request_refused_before_classification_takes_no_class(
+    gateway: InProcessGateway, path: str, body: dict[str, Any], status: int
+) -> None:
+    """Refused on its body or its model: no class is created or decided for it, nothing
+    reaches the engine, and it is counted as `unclassified` with its status."""
+    response = await gateway.http.post(path, json=body, headers=gateway.auth(USER_KEY))
+    assert response.status_code == status, response.text
+    assert response.json()["error"]["message"]
+    assert "x-specgw-class" not in response.headers
+    classes = await gateway.http.get("/admin/classes", headers=gateway.auth(ADMIN_KEY))
+    assert classes.json()["data"] == []
+    assert gateway.engine.outcomes == []
+    metrics = await gateway.http.get("/metrics", headers=gateway.auth(ADMIN_KEY))
+    assert _unclassified(metrics.text) == {str(status): 1.0}
