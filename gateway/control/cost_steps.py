@@ -60,13 +60,22 @@ STEP_OUTLIER_AFTER = 8.0
 #: Engine steps of a bucket after which a depth none of them ran at is stale: its mean
 #: was taken while the host may have run at another speed (a shared host's step times
 #: move by a quarter within minutes), so dividing the visited depth's fresh mean by it
-#: mixes two speeds. Its old samples weigh at most REVISIT_WEIGHT once it is visited
-#: again, and at batch 1 exploration re-measures a stale k = 0.
+#: mixes two speeds. Once it is visited again and its first REVISIT_CHECK steps show
+#: its price moved, its old samples weigh at most REVISIT_WEIGHT; at batch 1
+#: exploration re-measures a stale k = 0.
 STALE_STEPS = 1000
+#: Steps of a stale depth visited again that decide whether its price moved (by more
+#: than STALE_SHIFT of its old mean). Where it did not, the old samples keep their
+#: weight: cut to one, a deep depth's price rested on a few dozen noisy steps and
+#: flipped a class between two depths 5 % apart in goodput (the engine twin, measured
+#: MoE profile at c4). With 5 % step noise the mean of 8 steps strays past 5 % about
+#: once in 200 revisits.
+REVISIT_CHECK = 8
 #: At batch 1, k = 0 is stale only once a depth visited since its last step has moved
 #: by more than this share of its mean then: the host changed speed. Where nothing
 #: moved, its price still holds, and re-measuring it costs a probe's whole reply at
-#: k = 0 (a third of the tokens per step of a good class at k = 4 on a GPU).
+#: k = 0 (a third of the tokens per step of a good class at k = 4 on a GPU). A stale
+#: depth visited again is tested against the same share (REVISIT_CHECK).
 STALE_SHIFT = 0.05
 #: Samples' weight a stale depth's old mean keeps when it is visited again.
 REVISIT_WEIGHT = 1.0
@@ -165,6 +174,9 @@ class StepCosts:
         self.stale: dict[int, tuple[int, ...]] = {}
         #: Per bucket in RESTALE_BUCKETS: (k = 0's last step, each depth's mean then).
         self.anchor: dict[int, tuple[int, list[float]]] = {}
+        #: (bucket, depth) -> [fresh steps, their seconds, the old mean] of a stale depth
+        #: visited again, until REVISIT_CHECK steps decide whether its price moved.
+        self.revisits: dict[tuple[int, int], list[float]] = {}
         self.sums: dict[int, Sums] = {}
         self.lines: dict[int, tuple[float, float]] = {}
         self.since_fit: dict[int, int] = {}
@@ -227,7 +239,8 @@ class StepCosts:
         (0: not filed).
 
         A step far above its depth's mean is filed at STEP_OUTLIER times that mean.
-        A depth visited again after STALE_STEPS of the bucket's steps first has its
+        A depth visited again after STALE_STEPS of the bucket's steps whose first
+        REVISIT_CHECK steps moved from its old mean by more than STALE_SHIFT has its
         old samples' weight cut to REVISIT_WEIGHT, so that steps of the host as it
         runs now price it within a few dozen.
         """
@@ -240,16 +253,34 @@ class StepCosts:
         if last is None:
             last = self.last_step[bucket] = [-1] * (self.max_k + 1)
         table = self.per_k.get(bucket)
+        check: list[float] | None = None
         if table is not None:
             row = table[depth]
             if last[depth] >= 0 and count - last[depth] > STALE_STEPS and row[0] > REVISIT_WEIGHT:
-                keep = REVISIT_WEIGHT / row[0]
-                row[0], row[1] = REVISIT_WEIGHT, row[1] * keep
+                self.revisits[bucket, depth] = [0.0, 0.0, row[1] / row[0]]
             if row[0] >= STEP_OUTLIER_AFTER:
                 seconds = min(seconds, STEP_OUTLIER * row[1] / row[0])
+            if self.revisits:
+                check = self.revisits.get((bucket, depth))
         last[depth] = count
         self.file(bucket, float(depth), seconds, True, self.step_forgetting)
+        if check is not None:
+            self.revisited(bucket, depth, check, seconds)
         return count
+
+    def revisited(self, bucket: int, depth: int, check: list[float], seconds: float) -> None:
+        """One more fresh step of a stale depth visited again; at REVISIT_CHECK of them,
+        where their mean moved from the old one by more than STALE_SHIFT, the old
+        samples keep REVISIT_WEIGHT beside the fresh ones."""
+        check[0] += 1.0
+        check[1] += seconds
+        if check[0] < REVISIT_CHECK:
+            return
+        del self.revisits[bucket, depth]
+        fresh, old = check[1] / check[0], check[2]
+        if abs(fresh / old - 1.0) > STALE_SHIFT:
+            row = self.per_k[bucket][depth]
+            row[0], row[1] = REVISIT_WEIGHT + check[0], REVISIT_WEIGHT * old + check[1]
 
     def file(
         self, bucket: int, at: float, seconds: float, per_depth: bool, forgetting: float

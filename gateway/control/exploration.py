@@ -193,7 +193,7 @@ class Exploration:
         the host as it runs now, k = 0, which every relative cost divides by, by a
         calibration the host may have run at another speed. k +- 1 exploration
         already revisits the neighbours of a class's k, and a revisit prices them
-        anew (`cost_steps.REVISIT_WEIGHT`).
+        anew where their price moved (`cost_steps.REVISIT_CHECK`).
         """
         return self.thin_depths_in(batch_bucket(batch), min_samples)
 

@@ -11,7 +11,13 @@ import pytest
 
 from engine.interface import RequestOutcome, SpeculationOutcome
 from gateway.control.cost_first_token import chain_fit, non_decreasing
-from gateway.control.cost_model import STALE_STEPS, STEPS_PER_REFRESH, CostModel
+from gateway.control.cost_model import (
+    REVISIT_CHECK,
+    REVISIT_WEIGHT,
+    STALE_STEPS,
+    STEPS_PER_REFRESH,
+    CostModel,
+)
 from gateway.control.exploration import Exploration
 from gateway.control.settings import ControllerSettings
 
@@ -388,6 +394,47 @@ def test_stale_depths_are_not_probed_under_load_but_revisits_forget_them() -> No
     for _ in range(40):
         model.observe_step(4, 0, 0.010 / 1.5)
     assert model.relative_costs(4)[2] == pytest.approx(1.5, rel=0.08)
+
+
+def test_a_depth_visited_again_on_an_unchanged_host_keeps_its_weight() -> None:
+    """After STALE_STEPS at other depths, a depth whose first REVISIT_CHECK steps
+    confirm its old price keeps its samples' weight: its price does not fall back on a
+    few fresh, noisy steps."""
+    model = step_calibrated((10.0, 12.0, 15.0, 17.0, 19.0), batch=4, steps=300)
+    before = model.report()[0]["filed"]
+    assert isinstance(before, list)
+    for _ in range(STALE_STEPS + STEPS_PER_REFRESH):
+        model.observe_step(4, 2, 0.015)  # k = 2, at its calibrated price
+    for i in range(REVISIT_CHECK + 4):
+        model.observe_step(4, 4, 0.019 * (1.03 if i % 2 else 0.97))  # k = 4, as before
+    filed = model.report()[0]["filed"]
+    assert isinstance(filed, list)
+    assert filed[4] > before[4]  # its old weight, and the new steps
+    assert model.relative_costs(4)[4] == pytest.approx(1.9, rel=0.01)
+
+
+def test_a_depth_visited_again_on_a_changed_host_is_priced_by_the_fresh_steps() -> None:
+    """The host slowed by 1.5x while the traffic ran at k = 2: k = 4's first
+    REVISIT_CHECK steps are 1.5x its old mean, so its old samples are cut to
+    REVISIT_WEIGHT and the fresh steps price it."""
+    model = step_calibrated((10.0, 12.0, 15.0, 17.0, 19.0), batch=4, steps=300)
+    for _ in range(STALE_STEPS + STEPS_PER_REFRESH):
+        model.observe_step(4, 2, 0.015 * 1.5)
+    for _ in range(REVISIT_CHECK - 1):
+        model.observe_step(4, 4, 0.019 * 1.5)
+    undecided = model.report()[0]["filed"]
+    assert isinstance(undecided, list)
+    assert undecided[4] > 100  # the old samples still weigh their few hundred
+    model.observe_step(4, 4, 0.019 * 1.5)
+    filed = model.report()[0]["filed"]
+    assert isinstance(filed, list)
+    assert filed[4] == pytest.approx(REVISIT_WEIGHT + REVISIT_CHECK, rel=0.01)
+    for _ in range(STEPS_PER_REFRESH):
+        model.observe_step(4, 4, 0.019 * 1.5)
+    # k = 2 and k = 4 both priced on the slower host: 1.9 / 1.5 apart, as calibrated
+    # (less the old sample's pull); uncut, k = 4's old mean would read 0.85.
+    costs = model.relative_costs(4)
+    assert costs[4] / costs[2] == pytest.approx(1.9 / 1.5, rel=0.05)
 
 
 def test_a_visited_depth_keeps_its_weight() -> None:
