@@ -132,6 +132,8 @@ class RequestEdge:
             if started:
                 raise
             error = unexpected_error(exc, scope.get("state", {}))
+            if error.kind is ErrorKind.INVALID_REQUEST:
+                count_refused(scope, error)
             await error_response(error)(scope, replay, send_with_id)
 
     async def _read_body(self, receive: Receive) -> bytes | None:
@@ -156,13 +158,25 @@ class RequestEdge:
             f"request body not sent in {self.body_timeout_s} s",
             headers={"connection": "close"},
         )
+        count_refused(scope, error)
         await error_response(error)(scope, receive, send)
 
     async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
         error = GatewayError(
             ErrorKind.PAYLOAD_TOO_LARGE, f"request body over {self.max_body_bytes} bytes"
         )
+        count_refused(scope, error)
         await error_response(error)(scope, receive, send)
+
+
+def count_refused(scope: Scope, error: GatewayError) -> None:
+    """An inference request refused before it was classified (its body: too large, too
+    slow, not parsed) counts as `unclassified` with its status, as the service counts
+    the refusals it makes itself (`InferenceService.refused`)."""
+    endpoint = GATED.get(scope.get("path", "")) if scope.get("method") == "POST" else None
+    runtime = getattr(getattr(scope.get("app"), "state", None), "runtime", None)
+    if endpoint is not None and runtime is not None and runtime.ready:
+        runtime.service.refused(endpoint, error)
 
 
 def unexpected_error(exc: Exception, state: dict[str, Any]) -> GatewayError:
@@ -191,10 +205,7 @@ def _install_error_handlers(app: FastAPI) -> None:
         param = ".".join(loc) or None
         text = f"{param}: {message}" if param else message
         error = GatewayError(ErrorKind.INVALID_REQUEST, text, param=param)
-        endpoint = GATED.get(request.url.path)
-        runtime = getattr(request.app.state, "runtime", None)
-        if endpoint is not None and runtime is not None and runtime.ready:
-            runtime.service.refused(endpoint, error)
+        count_refused(request.scope, error)
         return error_response(error)
 
     @app.exception_handler(StarletteHTTPException)

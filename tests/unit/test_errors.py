@@ -178,3 +178,15 @@ async def test_a_request_refused_before_classification_takes_no_class(
     assert gateway.engine.outcomes == []
     metrics = await gateway.http.get("/metrics", headers=gateway.auth(ADMIN_KEY))
     assert _unclassified(metrics.text) == {str(status): 1.0}
+
+
+async def test_bodies_refused_at_the_edge_count_as_unclassified(gateway: InProcessGateway) -> None:
+    """A body over the limit (413, before parsing) and one that is not JSON (400) are
+    counted like the service's own refusals; a wrong method is no inference request."""
+    limit = gateway.runtime.settings.max_body_bytes
+    assert (await _post(gateway, b"{" + b" " * limit + b"}")).status_code == 413
+    assert (await _post(gateway, b'{"model": "specgw-default", "messages": [')).status_code == 400
+    wrong = await gateway.http.get("/v1/chat/completions", headers=gateway.auth(USER_KEY))
+    assert wrong.status_code == 405
+    metrics = await gateway.http.get("/metrics", headers=gateway.auth(ADMIN_KEY))
+    assert _unclassified(metrics.text) == {"413": 1.0, "400": 1.0}
