@@ -170,6 +170,15 @@ def twin(
             help="Lognormal sigma of each step's time (seeded, the same for every mode; 0: none).",
         ),
     ] = DEFAULT_STEP_NOISE,
+    host_drift: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            max=1.0,
+            help="Log-spread of a slow drift of the host's speed, correlated over about "
+            "10,000 steps (seeded, the same for every mode; 0: a host of constant speed).",
+        ),
+    ] = 0.0,
     out: Annotated[Path, typer.Option(help="Results directory.")] = DEFAULT_OUT,
 ) -> None:
     """Replay each profile's workload through every mode; write summary, report, plots."""
@@ -181,7 +190,7 @@ def twin(
         cases = select_cases(profile or [], workload or [])
     except TwinInputError as exc:
         raise typer.BadParameter(str(exc)) from None
-    cases = [replace(c, step_noise=step_noise) for c in cases]
+    cases = [replace(c, step_noise=step_noise, host_drift=host_drift) for c in cases]
     if requests:
         cases = [rescaled(c, requests) for c in cases]
     chosen = [seed] if quick else [seed + i for i in range(seeds)]

@@ -8,6 +8,7 @@ can meet is computed up front (`Profile.step_ms` for the formulas).
 from __future__ import annotations
 
 import bisect
+import math
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -19,6 +20,9 @@ MIXED_SHARES = 64
 #: Step-time multipliers drawn per run (`with_noise`); step i of a run reads entry
 #: i mod this, so every mode's i-th step gets the same jitter (common random numbers).
 NOISE_STEPS = 1 << 16
+#: Correlation length, in steps, of the host's slow speed drift (`with_noise`): a shared
+#: host's step times move by up to a quarter within minutes, some 10,000 steps of 10 ms.
+DRIFT_STEPS = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,14 +97,34 @@ class StepCosts:
             mixed=None if profile.mixed_step is None else mixed_table(profile, max_running),
         )
 
-    def with_noise(self, sigma: float, seed: int) -> StepCosts:
+    def with_noise(self, sigma: float, seed: int, drift: float = 0.0) -> StepCosts:
         """The same costs with lognormal step jitter: step i takes its profile time times
         exp(sigma z_i), z_i standard normal from `seed` (median 1, so the profile's
         figures stay the medians they are; sigma = the log-spread of measured step
-        times, e.g. 0.05 for a 5 % spread). sigma = 0: no jitter."""
-        if sigma <= 0:
+        times, e.g. 0.05 for a 5 % spread). sigma = 0: no jitter.
+
+        `drift` > 0 adds a host whose speed wanders: times exp(x_i) besides, x a
+        first-order autoregression x_{i+1} = r x_i + sqrt(1 - r^2) drift w_i with
+        r = exp(-1 / DRIFT_STEPS) (stationary log-spread `drift`, correlated over about
+        DRIFT_STEPS steps), from its own draws of `seed`. The sequence wraps after
+        NOISE_STEPS steps, where the speed jumps once."""
+        if sigma <= 0 and drift <= 0:
             return replace(self, noise=(1.0,))
-        draws = np.random.default_rng([seed, 0x5157]).lognormal(0.0, sigma, NOISE_STEPS)
+        draws = (
+            np.random.default_rng([seed, 0x5157]).lognormal(0.0, sigma, NOISE_STEPS)
+            if sigma > 0
+            else np.ones(NOISE_STEPS)
+        )
+        if drift > 0:
+            walk = np.random.default_rng([seed, 0xD41F]).normal(0.0, 1.0, NOISE_STEPS)
+            r = math.exp(-1.0 / DRIFT_STEPS)
+            scale = math.sqrt(1.0 - r * r) * drift
+            logs = np.empty(NOISE_STEPS)
+            x = float(walk[0]) * drift
+            for i in range(NOISE_STEPS):
+                logs[i] = x
+                x = r * x + scale * float(walk[i])
+            draws = draws * np.exp(logs)
         return replace(self, noise=tuple(float(x) for x in draws))
 
 

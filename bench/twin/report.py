@@ -346,6 +346,13 @@ def render(summary: Mapping[str, Any], run_info: Mapping[str, Any] | None = None
         else "Step-time noise: none (every step takes its profile's median time).",
         "",
     ]
+    drift = summary["meta"].get("host_drift", 0.0)
+    if drift:
+        lines += [
+            f"Host drift: the host's speed wanders with a log-spread of {drift:g}, "
+            "correlated over about 10,000 steps (`StepCosts.with_noise`).",
+            "",
+        ]
     for name, profile in summary["profiles"].items():
         lines += _profile(name, profile)
     lines += _spread(summary)

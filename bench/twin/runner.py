@@ -11,7 +11,7 @@ distinct controller classes (`check_classes`).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from bench.twin.costs import StepCosts
@@ -55,6 +55,8 @@ class Case:
     extra_modes: tuple[str, ...] = ()
     #: Lognormal sigma of each step's time (`StepCosts.with_noise`; 0: noiseless).
     step_noise: float = 0.0
+    #: Log-spread of the host's slow speed drift (`StepCosts.with_noise`; 0: none).
+    host_drift: float = 0.0
 
 
 @dataclass(slots=True)
@@ -133,7 +135,7 @@ def scaled(workload: Workload, total: int) -> Workload:
 
 
 def rescaled(case: Case, total: int) -> Case:
-    return Case(case.profile, scaled(case.workload, total), case.extra_modes, case.step_noise)
+    return replace(case, workload=scaled(case.workload, total))
 
 
 def _notes(source: object) -> dict[str, Any]:
@@ -164,7 +166,7 @@ def run_case(
     median_costs = costs
     for s, seed in enumerate(seeds):
         # One jitter sequence per seed, the same for every mode (common random numbers).
-        costs = median_costs.with_noise(case.step_noise, seed)
+        costs = median_costs.with_noise(case.step_noise, seed, case.host_drift)
         on_gateway = costs.on_gateway()
         requests = build_requests(workload, seed)
         check_classes(workload, requests)

@@ -228,6 +228,9 @@ def build_summary(
         },
         "profiles": profiles,
     }
+    drift = max((r.case.host_drift for r in runs), default=0.0)
+    if drift:
+        summary["meta"]["host_drift"] = drift
     if validation is not None:
         summary["validation"] = validation
     return dict(rounded(summary))

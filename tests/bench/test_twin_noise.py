@@ -50,3 +50,18 @@ def test_each_step_time_is_scaled_by_its_index_jitter() -> None:
     assert again.makespan_s == jittered.makespan_s
     shifted = simulate(_requests(), Static(0), noisy, VirtualClock(), noise_start=7)
     assert shifted.makespan_s == pytest.approx(0.010 * sum(noisy.noise[8 : 7 + exact.steps]))
+
+
+def test_host_drift_wanders_slowly_with_the_asked_spread_and_leaves_zero_drift_as_it_was() -> None:
+    assert COSTS.with_noise(0.1, 1, drift=0.0).noise == COSTS.with_noise(0.1, 1).noise
+    drifting = COSTS.with_noise(0.0, 4, drift=0.2)
+    logs = [math.log(x) for x in drifting.noise]
+    # Neighbours move together (a slow walk), distant steps little.
+    steps = [b - a for a, b in zip(logs, logs[1:], strict=False)]
+    assert statistics.pstdev(steps) < 0.01
+    assert 0.05 < statistics.pstdev(logs) < 0.4  # about 6 correlation lengths: a rough spread
+    assert drifting.noise == COSTS.with_noise(0.0, 4, drift=0.2).noise
+    both = COSTS.with_noise(0.1, 4, drift=0.2)
+    jitter = COSTS.with_noise(0.1, 4)
+    ratio = [b / j / d for b, j, d in zip(both.noise, jitter.noise, drifting.noise, strict=True)]
+    assert max(abs(r - 1.0) for r in ratio) < 1e-9  # the jitter times the drift
