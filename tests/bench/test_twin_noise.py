@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 
@@ -57,7 +58,7 @@ def test_host_drift_wanders_slowly_with_the_asked_spread_and_leaves_zero_drift_a
     drifting = COSTS.with_noise(0.0, 4, drift=0.2)
     logs = [math.log(x) for x in drifting.noise]
     # Neighbours move together (a slow walk), distant steps little.
-    steps = [b - a for a, b in zip(logs, logs[1:], strict=False)]
+    steps = [b - a for a, b in itertools.pairwise(logs)]
     assert statistics.pstdev(steps) < 0.01
     assert 0.05 < statistics.pstdev(logs) < 0.4  # about 6 correlation lengths: a rough spread
     assert drifting.noise == COSTS.with_noise(0.0, 4, drift=0.2).noise
