@@ -135,7 +135,7 @@ class InferenceService:
         self._admission.leave(key)
 
     def refused(self, endpoint: str, error: GatewayError) -> None:
-        """Count a request refused before it was classified (its body did not parse)."""
+        """Count a request refused before it was classified (its body or its model)."""
         if self._telemetry is not None:
             self._telemetry.request_refused(endpoint, error)
 

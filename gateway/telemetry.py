@@ -73,17 +73,15 @@ class GatewayTelemetry:
 
     def request_shed(self, endpoint: str, error: GatewayError) -> None:
         """A request refused at the edge, before it was parsed: it has no class yet."""
-        self._metrics.record_request(UNCLASSIFIED, error.status, error.kind.openai_type)
-        log.info(
-            "request shed",
-            extra={"endpoint": endpoint, "class": UNCLASSIFIED, "error": error.kind.label},
-        )
+        self._unclassified("request shed", endpoint, error)
 
     def request_refused(self, endpoint: str, error: GatewayError) -> None:
         """A request refused after it arrived and before it was classified: its body or
         the model it names."""
+        self._unclassified("request refused", endpoint, error)
+
+    def _unclassified(self, what: str, endpoint: str, error: GatewayError) -> None:
         self._metrics.record_request(UNCLASSIFIED, error.status, error.kind.openai_type)
         log.info(
-            "request refused",
-            extra={"endpoint": endpoint, "class": UNCLASSIFIED, "error": error.kind.label},
+            what, extra={"endpoint": endpoint, "class": UNCLASSIFIED, "error": error.kind.label}
         )

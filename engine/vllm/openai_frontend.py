@@ -190,14 +190,16 @@ class OpenAIFrontend:
     def _defaults(self, request: SampledRequest) -> Mapping[str, Any]:
         """The sampling defaults vLLM fills into a request that sets none: the model's
         generation config (`ModelConfig.get_diff_sampling_param`), as its serving keeps them."""
-        state = self._state
-        serving = (
-            state.openai_serving_completion
-            if isinstance(request, CompletionRequest)
-            else state.openai_serving_chat
-        )
-        defaults: Mapping[str, Any] = serving.default_sampling_params
+        defaults: Mapping[str, Any] = self._serving(request).default_sampling_params
         return defaults
+
+    def _serving(self, request: SampledRequest) -> Any:
+        """vLLM's serving object whose checks and defaults apply to the request: the
+        completions one for a completion, the chat one otherwise (Responses included)."""
+        state = self._state
+        if isinstance(request, CompletionRequest):
+            return state.openai_serving_completion
+        return state.openai_serving_chat
 
     @property
     def lossless_sampling(self) -> bool:
@@ -311,12 +313,7 @@ class OpenAIFrontend:
         """vLLM's own check (`OpenAIServing._check_model`: a served name, a loaded LoRA
         adapter, one the runtime LoRA resolver loads, or none), the one each answering
         method runs first."""
-        serving = (
-            self._state.openai_serving_completion
-            if isinstance(request, CompletionRequest)
-            else self._state.openai_serving_chat
-        )
-        error = await serving._check_model(request)
+        error = await self._serving(request)._check_model(request)
         if error is not None:
             raise refused(error)
 
