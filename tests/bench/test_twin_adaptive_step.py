@@ -4,6 +4,7 @@ estimates, and learning acceptance online from the steps it ran."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -208,7 +209,7 @@ def test_a_request_a_batch_rule_held_at_zero_keeps_its_classs_choice() -> None:
         plan = arrive(request, running, queued)
         step = plan.handle[1].step
         if step is not None and step.vote.rides and plan.handle[1].reason.startswith("batch:"):
-            vote = StepVote(step.vote.acceptance, 0, step.vote.class_id)
+            vote = replace(step.vote, probe=0, rides=False)
             alone = vote_step_depth([vote], step.costs, running + 1, False, None, GUARD)
             held.append((plan.chosen, alone))
         return plan
@@ -220,3 +221,31 @@ def test_a_request_a_batch_rule_held_at_zero_keeps_its_classs_choice() -> None:
     assert all(chosen == alone for chosen, alone in held)
     assert any(alone > 0 for _, alone in held)
     assert any(r.chosen > r.k for r in result.records)
+
+
+def test_a_probe_is_not_its_classs_choice() -> None:
+    """A probe of the plane's exploration runs its step at the probe's depth when alone
+    in it, but its record's choice is the depth its class's vote gets without the probe:
+    settling reads the class's learning, not its exploration."""
+    profile = load_profile(FIXTURES / "profile_small.json")
+    workload = scaled(load_workload(FIXTURES / "workload_small.json"), 240)
+    costs = StepCosts.of(profile, MAX_RUNNING)
+    clock = VirtualClock()
+    source = AdaptiveStep(workload, costs, clock, SEED)
+    probes: list[tuple[int, int, int]] = []
+    arrive = source.arrive
+
+    def watch(request: Any, running: int, queued: int) -> Any:
+        plan = arrive(request, running, queued)
+        step = plan.handle[1].step
+        if step is not None and step.vote.probe > 0 and not step.vote.rides:
+            vote = replace(step.vote, probe=0)
+            alone = vote_step_depth([vote], step.costs, running + 1, False, None, GUARD)
+            probes.append((plan.k, plan.chosen, alone))
+        return plan
+
+    source.arrive = watch  # type: ignore[method-assign]
+    simulate(build_requests(workload, SEED), source, costs, clock, clients=1)
+    assert probes
+    assert all(chosen == alone for _, chosen, alone in probes)
+    assert any(k > chosen for k, chosen, _ in probes)

@@ -130,10 +130,11 @@ class AdaptiveStep(AdaptiveControl):
         self._last = ()  # the estimates moved: the next step recomputes
         solo = vote_step_depth([step.vote], step.costs, running + 1, False, None, self._guard)
         chosen = solo
-        if step.vote.rides and plan.chosen:
-            # Its class chose a depth here and a batch rule held this request at 0
-            # (`BatchDepth.fit`): its class's vote is the one it would have sent.
-            voted = replace(step.vote, rides=False)
+        if step.vote.probe or (step.vote.rides and plan.chosen):
+            # Its class's vote is the one it sends without the plane's probe, and where its
+            # class chose a depth here and a batch rule held this request at 0
+            # (`BatchDepth.fit`), the one it would have sent.
+            voted = replace(step.vote, probe=0, rides=step.vote.rides and not plan.chosen)
             chosen = vote_step_depth([voted], step.costs, running + 1, False, None, self._guard)
         # A probe of the plane's exploration asks for its depth: alone in its step it gets it.
         return Plan(max(solo, min(step.vote.probe, self._max_k)), None, plan.handle, chosen)
