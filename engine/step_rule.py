@@ -21,6 +21,12 @@ floor / c(B, 0): its tokens per unit time at d against the same step at depth 0.
 A class whose acceptance makes every d > 0 a loss thus holds the whole batch at 0
 (its null yardstick), and a weak class caps how deep its batch-mates go. `floor`
 None turns the guard off (pure throughput). Ties go to the shallower depth.
+
+Anchors: each voter also sends the depth its class chose at its load (the
+controller's, which moves only for a gain above its hysteresis). Where the best of
+the step's anchors that the guard allows reads within `ANCHOR_MARGIN` of d*, the step
+runs there instead: the rule's argmax between near-tied depths follows the noise of
+the estimates, the anchor does not.
 """
 
 from __future__ import annotations
@@ -42,6 +48,13 @@ GUARD = 1.0
 #: the twin (`python -m bench twin`, `adaptive-step`: 1.064 of the best static depth on the
 #: MoE profile at a Poisson rate); shorter holds retired voters a later step would use.
 RETIRE_AFTER = 64
+#: A step runs at a depth its voters' classes chose (`StepVote.anchor`, held with the
+#: controller's hysteresis) where that reads within this relative margin of the rule's
+#: best: between depths this close the estimates' noise, not the traffic, picks the
+#: argmax, and the step's depth would flip with it. Half the controller's 3 %
+#: hysteresis; 1 % and 3 % settled worse in the twin (`python -m bench twin`, the
+#: comparison in bench/HISTORY.md).
+ANCHOR_MARGIN = 0.015
 
 
 def held_after(held: int, depth: int) -> int:
@@ -77,12 +90,16 @@ def choose_step_depth(
     costs: Sequence[float],
     floor: float | None = 1.0,
     riding: Sequence[tuple[Sequence[float], int]] = (),
+    anchors: Collection[int] = (),
+    margin: float = ANCHOR_MARGIN,
 ) -> StepDepth:
     """The step's depth for `groups` of (p_1..p_K, requests) at step costs `costs`
     (c(B, d) for d = 0..K, any unit; only ratios matter), beside `riding` groups that
     verify the step's depth (E(d) tokens each) with no guard and no say in whether the
     step drafts: alone they leave it at 0. A riding group without acceptance (p = ())
-    verifies none: one token a step each, a request without a vote. Module docstring."""
+    verifies none: one token a step each, a request without a vote. `anchors`: depths
+    the groups' classes chose; the best of them that the guard allows wins where its
+    rate is within `margin` of the best depth's. Module docstring."""
     if not costs or costs[0] <= 0:
         raise ValueError("step costs need c(B, 0) > 0")
     max_depth = len(costs) - 1
@@ -93,7 +110,9 @@ def choose_step_depth(
     along = [(expected_tokens(p, max_depth), n) for p, n in riding if n > 0]
     requests = sum(n for _, n in live) + sum(n for _, n in along)
     best, best_rate = 0, requests / costs[0]
+    rates = [best_rate]
     for d in range(1, max_depth + 1):
+        rates.append(-1.0)
         cost = costs[d]
         if cost <= 0:
             continue
@@ -106,9 +125,17 @@ def choose_step_depth(
             worst = min(worst, group[d])
         if floor is not None and worst * costs[0] < floor * cost:
             continue
-        rate = tokens / cost
+        rate = rates[d] = tokens / cost
         if rate > best_rate * (1 + TIE):
             best, best_rate = d, rate
+    if anchors:
+        held = max(
+            (a for a in set(anchors) if 0 <= a <= max_depth and rates[a] >= 0.0),
+            key=lambda a: (rates[a], -a),
+            default=best,
+        )
+        if rates[held] * (1 + margin) >= best_rate:
+            best, best_rate = held, rates[held]
     drafts = tuple(
         best > 0 and n > 0 and g[best] > 1.0 for g, (_, n) in zip(gains, groups, strict=True)
     )
@@ -139,11 +166,16 @@ class StepVote:
     #: guard (the step runs at that depth whatever it does), while its drafter KV is
     #: whole (`engine.vllm.step_votes`).
     rides: bool = False
+    #: The depth its class chose at its load with the controller's hysteresis (-1:
+    #: none): the step keeps to it where the rule's best gains little (`ANCHOR_MARGIN`).
+    anchor: int = -1
 
     def to_arg(self) -> dict[str, Any]:
         arg = {"p": list(self.acceptance), "probe": self.probe, "class": self.class_id}
         if self.rides:
             arg["rides"] = True
+        if self.anchor >= 0:
+            arg["anchor"] = self.anchor
         return arg
 
     @classmethod
@@ -155,14 +187,17 @@ class StepVote:
         acceptance = _acceptance(value.get("p"))
         probe, class_id = value.get("probe", 0), value.get("class", "")
         rides = value.get("rides", False)
+        anchor = value.get("anchor", -1)
         if (
             acceptance is None
             or not isinstance(probe, int)
             or not isinstance(class_id, str)
             or not isinstance(rides, bool)
+            or not isinstance(anchor, int)
+            or isinstance(anchor, bool)
         ):
             return None
-        return cls(acceptance, max(0, probe), class_id, rides)
+        return cls(acceptance, max(0, probe), class_id, rides, max(-1, anchor))
 
 
 def _acceptance(value: object) -> tuple[float, ...] | None:
@@ -317,6 +352,7 @@ def vote_step_depth(
     """
     counts: dict[tuple[float, ...], int] = {}
     riding: dict[tuple[float, ...], int] = {}
+    anchors: set[int] = set()
     probe = 0
     for vote in votes:
         p = vote.acceptance if estimates is None else estimates.current(vote)
@@ -325,6 +361,8 @@ def vote_step_depth(
             continue
         counts[p] = counts.get(p, 0) + 1
         probe = max(probe, vote.probe)
+        if vote.anchor >= 0 and (allowed is None or vote.anchor == 0 or vote.anchor in allowed):
+            anchors.add(vote.anchor)
     if not counts:
         return 0
     costs = list(table.costs(batch, newcomers))
@@ -332,7 +370,7 @@ def vote_step_depth(
         costs = [c if d == 0 or d in allowed else 0.0 for d, c in enumerate(costs)]
     # Requests without a vote first: the sums then add in the order they always did.
     passengers = [((), riders), *riding.items()] if riders > 0 else list(riding.items())
-    depth = choose_step_depth(list(counts.items()), costs, floor, passengers).depth
+    depth = choose_step_depth(list(counts.items()), costs, floor, passengers, anchors).depth
     if len(counts) == 1 and not passengers and probe > depth:
         max_depth = len(costs) - 1
         target = min(probe, max_depth)

@@ -231,7 +231,9 @@ class ControlPlane:
         if bound <= 0:
             return plan
         probe = decision.k if decision.explored else 0
-        vote = StepVote(acceptance, probe, plan.class_id, rides=decision.k == 0)
+        chosen = controller.class_depth(plan.class_id, decision.bucket)
+        anchor = min(bound, decision.k if chosen is None else chosen)
+        vote = StepVote(acceptance, probe, plan.class_id, decision.k == 0, anchor)
         step = StepArgs(vote, controller.cost_model.step_table(), self._news(plan.class_id))
         return plan._replace(step=step, bound=bound)
 

@@ -43,6 +43,29 @@ def test_a_voter_sends_its_class_estimates_and_the_costs_with_k_as_a_bound() -> 
     assert args[SPEC_COSTS_ARG]["buckets"][0] == 1
 
 
+def test_a_vote_anchors_at_its_class_choice_not_at_a_probe() -> None:
+    """The vote's anchor is the depth its class chose at the load (with the
+    controller's hysteresis), which a probe does not replace, bound by the flags."""
+    clock = Clock()
+    settings = ControllerSettings(max_k=K, default_k=2, exploration_share=1.0)
+    controller = Controller(settings, max_depth=K, rng=random.Random(0), clock=clock)
+    plane = ControlPlane(controller, overrides=lambda c, lbl: None, clock=clock, step_rule=True)
+    probes = 0
+    for _ in range(40):
+        planned = plane.plan_chat(CHAT, 100, running=0)
+        decision = planned.plan.decision
+        assert decision is not None
+        assert planned.step is not None
+        chosen = controller.class_depth(planned.class_id, decision.bucket)
+        assert chosen == 2
+        assert planned.step.vote.anchor == chosen
+        probes += decision.explored and decision.k != chosen
+    assert probes > 0
+    bounded = _plane(ControlOverrides(k_max=1)).plan_chat(CHAT, 100, running=0)
+    assert bounded.step is not None
+    assert bounded.step.vote.anchor <= 1
+
+
 def test_the_flags_bound_a_voter_and_an_operators_k_is_not_a_vote() -> None:
     bounded = _plane(ControlOverrides(k_max=2)).plan_chat(CHAT, 100, running=0)
     assert bounded.step is not None

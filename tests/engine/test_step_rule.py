@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import itertools
 import random
+from dataclasses import replace
 
 import pytest
 
 from engine.step_rule import (
+    ANCHOR_MARGIN,
     SPEC_COSTS_ARG,
     SPEC_NEWS_ARG,
     SPEC_VOTE_ARG,
@@ -162,6 +164,60 @@ def test_table_and_vote_survive_their_wire_form() -> None:
     assert StepVote.from_arg(args[SPEC_VOTE_ARG]) == vote
 
 
+def test_an_anchor_survives_its_wire_form() -> None:
+    vote = StepVote((0.8, 0.6), class_id="chat", anchor=2)
+    assert StepVote.from_arg(vote.to_arg()) == vote
+    assert "anchor" not in StepVote((0.4,)).to_arg()  # none: the wire form is unchanged
+    assert StepVote.from_arg({"p": [0.5]}) == StepVote((0.5,))
+
+
+def _rates(p: tuple[float, ...], costs: list[float]) -> list[float]:
+    return [e / c for e, c in zip(expected_tokens(p, len(costs) - 1), costs, strict=True)]
+
+
+def test_the_step_keeps_to_an_anchor_within_the_margin_of_the_best() -> None:
+    """Near-tied depths: the rule's best moves with the estimates' noise, the class's
+    chosen depth (with the controller's hysteresis) does not; the step runs at the
+    anchor where it reads within `ANCHOR_MARGIN` of the best, else at the best."""
+    p = (0.9, 0.8, 0.7, 0.6)
+    costs = [1.0, 1.2, 1.4, 1.6, 1.75]
+    rates = _rates(p, costs)
+    best = max(range(len(rates)), key=rates.__getitem__)
+    near = [
+        d for d in range(len(rates)) if d != best and rates[d] * (1 + ANCHOR_MARGIN) >= rates[best]
+    ]
+    far = [d for d in range(len(rates)) if rates[d] * (1 + ANCHOR_MARGIN) < rates[best]]
+    assert near  # the case exercises both sides of the margin
+    assert far
+    assert choose_step_depth([(p, 1)], costs).depth == best
+    for d in near:
+        assert choose_step_depth([(p, 1)], costs, anchors=(d,)).depth == d
+    for d in far:
+        assert choose_step_depth([(p, 1)], costs, anchors=(d,)).depth == best
+    # Of several anchors, the best one that qualifies; a depth past K is ignored.
+    top = max(near, key=rates.__getitem__)
+    assert choose_step_depth([(p, 1)], costs, anchors=(*near, *far, 9)).depth == top
+    assert choose_step_depth([(p, 1)], costs, anchors=(d,), margin=0.0).depth == best
+
+
+def test_an_anchor_never_breaks_the_guard_or_an_unrunnable_depth() -> None:
+    """A depth at which a request of the step loses to depth 0 is no anchor, nor one
+    the engine cannot run as one step."""
+    strong, weak = (0.95, 0.9, 0.9), (0.5, 0.1, 0.05)
+    costs = [1.0, 1.3, 1.45, 1.6]
+    guarded = choose_step_depth([(strong, 3), (weak, 1)], costs)
+    assert guarded.depth < 3
+    # Depth 3 loses the weak request its speed: no anchor takes the step there.
+    assert choose_step_depth([(strong, 3), (weak, 1)], costs, anchors=(3,), margin=1.0).depth == (
+        guarded.depth
+    )
+    table = _table({1: (1.0, 1.05, 1.1, 1.15)})
+    vote = StepVote((0.9, 0.9, 0.2), anchor=2)
+    assert vote_step_depth([replace(vote, anchor=-1)], table, 1, False) == 3
+    assert vote_step_depth([vote], table, 1, False) == 2
+    assert vote_step_depth([vote], table, 1, False, allowed=(1, 3)) == 3
+
+
 def test_a_riders_vote_survives_its_wire_form() -> None:
     rider = StepVote((0.4, 0.2), class_id="tools", rides=True)
     assert StepVote.from_arg(rider.to_arg()) == rider
@@ -200,6 +256,8 @@ def test_riders_count_at_their_gain_without_a_guard_or_a_say() -> None:
         {"p": ["a"]},
         {"p": [0.5], "probe": "2"},
         {"p": [0.5], "rides": "yes"},
+        {"p": [0.5], "anchor": "2"},
+        {"p": [0.5], "anchor": True},
     ],
 )
 def test_a_malformed_vote_is_refused(raw: object) -> None:
