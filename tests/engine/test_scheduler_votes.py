@@ -81,6 +81,25 @@ def test_voters_run_at_the_rules_depth_bounded_by_their_k(cls: type[Any], tiny: 
 
 
 @pytest.mark.parametrize("cls", [SpecDepthScheduler, AsyncSpecDepthScheduler])
+def test_voters_keep_to_their_classs_anchor_within_the_margin(
+    cls: type[Any], tiny: TinyModels
+) -> None:
+    """Depths 3 and 4 within 0.2 % for the strong class: the rule's argmax is 4, but the
+    vote's anchor (its class chose 3) holds the step at 3 through the wire."""
+    near = StepCostTable((1, 64), ((1.0, 1.1, 1.2, 1.3, 1.48),) * 2, ((), ()))
+    anchored = replace(STRONG, anchor=3)
+    assert vote_step_depth([STRONG, STRONG], near, 2, False, None, GUARD) == K
+    assert vote_step_depth([anchored, anchored], near, 2, False, None, GUARD) == 3
+    sched = _scheduler(cls, tiny)
+    sched.add_request(_request("a", K, anchored, near))
+    sched.add_request(_request("b", K, anchored))
+    seen, asked = _drafts(sched, 5)
+    assert asked[2:] == [3] * 3
+    assert seen["a"][2:] == [3] * 3
+    assert seen["b"][2:] == [3] * 3
+
+
+@pytest.mark.parametrize("cls", [SpecDepthScheduler, AsyncSpecDepthScheduler])
 def test_a_class_that_loses_by_drafting_holds_its_voters_at_zero(
     cls: type[Any], tiny: TinyModels
 ) -> None:
