@@ -49,6 +49,9 @@ class BucketState:
     #: At k = 0: whether k = 1 could still pay within the estimate's uncertainty
     #: (`Controller.decide` probes it at `zero_probe_share` only then).
     hopeful: bool = True
+    #: At k = 0 where k = 1 cannot pay: the share of its goodput a request gives up by
+    #: probing k = 1, on the estimate's mean (`Exploration.watch_share`); 1: unknown.
+    watch_loss: float = 1.0
     #: A deeper depth the policy's estimate favours over k but holds back for want of
     #: evidence (`Choice.reach`): probed at `zero_probe_share`, so a class whose deeper
     #: positions were never run learns them within tens of requests, not through the
@@ -177,6 +180,10 @@ class ClassState:
                 at.current_k = 0
                 inp = policy.inputs(at)
             state.hopeful = may_pay_at_one(policy, inp, self.estimator.prior_strength)
+            if not state.hopeful:
+                score = policy.score(inp)
+                paid = len(score) > 1 and score[0] > 0
+                state.watch_loss = min(max(1.0 - score[1] / score[0], 0.0), 1.0) if paid else 1.0
         gains = gains_at(self.estimator.profile().expected_tokens(), state.k)
         old_gains = state.gains
         # Kept while within 5 %: a new tuple makes the next `decide` build its decision anew.

@@ -136,7 +136,14 @@ class Controller:
         held = state.buckets[bucket]
         hopeful = k == 0 and held.hopeful
         probe = self._exploration.probe(
-            k, hopeful, (k_min, k_max), bucket, load, o.exploration_share, held.reach
+            k,
+            hopeful,
+            (k_min, k_max),
+            bucket,
+            load,
+            o.exploration_share,
+            held.reach,
+            held.watch_loss,
         )
         if probe is not None:
             return state.probe(probe, bucket)

@@ -8,10 +8,14 @@ For a request of a class whose k at batch bucket b is k (`ClassState.adaptive_k`
    where set). A class at k = 0 learns only from its probes: s is raised to
    `zero_probe_share` (20 %) while k = 1 could still pay with p_1 at its upper
    bound (`may_pay_at_one`); where even that cannot pay, its probes only watch for
-   a drift up: s is scaled by `watch_probe_scale` (0.5) at batch 1, where each probe
-   costs its own request the draft, and is 0 above it (the probe would make every
-   batch-mate draft and would prefill its prompt cold, outside the k = 0 cache
-   namespace, `engine.vllm.scheduler`).
+   a drift up. At batch 1, where each probe costs only its own request the draft,
+   they spend at most `watch_probe_budget` (0.25 %) of the class's goodput: s is that
+   budget over what a probe at k = 1 costs its request on the estimate's mean, at
+   least `watch_probe_scale` (0.5) times s and at most `zero_probe_share` (a class
+   that loses 2.5 % at k = 1 watches at 10 %, one that loses 20 % at 2.5 %; the rarer
+   the probes, the longer a recovery goes unseen). Above batch 1 s is 0 (the probe
+   would make every batch-mate draft and would prefill its prompt cold, outside the
+   k = 0 cache namespace, `engine.vllm.scheduler`).
 2. s is per batch, s / b: a probe deeper than its batch makes the drafter draft
    for every request in it.
 3. Thin depths first (`thin_depths`): depths run fewer than `cost_min_samples`
@@ -99,6 +103,7 @@ class Exploration:
         "cost_min_samples",
         "cost_probe_share",
         "exploration_share",
+        "watch_probe_budget",
         "watch_probe_scale",
         "zero_probe_share",
     )
@@ -116,6 +121,7 @@ class Exploration:
         self.exploration_share = settings.exploration_share
         self.zero_probe_share = settings.zero_probe_share
         self.watch_probe_scale = settings.watch_probe_scale
+        self.watch_probe_budget = settings.watch_probe_budget
         self.cost_probe_share = settings.cost_probe_share
         self.cost_min_samples = settings.cost_min_samples
         #: Per bucket: the largest `min_samples` every depth is known to meet. Run
@@ -131,13 +137,15 @@ class Exploration:
         load: LoadSnapshot,
         share: float | None = None,
         reach: int | None = None,
+        watch_loss: float = 1.0,
     ) -> int | None:
         """The depth this request probes, or None (it runs at its class's k).
 
         `hopeful`: at k = 0, whether k = 1 could still pay (`may_pay_at_one`, kept per
         bucket by `ClassState`); `share`: the class's flag (None: `exploration_share`);
         `reach`: a deeper depth the class's estimate favours but its evidence does not
-        yet carry (`Choice.reach`).
+        yet carry (`Choice.reach`); `watch_loss`: at k = 0 where k = 1 cannot pay, what
+        a probe at k = 1 costs its request (`BucketState.watch_loss`).
         """
         k_min, k_max = k_bounds
         if share is None:
@@ -148,7 +156,7 @@ class Exploration:
             elif bucket > 1:
                 share = 0.0
             else:
-                share *= self.watch_probe_scale
+                share = self.watch_share(share, watch_loss)
         if reach is not None:
             # Above batch 1 no further than k + 1, as for the thin depths (step 3).
             reach = min(reach, k_max) if bucket == 1 else min(reach, k + 1, k_max)
@@ -183,6 +191,16 @@ class Exploration:
                 if not load.guarded or floor is None or floor(load, bucket, probe, k_min) == probe:
                     return probe
         return None
+
+    def watch_share(self, share: float, loss: float) -> float:
+        """The batch-1 share of a class at k = 0 whose probes only watch for a drift up:
+        `watch_probe_budget` / `loss`, within [`watch_probe_scale` x `share`,
+        `zero_probe_share`] (the module docstring, step 1)."""
+        floor = share * self.watch_probe_scale
+        budget = self.watch_probe_budget
+        if budget <= 0.0:
+            return floor
+        return max(floor, min(self.zero_probe_share, budget / max(loss, 1e-9)))
 
     def thin_depths(self, batch: int, min_samples: float) -> list[int]:
         """Depths to measure at this load: run (as requests' own k) fewer than

@@ -130,6 +130,15 @@ class ControllerSettings(BaseSettings):
         "k=1 cannot pay even at the upper bound of its acceptance: such probes only watch for "
         "a drift up, and each costs its request the draft (1: the class's full share).",
     )
+    watch_probe_budget: float = Field(
+        0.0025,
+        ge=0,
+        le=1,
+        description="Share of its goodput a class at k=0 spends at batch 1 on probes that watch "
+        "for a drift up where k=1 cannot pay: it probes at this budget over what a probe costs "
+        "its request, at least `watch_probe_scale` x its share, at most `zero_probe_share` "
+        "(0: `watch_probe_scale` alone).",
+    )
     prior_output_tokens: float = Field(
         128.0,
         ge=1,

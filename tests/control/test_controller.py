@@ -122,6 +122,32 @@ def test_probe_shares_are_per_batch_once_a_load_is_calibrated() -> None:
         assert 0.6 * n * share / 16 <= probes <= 1.4 * n * share / 16
 
 
+def test_a_class_held_at_zero_watches_more_often_where_a_probe_costs_less() -> None:
+    """At k = 0 where k = 1 cannot pay even at its upper bound, a class watches for a
+    drift up at `watch_probe_budget` over what a probe at k = 1 costs its request: a
+    class that loses a few percent at k = 1 probes several times as often as one that
+    loses most of its speed there, which stays at half its share."""
+    rates = {}
+    for name, p in (("near", (0.9,) * 6), ("far", LOW)):
+        controller = Controller(ControllerSettings(), rng=random.Random(1))
+        cls = controller.classify(RequestFeatures("chat"))
+        rng = random.Random(2)
+        dear = StepCost(draft_cost=0.85)  # near: 1.9 tokens a step at k = 1 for 1.85x its time
+        for _ in range(400):
+            decision = controller.decide(cls, IDLE)
+            controller.observe(cls, decision, simulate(rng, p, decision.k, cost=dear), IDLE)
+        quiet = ControlOverrides(exploration_share=0.0)
+        assert controller.decide(cls, IDLE, quiet).k == 0
+        held = controller._states[cls.class_id].buckets[1]
+        assert not held.hopeful
+        n = 8000
+        rates[name] = sum(controller.decide(cls, IDLE).explored for _ in range(n)) / n
+        want = controller.exploration.watch_share(0.05, held.watch_loss)
+        assert 0.7 * want < rates[name] < 1.3 * want
+    assert 0.6 * 0.025 < rates["far"] < 1.4 * 0.025
+    assert rates["near"] > 2 * rates["far"]
+
+
 def test_a_stale_k0_at_batch_1_is_probed_until_re_measured() -> None:
     """Once the traffic has run STALE_STEPS engine steps at batch 1 without k = 0 and
     the depth it runs at has moved (the host changed speed), the price every relative

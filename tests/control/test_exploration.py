@@ -186,3 +186,39 @@ def test_probes_are_drawn_from_the_injected_random() -> None:
     probes = [p for p in first if p is not None]
     assert 0.6 * 4000 * 0.05 < len(probes) < 1.4 * 4000 * 0.05
     assert set(probes) == {2, 4}
+
+
+@pytest.mark.parametrize(
+    ("loss", "flag", "share"),
+    [
+        (1.0, None, 0.025),  # unknown or dear: half the class's share
+        (0.3, None, 0.025),  # 0.25 % / 30 % = 0.8 %: the half share is the floor
+        (0.05, None, 0.05),  # 0.25 % / 5 %
+        (0.02, None, 0.125),  # 0.25 % / 2 %
+        (0.01, None, 0.2),  # 0.25 % / 1 %, capped at `zero_probe_share`
+        (0.0, None, 0.2),  # a free probe: at most `zero_probe_share`
+        (0.02, 0.3, 0.15),  # the class's flag: half of it, above the budget's share
+    ],
+)
+def test_a_watch_probe_runs_as_often_as_its_budget_affords(
+    loss: float, flag: float | None, share: float
+) -> None:
+    """A class at k = 0 where k = 1 cannot pay watches for a drift up at batch 1 at
+    `watch_probe_budget` (0.25 % of its goodput) over what a probe costs its request,
+    within [`watch_probe_scale` x its share, `zero_probe_share`]; under load not at all."""
+
+    def probes(draw: float, bucket: int = 1) -> bool:
+        explore = Exploration(calibrated_model(), SETTINGS, ScriptedRandom(draw))
+        probe = explore.probe(0, False, (0, 5), bucket, LoadSnapshot(), flag, None, loss)
+        return probe == 1
+
+    assert probes(share * 0.999)
+    assert not probes(share * 1.001)
+    assert not probes(0.0, bucket=16)
+
+
+def test_without_a_watch_budget_the_scale_alone_sets_the_share() -> None:
+    settings = ControllerSettings(watch_probe_budget=0.0)
+    explore = Exploration(calibrated_model(), settings, ScriptedRandom(0.024))
+    assert explore.watch_share(0.05, 0.01) == pytest.approx(0.025)
+    assert explore.probe(0, False, (0, 5), 1, LoadSnapshot(), None, None, 0.01) == 1
