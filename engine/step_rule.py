@@ -110,9 +110,8 @@ def choose_step_depth(
     along = [(expected_tokens(p, max_depth), n) for p, n in riding if n > 0]
     requests = sum(n for _, n in live) + sum(n for _, n in along)
     best, best_rate = 0, requests / costs[0]
-    rates = [best_rate]
+    rates = [best_rate] + [-1.0] * max_depth  # -1: a depth the step cannot run
     for d in range(1, max_depth + 1):
-        rates.append(-1.0)
         cost = costs[d]
         if cost <= 0:
             continue
@@ -361,7 +360,7 @@ def vote_step_depth(
             continue
         counts[p] = counts.get(p, 0) + 1
         probe = max(probe, vote.probe)
-        if vote.anchor >= 0 and (allowed is None or vote.anchor == 0 or vote.anchor in allowed):
+        if vote.anchor >= 0:  # a depth outside `allowed` costs 0 below: no anchor there
             anchors.add(vote.anchor)
     if not counts:
         return 0

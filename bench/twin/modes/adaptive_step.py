@@ -134,7 +134,7 @@ class AdaptiveStep(AdaptiveControl):
             # Its class's vote is the one it sends without the plane's probe, and where its
             # class chose a depth here and a batch rule held this request at 0
             # (`BatchDepth.fit`), the one it would have sent.
-            voted = replace(step.vote, probe=0, rides=step.vote.rides and not plan.chosen)
+            voted = replace(step.vote, probe=0, rides=False)
             chosen = vote_step_depth([voted], step.costs, running + 1, False, None, self._guard)
         # A probe of the plane's exploration asks for its depth: alone in its step it gets it.
         return Plan(max(solo, min(step.vote.probe, self._max_k)), None, plan.handle, chosen)
