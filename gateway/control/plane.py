@@ -231,11 +231,19 @@ class ControlPlane:
         if bound <= 0:
             return plan
         probe = decision.k if decision.explored else 0
-        chosen = controller.class_depth(plan.class_id, decision.bucket)
-        anchor = min(bound, decision.k if chosen is None else chosen)
+        anchor = min(bound, self.class_choice(decision))
         vote = StepVote(acceptance, probe, plan.class_id, decision.k == 0, anchor)
         step = StepArgs(vote, controller.cost_model.step_table(), self._news(plan.class_id))
         return plan._replace(step=step, bound=bound)
+
+    def class_choice(self, decision: SpeculationDecision) -> int:
+        """The depth a decision's class chose at its load (`Controller.class_depth`):
+        what a probe replaced or a batch rule held it below or let it ride above; a
+        pinned or static decision's own k, as is a class's before its first choice."""
+        if decision.fixed:
+            return decision.k
+        chosen = self.controller.class_depth(decision.class_id, decision.bucket)
+        return decision.k if chosen is None else chosen
 
     def _news(self, class_id: str) -> dict[str, tuple[float, ...]]:
         """The estimates of the other classes in flight that moved since last sent (the

@@ -58,6 +58,7 @@ def test_a_vote_anchors_at_its_class_choice_not_at_a_probe() -> None:
         assert planned.step is not None
         chosen = controller.class_depth(planned.class_id, decision.bucket)
         assert chosen == 2
+        assert plane.class_choice(decision) == chosen
         assert planned.step.vote.anchor == chosen
         probes += decision.explored and decision.k != chosen
     assert probes > 0
@@ -73,6 +74,8 @@ def test_the_flags_bound_a_voter_and_an_operators_k_is_not_a_vote() -> None:
     pinned = _plane(ControlOverrides(pin_k=3)).plan_chat(CHAT, 100, running=0)
     assert pinned.step is None
     assert pinned.engine_k == 3
+    assert pinned.plan.decision is not None
+    assert pinned.plan.decision.k == 3
     static = _plane(ControlOverrides(mode="static")).plan_chat(CHAT, 100, running=0)
     assert static.step is None
     off = _plane(ControlOverrides(enabled=False)).plan_chat(CHAT, 100, running=0)
@@ -277,3 +280,22 @@ def test_a_voter_brings_the_newer_estimates_of_the_other_classes_in_flight() -> 
     late = plane.plan_chat(TOOLS, 100, running=0)
     assert late.step is not None
     assert late.step.news == {}  # chat no longer in flight
+
+
+def test_a_pinned_requests_choice_is_its_pin_not_its_classs() -> None:
+    """`ControlPlane.class_choice`: an operator's k stands for the request's class
+    choice (the twin's settling figures, the vote's anchor), whatever the class chose."""
+    flags: list[ControlOverrides | None] = [None]
+    clock = Clock()
+    settings = ControllerSettings(max_k=K, default_k=2, exploration_share=0.0)
+    controller = Controller(settings, max_depth=K, rng=random.Random(0), clock=clock)
+    plane = ControlPlane(controller, overrides=lambda c, lbl: flags[0], clock=clock, step_rule=True)
+    free = plane.plan_chat(CHAT, 100, running=0).plan.decision
+    assert free is not None
+    assert plane.class_choice(free) == controller.class_depth(free.class_id, free.bucket) == 2
+    flags[0] = ControlOverrides(pin_k=4)
+    pinned = plane.plan_chat(CHAT, 100, running=0).plan.decision
+    assert pinned is not None
+    assert pinned.fixed
+    assert controller.class_depth(pinned.class_id, pinned.bucket) == 2
+    assert plane.class_choice(pinned) == 4

@@ -127,14 +127,10 @@ class AdaptiveControl(EngineWide):
         return plan
 
     def _chosen(self, planned: PlannedRequest) -> int:
-        """The depth its class chose at its load (`RequestRecord.chosen`): what a probe
-        replaced, a batch rule held it below or let it ride above; a pinned or static
-        decision's own k."""
+        """The depth its class chose at its load (`RequestRecord.chosen`,
+        `ControlPlane.class_choice`)."""
         decision = planned.plan.decision
-        if decision is None or decision.fixed:
-            return planned.k
-        chosen = self.plane.controller.class_depth(decision.class_id, decision.bucket)
-        return planned.k if chosen is None else chosen
+        return planned.k if decision is None else self.plane.class_choice(decision)
 
     def prefills_drafter(self, k: int) -> bool:
         return k > 0
