@@ -16,11 +16,14 @@ From `GET /admin/classes` (`{"object": "list", "data": [ClassReport...]}`, saved
 class per gateway class, its acceptance the controller's own depth profile (conditional p_d, as
 the twin reads it), its prompt length uniform within its label's length bucket, one phase whose
 mix is the classes' shares of the requests seen. The gateway keeps no request text, so every body
-is synthetic (`bench.twin.label_body`).
+is synthetic (`bench.twin.label_body`). Where the answer has `depth_trials`, the workload's source
+names each class's positions that no verify step tried: their p_d is the controller's prior or a
+similar class's, not a measurement.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import statistics
@@ -280,6 +283,7 @@ def from_classes(
         raise ValueError("no class with samples in the /admin/classes answer")
     classes: dict[str, Any] = {}
     counts: dict[str, float] = {}
+    measured: dict[str, int] = {}
     for row in sorted(rows, key=lambda r: (str(r["label"]), str(r["class_id"]))):
         name = str(row["label"])
         if name in classes:
@@ -297,15 +301,35 @@ def from_classes(
             "output_tokens": {"dist": "fixed", "value": output_tokens},
         }
         counts[name] = float(row["samples"])
+        trials = row.get("depth_trials")
+        if trials is not None:
+            measured[name] = sum(1 for _ in itertools.takewhile(lambda t: t > 0, trials))
     source = (
         "Built by bench.twin.build_workload from a gateway's /admin/classes: acceptance per class "
         "is the controller's depth profile (conditional p_d); the mix is each class's share of "
         "the requests it saw; every request body is SYNTHETIC (built from the class label, a "
         "stand-in text for each system prompt); prompt lengths uniform within the label's length "
         f"bucket; output lengths fixed at {output_tokens} (the gateway does not report them)."
+        + _unmeasured(measured, classes)
     )
     phase = {"name": "observed", "requests": requests, "mix": _exact_mix(counts)}
     return {"classes": classes, "phases": [phase], "source": source}
+
+
+def _unmeasured(measured: Mapping[str, int], classes: Mapping[str, Any]) -> str:
+    """The source's note on the positions no verify step of a class tried (`depth_trials`
+    0): their p_d is the controller's prior or a similar class's, not the class's own."""
+    short = [
+        f"{name}: none" if depth == 0 else f"{name}: p_1..p_{depth}"
+        for name, depth in measured.items()
+        if depth < len(classes[name]["acceptance"])
+    ]
+    if not short:
+        return ""
+    return (
+        " Measured positions (the rest are the controller's prior or a similar class's p_d, "
+        f"which no draft of the class tried): {'; '.join(short)}."
+    )
 
 
 def finish(data: dict[str, Any], name: str, poisson: float | None) -> dict[str, Any]:

@@ -314,6 +314,7 @@ class Controller:
             acceptance_length_ci=(round(low, 3), round(high, 3)),
             acceptance_length_ewma=None if est.ewma_length is None else round(est.ewma_length, 3),
             depth_profile=tuple(est.profile().rounded()),
+            depth_trials=tuple(round(t) for t in est.total.trials_at),
             k=state.current_k(),
             k_by_batch={b: bs.k for b, bs in sorted(state.buckets.items())},
             reason=state.reason,

@@ -18,6 +18,11 @@ class ClassReport:
     acceptance_length_ewma: float | None
     #: p_d = P(accept position d | accepted d-1), d = 1..K, as the policy uses it.
     depth_profile: tuple[float, ...]
+    #: Verify steps that tried each draft position d = 1..K, this replica's and merged
+    #: ones, over the class's life. 0 at d: p_d is the prior's or, after a cold start
+    #: `like` another class (`reason`), that class's, never measured here (a class held
+    #: at k = 0, by its policy or a batch-mate's floor, runs no drafts to measure).
+    depth_trials: tuple[int, ...]
     #: Current k at the most recent batch bucket, and per bucket.
     k: int
     k_by_batch: dict[int, int]
@@ -33,4 +38,5 @@ class ClassReport:
         out["k_by_batch"] = {str(b): k for b, k in self.k_by_batch.items()}
         out["acceptance_length_ci"] = list(self.acceptance_length_ci)
         out["depth_profile"] = list(self.depth_profile)
+        out["depth_trials"] = list(self.depth_trials)
         return out

@@ -327,6 +327,24 @@ def test_from_classes_builds_a_valid_synthetic_workload(tmp_path: Path) -> None:
     }
     assert list(workload.classes["chat/sys:3ab0/len:512"].acceptance)[2] == build_workload.FLOOR
     assert "SYNTHETIC" in workload.source
+    assert "Measured positions" not in workload.source  # an answer without depth_trials
+
+
+def test_from_classes_names_the_positions_no_draft_measured() -> None:
+    """`depth_trials` 0 at a position: its p_d is the controller's prior or a similar
+    class's, and the workload's source says so, class by class."""
+    rows = [
+        _class_row("a" * 16, "chat/sys:3ab0/len:512", 300, [0.8, 0.7, 0.6]),
+        _class_row("b" * 16, "alpaca/sys:5da3/len:64", 100, [0.8, 0.7, 0.6]),
+        _class_row("c" * 16, "chat/sys:3ab0/tools/len:512", 100, [0.3, 0.2, 0.1]),
+    ]
+    rows[0]["depth_trials"] = [900, 700, 500]
+    rows[1]["depth_trials"] = [0, 0, 0]
+    rows[2]["depth_trials"] = [40, 0, 0]
+    source = build_workload.from_classes({"object": "list", "data": rows})["source"]
+    assert "alpaca/sys:5da3/len:64: none" in source
+    assert "chat/sys:3ab0/tools/len:512: p_1..p_1" in source
+    assert "chat/sys:3ab0/len:512:" not in source
 
 
 @pytest.mark.parametrize(

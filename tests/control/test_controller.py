@@ -192,9 +192,38 @@ def test_snapshot_explains_each_class() -> None:
     assert low < report.acceptance_length < high
     assert all(0.8 < p < 1.0 for p in report.depth_profile)
     assert report.drift_state == "stable"
+    assert len(report.depth_trials) == len(report.depth_profile)
+    assert all(t > 0 for t in report.depth_trials)  # k = 5 tried every position
     row = report.to_dict()
     assert row["k_by_batch"] == {"1": 5}
     assert isinstance(row["depth_profile"], list)
+    assert row["depth_trials"] == list(report.depth_trials)
+
+
+def test_snapshot_tells_a_borrowed_profile_from_a_measured_one() -> None:
+    """A class seeded `like` another whose requests run no drafts (here k = 0 by the
+    flags) reports the other's p_d with no verify step at any position; one request at
+    k = 2 measures positions 1 and 2 only."""
+    controller = trained(HIGH, n=100)
+    similar = controller.classify(RequestFeatures("chat", length=128))
+    held = ControlOverrides(k_max=0)
+    rng = random.Random(9)
+    first = controller.decide(similar, IDLE, ControlOverrides(exploration_share=0.0))
+    assert first.reason == "cold start: like chat/len:64"
+    for _ in range(5):
+        decision = controller.decide(similar, IDLE, held)
+        assert decision.k == 0
+        controller.observe(similar, decision, simulate(rng, HIGH, 0), IDLE)
+    rows = {r.label: r for r in controller.snapshot()}
+    borrowed = rows["chat/len:128"]
+    assert borrowed.samples == 5
+    assert borrowed.depth_profile == rows["chat/len:64"].depth_profile
+    assert set(borrowed.depth_trials) == {0}
+    decision = controller.decide(similar, IDLE, ControlOverrides(pin_k=2))
+    controller.observe(similar, decision, simulate(rng, HIGH, 2), IDLE)
+    trials = {r.label: r for r in controller.snapshot()}["chat/len:128"].depth_trials
+    assert min(trials[:2]) > 0
+    assert set(trials[2:]) == {0}
 
 
 def test_drift_event_carries_before_and_after() -> None:
