@@ -228,6 +228,13 @@ class GatewayMetrics(ReplicaMetrics):
             ["class"],
             registry=r,
         )
+        self.measured_positions = Gauge(
+            "specgw_class_measured_positions",
+            "Draft positions of the class's depth profile its own verify steps tried, from "
+            "position 1 (0 = its acceptance is the prior's or a similar class's, unmeasured).",
+            ["class"],
+            registry=r,
+        )
         self.drift_events = Counter(
             "specgw_drift_events",
             "Change points detected in a class's acceptance, by direction (up/down).",
@@ -328,7 +335,8 @@ class GatewayMetrics(ReplicaMetrics):
             self.ttft, self.gateway_ttft, self.admission_wait, self.tpot, self.e2e,
             self.acceptance_length, self.prompt_tokens, self.output_tokens, self.draft_tokens,
             self.accepted_tokens, self.verify_steps, self.fallback_requests,
-            self.speculation_depth, self.drift_score, self.batch_lowered,
+            self.speculation_depth, self.drift_score, self.measured_positions,
+            self.batch_lowered,
         ):  # fmt: skip
             _remove_matching(family, {"class": cls})
         for family in (
@@ -349,6 +357,9 @@ class GatewayMetrics(ReplicaMetrics):
 
     def record_drift_score(self, cls: str, score: float) -> None:
         self.drift_score.labels(cls).set(score)
+
+    def record_measured_positions(self, cls: str, positions: int) -> None:
+        self.measured_positions.labels(cls).set(positions)
 
 
 def render_metrics(registry: CollectorRegistry) -> tuple[bytes, str]:

@@ -59,6 +59,7 @@ def populate(metrics: GatewayMetrics) -> None:
     metrics.record_decision_change("chat/len:512", 2, 3, "goodput +12% at k=3 over k=2")
     metrics.record_drift("chat/len:512", -1)
     metrics.record_drift_score("chat/len:512", 0.4)
+    metrics.record_measured_positions("chat/len:512", 3)
     metrics.record_batch_lowered("other")
     metrics.set_flags([("speculation.enabled", 1.0), ("speculation.k_max", 4.0)])
     metrics.set_redis_state("up")

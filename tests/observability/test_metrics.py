@@ -10,7 +10,9 @@ from pathlib import Path
 from prometheus_client import REGISTRY, CollectorRegistry, Counter
 from prometheus_client.parser import text_string_to_metric_families
 
+from gateway.control.report import ClassReport
 from gateway.engine_watch import EngineState
+from gateway.observability.events import export_class_reports
 from gateway.observability.metrics import GatewayMetrics, render_metrics
 from tests.observability.conftest import FLAGS, populate, sample_outcome
 
@@ -48,7 +50,7 @@ def test_every_gateway_family_is_prefixed_and_counters_end_in_total(
     families = list(text_string_to_metric_families(body.decode()))
     # prometheus-client also exposes a `<name>_created` gauge per counter/histogram.
     ours = [f for f in families if f.name.startswith("specgw_")]
-    assert len([f for f in ours if not f.name.endswith("_created")]) == 29
+    assert len([f for f in ours if not f.name.endswith("_created")]) == 30
     for family in ours:
         for sample in family.samples:
             if family.type == "counter":
@@ -216,3 +218,41 @@ def test_engine_steps_count_by_the_depth_every_decoder_verified() -> None:
     assert value("specgw_engine_step_depth_total", {"depth": "0"}) == 1
     assert value("specgw_engine_step_depth_total", {"depth": "mixed"}) == 1
     assert value("specgw_engine_steps_total", {"filed": "false"}) == 4
+
+
+def test_class_reports_export_the_positions_each_class_measured() -> None:
+    """`export_class_reports`: the leading positions with verify steps of the class's own
+    (`ClassReport.depth_trials`), 0 for a class still on a borrowed or prior profile."""
+    metrics = GatewayMetrics(CollectorRegistry(), max_depth=4, flags=FLAGS)
+
+    def report(label: str, trials: tuple[int, ...]) -> ClassReport:
+        return ClassReport(
+            class_id=label,
+            label=label,
+            samples=5,
+            acceptance_length=1.0,
+            acceptance_length_ci=(1.0, 1.0),
+            acceptance_length_ewma=None,
+            depth_profile=(0.7,) * len(trials),
+            depth_trials=trials,
+            k=0,
+            k_by_batch={1: 0},
+            reason="cold start: like chat/len:64",
+            drift_state="stable",
+            drifts=0,
+            drift_statistic=0.25,
+            explored=0,
+        )
+
+    reports = [
+        report("borrowed", (0, 0, 0, 0)),
+        report("shallow", (10, 5, 0, 0)),
+        report("deep", (10, 5, 3, 1)),
+    ]
+    export_class_reports(metrics, reports)
+    gauge = "specgw_class_measured_positions"
+    got = {r.label: metrics.registry.get_sample_value(gauge, {"class": r.label}) for r in reports}
+    assert got == {"borrowed": 0.0, "shallow": 2.0, "deep": 4.0}
+    assert metrics.registry.get_sample_value("specgw_drift_score", {"class": "deep"}) == 0.25
+    metrics.forget_class("shallow")
+    assert metrics.registry.get_sample_value(gauge, {"class": "shallow"}) is None

@@ -198,6 +198,18 @@ def drift_dashboard() -> Dashboard:
                 decimals=2,
                 min=1,
             ),
+            Panel(
+                "Draft positions measured by class",
+                "timeseries",
+                (Target(f"max by (class) (specgw_class_measured_positions{C})", "{{class}}"),),
+                (0, 58, 24, 7),
+                "Positions of each class's depth profile its own drafts have tried, from "
+                "position 1. 0 with traffic: the class has never drafted (k = 0 from its start, "
+                "by its policy, a flag or a batch-mate's floor), and its acceptance is the "
+                "prior's or a similar class's, which only its probes can correct.",
+                min=0,
+                decimals=0,
+            ),
         ),
         annotations=(
             Annotation(
