@@ -23,7 +23,6 @@ similar class's, not a measurement.
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 import statistics
@@ -37,6 +36,7 @@ import typer
 
 from bench.replay import RequestRecord
 from bench.twin.label_body import synthetic_class
+from gateway.control.report import measured_positions
 
 #: The least conditional acceptance a position gets: a measured zero would make the position
 #: (and every deeper one) unreachable, which no finite sample shows.
@@ -303,7 +303,7 @@ def from_classes(
         counts[name] = float(row["samples"])
         trials = row.get("depth_trials")
         if trials is not None:
-            measured[name] = sum(1 for _ in itertools.takewhile(lambda t: t > 0, trials))
+            measured[name] = measured_positions(trials)
     source = (
         "Built by bench.twin.build_workload from a gateway's /admin/classes: acceptance per class "
         "is the controller's depth profile (conditional p_d); the mix is each class's share of "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -40,3 +41,18 @@ class ClassReport:
         out["depth_profile"] = list(self.depth_profile)
         out["depth_trials"] = list(self.depth_trials)
         return out
+
+    @property
+    def measured_positions(self) -> int:
+        """`measured_positions` of its `depth_trials`."""
+        return measured_positions(self.depth_trials)
+
+
+def measured_positions(depth_trials: Sequence[float]) -> int:
+    """The leading draft positions with verify steps of the class's own: position d is
+    tried only after d - 1 was accepted, so the tried ones run from position 1 without a
+    gap (0: the whole profile is a prior's or a similar class's)."""
+    for d, trials in enumerate(depth_trials):
+        if trials <= 0:
+            return d
+    return len(depth_trials)

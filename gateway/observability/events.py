@@ -73,12 +73,9 @@ class SpanEvents:
 
 def export_class_reports(metrics: GatewayMetrics, reports: Iterable[ClassReport]) -> None:
     """Copy each live class's drift statistic into `specgw_drift_score` and the positions
-    its verify steps measured (`ClassReport.depth_trials`, leading non-zero ones) into
+    its verify steps measured (`ClassReport.measured_positions`) into
     `specgw_class_measured_positions` (call it from the periodic state flush, or before
     rendering `/metrics`, with `Controller.snapshot()`)."""
     for report in reports:
         metrics.record_drift_score(report.label, report.drift_statistic)
-        measured = next((d for d, t in enumerate(report.depth_trials) if t <= 0), None)
-        metrics.record_measured_positions(
-            report.label, len(report.depth_trials) if measured is None else measured
-        )
+        metrics.record_measured_positions(report.label, report.measured_positions)
