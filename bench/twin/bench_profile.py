@@ -3,6 +3,9 @@
     python -m bench.twin.build_profile --bench-summary bench/results/summary.json \\
         --zero-skips-drafter \\
         --validation-out bench/twin/measurements/make-bench-cpu-embedded.json \\
+        --beyond bench/twin/measurements/cpu-calibration-1.json \\
+        --beyond bench/twin/measurements/cpu-calibration-2.json \\
+        --beyond bench/twin/measurements/cpu-calibration-3.json \\
         --out bench/twin/profiles/cpu-embedded.json
 
 The run's figures are client-side (through the gateway, the serving layer sharing the cores):

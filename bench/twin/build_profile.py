@@ -26,14 +26,14 @@ head on Llama-3.1-8B).
 
 A `make bench` run's `summary.json` (`--bench-summary`) gives the CPU engine's profile from the
 run's client-side figures (`bench.twin.bench_profile.from_bench_summary` states the rule);
-`--validation-out` also writes the run's tokens/s for the twin's validation.
+`--validation-out` also writes the run's tokens/s for the twin's validation; `--beyond FILE`
+(saved `/admin/costs` answers whose calibration timed the run's largest batch and larger ones)
+carries it past that batch (`bench.twin.calibrated`).
 """
 
 from __future__ import annotations
 
 import json
-import statistics
-from collections import defaultdict
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
@@ -41,6 +41,7 @@ from typing import Annotated, Any
 import typer
 
 from bench.twin.bench_profile import from_bench_summary, run_inputs
+from bench.twin.calibrated import beyond_largest, median_by
 from gateway.control.cost_model import batch_bucket
 
 
@@ -52,18 +53,6 @@ def _fetch(location: str, admin_key: str | None) -> Any:
         headers = {"authorization": f"Bearer {admin_key}"} if admin_key else {}
         return httpx.get(location, headers=headers, timeout=30).raise_for_status().json()
     return json.loads(Path(location).read_text())
-
-
-def _median_by(points: list[Mapping[str, Any]], field: str) -> dict[int, dict[int, float]]:
-    """batch -> k -> median of `field` over the calibration points (one per batch and k)."""
-    values: dict[int, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for p in points:
-        if float(p.get(field, 0.0)) > 0:
-            values[int(p["batch"])][int(p["k"])].append(float(p[field]))
-    return {
-        b: {k: round(statistics.median(v), 3) for k, v in sorted(row.items())}
-        for b, row in sorted(values.items())
-    }
 
 
 def _learned(
@@ -84,7 +73,7 @@ def _learned(
 def from_admin_costs(body: Mapping[str, Any], use_learned: bool = False) -> dict[str, Any]:
     """Profile data (without name) from `/admin/costs` (module docstring)."""
     points = list(body.get("calibration") or [])
-    stats = _median_by(points, "step_ms")
+    stats = median_by(points, "step_ms")
     if not stats or any(0 not in row for row in stats.values()):
         raise ValueError(
             "/admin/costs has no calibration at k = 0 for every batch size: start the gateway "
@@ -92,7 +81,7 @@ def from_admin_costs(body: Mapping[str, Any], use_learned: bool = False) -> dict
         )
     if use_learned:
         stats = _learned(stats, list(body.get("buckets") or []))
-    firsts = _median_by(points, "ttft_ms")
+    firsts = median_by(points, "ttft_ms")
     smallest = firsts.get(min(firsts), {}) if firsts else {}
     first_extra = {
         k: round(max(ms - smallest[0], 0.0), 3) for k, ms in smallest.items() if k and 0 in smallest
@@ -196,6 +185,14 @@ def main(
             help="Also write the run's tokens/s for the twin's validation (--bench-summary)."
         ),
     ] = None,
+    beyond: Annotated[
+        list[Path] | None,
+        typer.Option(
+            help="A saved /admin/costs whose calibration timed the run's largest batch and "
+            "larger ones: those batches' rows from each depth's growth (--bench-summary; "
+            "repeat for several calibrations)."
+        ),
+    ] = None,
 ) -> None:
     """Write a twin cost profile from /admin/costs, vLLM's profiler output or a bench run."""
     from bench.twin.schema import Profile
@@ -205,6 +202,8 @@ def main(
         raise typer.BadParameter(
             "give exactly one of --admin-costs, --vllm-profile and --bench-summary"
         )
+    if beyond and bench_summary is None:
+        raise typer.BadParameter("--beyond extends a --bench-summary profile")
     if admin_costs is not None:
         data = from_admin_costs(_fetch(admin_costs, admin_key), use_learned)
     elif vllm_profile is not None:
@@ -212,7 +211,9 @@ def main(
         data = from_vllm_profile(body, prefill_ms_per_token, drafter_ms_per_token, no_spec_overhead)
     else:
         assert bench_summary is not None
-        data = _from_bench_run(bench_summary, out, name, zero_skips_drafter, validation_out)
+        data = _from_bench_run(
+            bench_summary, out, name, zero_skips_drafter, validation_out, beyond or []
+        )
     notes = data.pop("notes", None)
     profile = {"name": name or out.stem, **data, "zero_skips_drafter": zero_skips_drafter}
     if notes:
@@ -228,8 +229,10 @@ def _from_bench_run(
     name: str | None,
     zero_skips_drafter: bool,
     validation_out: Path | None,
+    beyond: list[Path],
 ) -> dict[str, Any]:
-    """`from_bench_summary` on a file, quoting the command; the validation's cut beside it."""
+    """`from_bench_summary` on a file, quoting the command, carried past its largest batch
+    by the calibrations in `beyond` (`bench.twin.calibrated`); the validation's cut beside it."""
     from bench.twin.validation import real_run_cut
 
     summary = json.loads(summary_path.read_text())
@@ -240,11 +243,14 @@ def _from_bench_run(
             *([f"--name {name}"] if name else []),
             *(["--zero-skips-drafter"] if zero_skips_drafter else []),
             *([f"--validation-out {validation_out}"] if validation_out else []),
+            *(f"--beyond {path}" for path in beyond),
             f"--out {out}",
         ]
     )
     prompt_tokens, drafter_share = run_inputs(summary)
     data = from_bench_summary(summary, prompt_tokens, drafter_share, command)
+    if beyond:
+        data = beyond_largest(data, [(str(p), json.loads(p.read_text())) for p in beyond])
     if validation_out is not None:
         cut = real_run_cut(summary, str(summary_path), command)
         validation_out.write_text(json.dumps(cut, indent=1, sort_keys=True) + "\n")

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from bench.twin.bench_profile import from_bench_summary
+from bench.twin.calibrated import beyond_largest
 from bench.twin.schema import Profile, load_profile
 from bench.twin.validation import real_run_cut
 
@@ -105,5 +106,68 @@ def test_the_shipped_cpu_profile_and_its_validation_name_one_run() -> None:
     summary = json.loads((TWIN.parent / "results" / "summary.json").read_text())
     if summary["meta"]["started"] == started:
         data = from_bench_summary(summary, [1, 2], 1.0, "CMD")
+        calibrations = sorted((TWIN / "measurements").glob("cpu-calibration-*.json"))
+        assert calibrations, "the profile's batches past 16 come from saved calibrations"
+        for path in calibrations:
+            assert f"measurements/{path.name}" in profile.source
+        data = beyond_largest(data, [(p.name, json.loads(p.read_text())) for p in calibrations])
         assert profile.batch_stats == Profile.model_validate({"name": "p", **data}).batch_stats
         assert profile.no_spec_step_ms == data["no_spec_step_ms"]
+
+
+def _calibration(rows: dict[int, list[float]]) -> dict[str, Any]:
+    """An /admin/costs answer reduced to its calibration: batch -> step ms at k = 0, 1, ..."""
+    return {
+        "calibration": [
+            {"batch": b, "k": k, "step_ms": ms, "samples": 20, "timed_by": "steps"}
+            for b, row in rows.items()
+            for k, ms in enumerate(row)
+        ]
+    }
+
+
+def test_batches_past_the_run_grow_as_the_calibrations_measured() -> None:
+    data = from_bench_summary(_bench_summary(), [40, 1040], 0.05, "CMD")
+    one = _calibration({1: [5.0, 7.0, 8.0], 4: [6.0, 8.0, 10.0], 8: [9.0, 16.0, 20.0]})
+    two = _calibration({4: [6.0, 10.0, 10.0], 8: [12.0, 15.0, 30.0], 16: [1.0, 1.0, 1.0]})
+    three = _calibration({4: [4.0, 8.0, 10.0], 8: [6.0, 12.0, 25.0]})
+    grown = beyond_largest(data, [("a.json", one), ("b.json", two), ("c.json", three)])
+    # batch 4 is the run's largest (12 / 20 / 26 ms); growth 4 -> 8 per depth, median of
+    # (1.5, 2, 1.5) at k0, (2, 1.5, 1.5) at k1, (2, 3, 2.5) at k2; batch 16 is not in all three
+    assert grown["batch_stats"][8] == {0: 18.0, 1: 30.0, 2: 65.0}
+    assert 16 not in grown["batch_stats"]
+    assert grown["batch_stats"][4] == data["batch_stats"][4]
+    assert grown["no_spec_step_ms"][8] == 16.5  # batch 4's 11.0 x 1.5
+    profile = Profile.model_validate({"name": "p", **grown})
+    assert profile.step_ms(8, 2) == 65.0
+    assert "a.json, b.json, c.json" in profile.source
+    assert "k2 2.500 (2.000-3.000)" in (profile.notes or "")
+
+
+@pytest.mark.parametrize(
+    ("rows", "error"),
+    [
+        (
+            {1: [5.0, 7.0, 8.0], 8: [9.0, 16.0, 20.0]},
+            r"x.json: no calibration at batch 4, k = \[0, 1, 2\]",
+        ),
+        ({4: [6.0, 8.0], 8: [9.0, 16.0, 20.0]}, r"x.json: no calibration at batch 4, k = \[2\]"),
+        ({4: [6.0, 8.0, 10.0], 8: [9.0, 16.0]}, "x.json: no batch above 4 calibrated at every k"),
+        ({1: [6.0, 8.0, 10.0], 4: [9.0, 16.0, 20.0]}, "x.json: no batch above 4"),
+    ],
+    ids=["no-base-batch", "base-lacks-a-depth", "above-lacks-a-depth", "nothing-above"],
+)
+def test_a_calibration_that_cannot_carry_the_profile_is_named(
+    rows: dict[int, list[float]], error: str
+) -> None:
+    data = from_bench_summary(_bench_summary(), [40, 1040], 0.05, "CMD")
+    with pytest.raises(ValueError, match=error):
+        beyond_largest(data, [("x.json", _calibration(rows))])
+
+
+def test_calibrations_without_a_common_larger_batch_are_refused() -> None:
+    data = from_bench_summary(_bench_summary(), [40, 1040], 0.05, "CMD")
+    a = _calibration({4: [6.0, 8.0, 10.0], 8: [9.0, 16.0, 20.0]})
+    b = _calibration({4: [6.0, 8.0, 10.0], 16: [9.0, 16.0, 20.0]})
+    with pytest.raises(ValueError, match="share no batch above 4"):
+        beyond_largest(data, [("a", a), ("b", b)])
