@@ -26,7 +26,7 @@ from gateway.control.decision import (
     LoadSnapshot,
     SpeculationDecision,
 )
-from gateway.control.drift import DriftMonitor
+from gateway.control.drift import EXCURSION, DriftMonitor
 from gateway.control.estimator import AcceptanceEstimator, EstimatorParams
 from gateway.control.events import ControlEvents, DriftEvent, LoggingEvents
 from gateway.control.exploration import Exploration
@@ -144,6 +144,7 @@ class Controller:
             o.exploration_share,
             held.reach,
             held.watch_loss,
+            state.drift.rising,
         )
         if probe is not None:
             return state.probe(probe, bucket)
@@ -179,8 +180,8 @@ class Controller:
             return  # evicted while the request ran
         counts = state.estimator.counts(outcome)
         residuals = state.estimator.residuals(outcome, counts)
-        if state.drift.statistic < 1.0:
-            # No excursion under way (under 1 sigma): the "before" a later drift reports.
+        if state.drift.statistic < EXCURSION:
+            # No excursion under way: the "before" a later drift reports.
             state.stable_profile = state.estimator.profile().p
             state.stable_length = state.estimator.ewma_length
         state.estimator.observe(outcome, counts)

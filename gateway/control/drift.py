@@ -23,6 +23,12 @@ from dataclasses import dataclass
 #: EWMA rate of the noise estimate after the learning phase.
 _MIN_SD = 0.05
 _VAR_RATE = 0.05
+#: A cumulative sum at or above this many sigmas is an excursion under way, short of
+#: an alarm: the controller keeps the estimate from before it as a drift's "before",
+#: and a class watching from k = 0 samples at the short interval while its upward sum
+#: lies there (a variable-sampling-interval CUSUM: Reynolds, Amin and Arnold, "CUSUM
+#: charts with variable sampling intervals", Technometrics 32(4), 1990).
+EXCURSION = 1.0
 
 
 @dataclass(slots=True)
@@ -90,6 +96,8 @@ class DriftMonitor:
     length: PageHinkley
     first: PageHinkley
     drifts: int = 0
+    #: The direction of the last alarm (+1 up, -1 down; 0: none yet).
+    last: int = 0
 
     @classmethod
     def create(cls, delta: float, threshold: float, min_samples: int) -> DriftMonitor:
@@ -108,6 +116,7 @@ class DriftMonitor:
             direction = direction or second
         if direction:
             self.drifts += 1
+            self.last = direction
             self.length.reset()
             self.first.reset()
         return direction
@@ -115,3 +124,13 @@ class DriftMonitor:
     @property
     def statistic(self) -> float:
         return max(self.length.statistic, self.first.statistic)
+
+    @property
+    def rising(self) -> bool:
+        """Whether acceptance is moving up: an upward excursion under way (`EXCURSION`,
+        above the estimate by more than the tolerance, not yet to an alarm), or an
+        upward alarm whose detectors are still learning the noise anew, when they can
+        say nothing of the change going on."""
+        if max(self.length.up, self.first.up) >= EXCURSION:
+            return True
+        return self.last > 0 and self.length.samples < self.length.min_samples

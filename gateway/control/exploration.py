@@ -13,7 +13,11 @@ For a request of a class whose k at batch bucket b is k (`ClassState.adaptive_k`
    budget over what a probe at k = 1 costs its request on the estimate's mean, at
    least `watch_probe_scale` (0.5) times s and at most `zero_probe_share` (a class
    that loses 2.5 % at k = 1 watches at 10 %, one that loses 20 % at 2.5 %; the rarer
-   the probes, the longer a recovery goes unseen). Above batch 1 s is 0 (the probe
+   the probes, the longer a recovery goes unseen). While a probe's acceptance has put
+   the class's upward drift statistic past `drift.EXCURSION` (1 sigma), short of an
+   alarm, it watches at `zero_probe_share`: the next probes come within a few requests
+   and confirm the recovery or clear the excursion, instead of one each few tens of
+   requests (a variable sampling interval). Above batch 1 s is 0 (the probe
    would make every batch-mate draft and would prefill its prompt cold, outside the
    k = 0 cache namespace, `engine.vllm.scheduler`).
 2. s is per batch, s / b: a probe deeper than its batch makes the drafter draft
@@ -138,6 +142,7 @@ class Exploration:
         share: float | None = None,
         reach: int | None = None,
         watch_loss: float = 1.0,
+        rising: bool = False,
     ) -> int | None:
         """The depth this request probes, or None (it runs at its class's k).
 
@@ -145,7 +150,8 @@ class Exploration:
         bucket by `ClassState`); `share`: the class's flag (None: `exploration_share`);
         `reach`: a deeper depth the class's estimate favours but its evidence does not
         yet carry (`Choice.reach`); `watch_loss`: at k = 0 where k = 1 cannot pay, what
-        a probe at k = 1 costs its request (`BucketState.watch_loss`).
+        a probe at k = 1 costs its request (`BucketState.watch_loss`); `rising`: the
+        class's drift detector reads an upward excursion (`DriftMonitor.rising`).
         """
         k_min, k_max = k_bounds
         if share is None:
@@ -155,6 +161,8 @@ class Exploration:
                 share = max(share, self.zero_probe_share)
             elif bucket > 1:
                 share = 0.0
+            elif rising:
+                share = max(share, self.zero_probe_share)
             else:
                 share = self.watch_share(share, watch_loss)
         if reach is not None:

@@ -148,6 +148,45 @@ def test_a_class_held_at_zero_watches_more_often_where_a_probe_costs_less() -> N
     assert rates["near"] > 2 * rates["far"]
 
 
+def test_a_class_at_zero_follows_up_a_probe_that_finds_its_acceptance_back() -> None:
+    """A class held at k = 0 (acceptance 0.05, a draft half a step) watches at a few
+    percent. When its acceptance comes back (0.9, where k = 1 pays), the first watch
+    probe that sees it alarms the drift detector upward, and while the detector
+    re-learns its noise the class probes at `zero_probe_share` (the variable sampling
+    interval, `DriftMonitor.rising`): the next probe comes within a few requests, not
+    a watch interval later, and the class leaves k = 0 within tens of requests."""
+    follow_ups, recoveries = [], []
+    for seed in range(1, 8):
+        controller = Controller(ControllerSettings(), rng=random.Random(seed))
+        cls = controller.classify(RequestFeatures("chat"))
+        rng = random.Random(seed + 100)
+        cost = StepCost(draft_cost=0.5)
+        for _ in range(400):
+            decision = controller.decide(cls, IDLE)
+            controller.observe(cls, decision, simulate(rng, LOW, decision.k, cost=cost), IDLE)
+        state = controller._states[cls.class_id]
+        assert state.buckets[1].k == 0
+        assert not state.buckets[1].hopeful
+        assert not state.drift.rising
+        probes: list[int] = []
+        for i in range(400):
+            decision = controller.decide(cls, IDLE)
+            controller.observe(cls, decision, simulate(rng, HIGH, decision.k, cost=cost), IDLE)
+            if decision.explored:
+                probes.append(i)
+                if len(probes) == 1:
+                    assert state.drift.rising
+            elif decision.k > 0:
+                recoveries.append(i - probes[0])
+                break
+        follow_ups.append(probes[1] - probes[0])
+    assert len(recoveries) == 7
+    # At the watch share (a probe loses about 30 % of its request here: 2.5 %) the
+    # next probe would come some 40 requests later.
+    assert sorted(follow_ups)[3] <= 10
+    assert sorted(recoveries)[3] <= 25
+
+
 def test_a_stale_k0_at_batch_1_is_probed_until_re_measured() -> None:
     """Once the traffic has run STALE_STEPS engine steps at batch 1 without k = 0 and
     the depth it runs at has moved (the host changed speed), the price every relative

@@ -222,3 +222,23 @@ def test_without_a_watch_budget_the_scale_alone_sets_the_share() -> None:
     explore = Exploration(calibrated_model(), settings, ScriptedRandom(0.024))
     assert explore.watch_share(0.05, 0.01) == pytest.approx(0.025)
     assert explore.probe(0, False, (0, 5), 1, LoadSnapshot(), None, None, 0.01) == 1
+
+
+@pytest.mark.parametrize("loss", [0.3, 0.02])
+def test_a_rising_class_at_zero_watches_at_the_short_interval(loss: float) -> None:
+    """While a probe's acceptance has put the class's upward drift statistic in its
+    excursion, a class at k = 0 that cannot pay at k = 1 probes at `zero_probe_share`
+    (0.2) at batch 1, whatever its watch budget gives; under load still not at all."""
+
+    def probes(draw: float, bucket: int = 1, rising: bool = True) -> bool:
+        explore = Exploration(calibrated_model(), SETTINGS, ScriptedRandom(draw))
+        return (
+            explore.probe(0, False, (0, 5), bucket, LoadSnapshot(), None, None, loss, rising) == 1
+        )
+
+    assert probes(0.199)
+    assert not probes(0.201)
+    assert not probes(0.0, bucket=16)
+    quiet = Exploration(calibrated_model(), SETTINGS, ScriptedRandom(0.0)).watch_share(0.05, loss)
+    assert quiet < 0.2
+    assert not probes(quiet * 1.001, rising=False)
