@@ -144,7 +144,7 @@ class Controller:
             o.exploration_share,
             held.reach,
             held.watch_loss,
-            state.drift.rising,
+            k == 0 and state.drift.rising,
         )
         if probe is not None:
             return state.probe(probe, bucket)
