@@ -157,12 +157,10 @@ class Exploration:
         if share is None:
             share = self.exploration_share
         if k == 0 and share > 0:
-            if hopeful:
+            if hopeful or (rising and bucket == 1):
                 share = max(share, self.zero_probe_share)
             elif bucket > 1:
                 share = 0.0
-            elif rising:
-                share = max(share, self.zero_probe_share)
             else:
                 share = self.watch_share(share, watch_loss)
         if reach is not None:
