@@ -204,16 +204,21 @@ def main(
         )
     if beyond and bench_summary is None:
         raise typer.BadParameter("--beyond extends a --bench-summary profile")
-    if admin_costs is not None:
-        data = from_admin_costs(_fetch(admin_costs, admin_key), use_learned)
-    elif vllm_profile is not None:
-        body = json.loads(vllm_profile.read_text())
-        data = from_vllm_profile(body, prefill_ms_per_token, drafter_ms_per_token, no_spec_overhead)
-    else:
-        assert bench_summary is not None
-        data = _from_bench_run(
-            bench_summary, out, name, zero_skips_drafter, validation_out, beyond or []
-        )
+    try:
+        if admin_costs is not None:
+            data = from_admin_costs(_fetch(admin_costs, admin_key), use_learned)
+        elif vllm_profile is not None:
+            body = json.loads(vllm_profile.read_text())
+            data = from_vllm_profile(
+                body, prefill_ms_per_token, drafter_ms_per_token, no_spec_overhead
+            )
+        else:
+            assert bench_summary is not None
+            data = _from_bench_run(
+                bench_summary, out, name, zero_skips_drafter, validation_out, beyond or []
+            )
+    except ValueError as err:  # an input that cannot make a profile: say which, no traceback
+        raise typer.BadParameter(str(err)) from err
     notes = data.pop("notes", None)
     profile = {"name": name or out.stem, **data, "zero_skips_drafter": zero_skips_drafter}
     if notes:

@@ -171,3 +171,22 @@ def test_calibrations_without_a_common_larger_batch_are_refused() -> None:
     b = _calibration({4: [6.0, 8.0, 10.0], 16: [9.0, 16.0, 20.0]})
     with pytest.raises(ValueError, match="share no batch above 4"):
         beyond_largest(data, [("a", a), ("b", b)])
+
+
+def test_the_builder_names_a_calibration_that_cannot_carry_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On the command line a bad `--beyond` file is a usage error naming it, not a traceback.
+    (The run's prompt lengths are given: counting them needs the embedded model.)"""
+    import typer
+
+    from bench.twin import build_profile
+
+    monkeypatch.setattr(build_profile, "run_inputs", lambda summary: ([40, 1040], 0.05))
+    summary = tmp_path / "summary.json"
+    summary.write_text(json.dumps(_bench_summary()))
+    bad = tmp_path / "costs.json"
+    bad.write_text(json.dumps(_calibration({1: [5.0, 7.0, 8.0]})))
+    with pytest.raises(typer.BadParameter, match=r"costs.json: no calibration at batch 4"):
+        build_profile.main(out=tmp_path / "p.json", bench_summary=summary, beyond=[bad])
+    assert not (tmp_path / "p.json").exists()
