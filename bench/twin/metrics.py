@@ -21,7 +21,10 @@
   phase shifts applied) and the profile's median step costs. Where two depths are
   within a percent of each other, a learning controller moves between them on noise,
   which the strict figure counts as unsettled; this one asks whether the class runs
-  where it should.
+  where it should. A class whose requests off its best there ran no draft at all (held at
+  k = 0 by their batch, or at its own choice of 0) is named in its stretch's `undrafted`:
+  nothing there could move its estimate, so its choice rests on what it learnt before
+  the stretch, or on its prior.
 """
 
 from __future__ import annotations
@@ -131,19 +134,31 @@ def settle_points(
     for r in records:
         chosen[(r.segment, r.class_index, batch_bucket(r.load))].append((r.index, r))
     by_stretch: list[dict[str, int]] = [{} for _ in cuts]
+    undrafted: list[dict[str, bool]] = [{} for _ in cuts]
     for (segment, cls, _), pairs in sorted(chosen.items(), key=lambda item: item[0]):
         if len(pairs) < SETTLE_MIN:
             continue
         ordered = [r for _, r in sorted(pairs, key=lambda pair: pair[0])]
+        idle = False
         if goodput is None:
             n = settle_after([r.chosen for r in ordered])
         else:
-            n = near_after([_near(goodput(r), r.chosen) for r in ordered])
+            near = [_near(goodput(r), r.chosen) for r in ordered]
+            n = near_after(near)
+            off = [r for r, ok in zip(ordered, near, strict=True) if not ok]
+            idle = n > 0 and not any(r.draft_tokens for r in off)
         name = class_names[cls]
-        by_stretch[segment][name] = max(by_stretch[segment].get(name, 0), n)
+        if name not in by_stretch[segment] or n > by_stretch[segment][name]:
+            by_stretch[segment][name] = n
+            undrafted[segment][name] = idle
     return [
-        {"stretch": cut.label, "start": cut.start, "classes": classes}
-        for cut, classes in zip(cuts, by_stretch, strict=True)
+        {
+            "stretch": cut.label,
+            "start": cut.start,
+            "classes": classes,
+            **({"undrafted": sorted(c for c, v in idle.items() if v)} if goodput else {}),
+        }
+        for cut, classes, idle in zip(cuts, by_stretch, undrafted, strict=True)
     ]
 
 

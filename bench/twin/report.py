@@ -185,17 +185,31 @@ def _settle(arrivals: Mapping[str, Any], mode: str = ADAPTIVE, key: str = "settl
     its class's own vote (the depth the rule gives the class alone). `key`
     "near_settle": until its depths stayed near-best (`bench.twin.metrics`)."""
     labels = list(arrivals)
-    table: dict[str, dict[str, int]] = {}
+    table: dict[str, dict[str, str]] = {}
+    marked = False
     for label in labels:
         stretches = _first_seed(arrivals[label].get(key, {})).get(mode, [])
         for stretch in stretches:
             if stretch["start"] == 0:
                 continue
+            idle = stretch.get("undrafted", ())
             for cls, n in stretch["classes"].items():
-                table.setdefault(f"{stretch['stretch']} / {cls}", {})[label] = n
-    rows = [[key, *(str(v.get(a, "-")) for a in labels)] for key, v in table.items()]
+                mark = "*" if cls in idle else ""
+                marked = marked or bool(mark)
+                table.setdefault(f"{stretch['stretch']} / {cls}", {})[label] = f"{n}{mark}"
+    rows = [[key, *(v.get(a, "-") for a in labels)] for key, v in table.items()]
     what = "to settle" if key == "settle" else "until near-best"
-    return _table([f"{mode}: requests {what} (first seed)", *labels], rows)
+    out = _table([f"{mode}: requests {what} (first seed)", *labels], rows)
+    if marked:
+        out += ["", UNDRAFTED_NOTE]
+    return out
+
+
+UNDRAFTED_NOTE = (
+    "\\* None of the class's requests off its best depth there ran a draft (their batch held "
+    "them at k = 0, or the class chose 0): nothing there could move its estimate, so its "
+    "choice rests on what it learnt before the stretch, or on its prior."
+)
 
 
 def _checks(checks: Sequence[Mapping[str, Any]]) -> list[str]:

@@ -43,6 +43,9 @@ CLASS_FLOOR = 0.99
 #: Requests of a class for its depth to settle after a phase shift.
 SETTLE_REQUESTS = 20
 NEAR_PERCENT = round(100 * NEAR_SHARE)
+#: Said of a settling figure whose class's requests ran no draft where it was off its best
+#: (held at k = 0 by their batch, or its choice was 0): nothing there moved its estimate.
+UNDRAFTED = "its requests ran no draft"
 #: Where the oracle's ceiling over the best static depth exceeds this, adaptive must reach it.
 LARGE_CEILING = 1.10
 #: The per-step depth modes (`bench.twin.modes.adaptive_step`); the claims are checked for
@@ -126,17 +129,22 @@ def _arrival(run: CaseRun, label: str) -> dict[str, Any]:
     }
 
 
-def worst_settle(settle: Mapping[str, Mapping[str, Any]], mode: str) -> tuple[str, int] | None:
-    """The slowest (stretch/class, requests) to settle after a phase start or shift, over
-    seeds; the run's first stretch (a cold start, not a shift) is left out."""
-    worst: tuple[str, int] | None = None
+def worst_settle(
+    settle: Mapping[str, Mapping[str, Any]], mode: str
+) -> tuple[str, int, bool] | None:
+    """The slowest (stretch/class, requests, undrafted) to settle after a phase start or
+    shift, over seeds; the run's first stretch (a cold start, not a shift) is left out.
+    `undrafted`: that class's requests off its best there ran no draft
+    (`bench.twin.metrics.settle_points`)."""
+    worst: tuple[str, int, bool] | None = None
     for stretches in settle.values():
         for stretch in stretches.get(mode, []):
             if stretch["start"] == 0:
                 continue
+            idle = stretch.get("undrafted", ())
             for cls, n in stretch["classes"].items():
                 if worst is None or n > worst[1]:
-                    worst = (f"{stretch['stretch']}/{cls}", n)
+                    worst = (f"{stretch['stretch']}/{cls}", n, cls in idle)
     return worst
 
 
@@ -179,9 +187,10 @@ def _mode_checks(label: str, cell: Mapping[str, Any], mode: str) -> list[dict[st
     for key, how in (("settle", "settles"), ("near_settle", f"near-best ({NEAR_PERCENT} %)")):
         settled = worst_settle(cell.get(key, {}), mode)
         if settled is not None:
+            where = f"{settled[0]}; {UNDRAFTED}" if settled[2] else settled[0]
             out.append(
                 _check(
-                    f"{label}: {what} {how} after a shift ({settled[0]})",
+                    f"{label}: {what} {how} after a shift ({where})",
                     settled[1],
                     f"<= {SETTLE_REQUESTS} requests",
                     settled[1] <= SETTLE_REQUESTS,

@@ -9,9 +9,17 @@ import pytest
 
 from bench.twin.metrics import settle_points
 from bench.twin.records import RequestRecord
-from bench.twin.report import render
+from bench.twin.report import UNDRAFTED_NOTE, _settle, render
 from bench.twin.requests import Segment
-from bench.twin.summary import NEAR_PERCENT, best_static, checks, rounded, seed_ratios, worst_settle
+from bench.twin.summary import (
+    NEAR_PERCENT,
+    UNDRAFTED,
+    best_static,
+    checks,
+    rounded,
+    seed_ratios,
+    worst_settle,
+)
 from bench.twin.validation import compare, kendall_tau
 
 
@@ -109,8 +117,49 @@ def test_worst_settle_over_seeds_and_stretches() -> None:
         "1": {"adaptive": [{"stretch": "x", "start": 10, "classes": {"a": 4}}]},
         "2": {"adaptive": [{"stretch": "y", "start": 10, "classes": {"b": 7}}]},
     }
-    assert worst_settle(settle, "adaptive") == ("y/b", 7)
+    assert worst_settle(settle, "adaptive") == ("y/b", 7, False)
     assert worst_settle(settle, "adaptive-floor") is None
+
+
+def test_a_class_whose_requests_off_its_best_never_drafted_is_named() -> None:
+    """A class chose depth 3 where 0 is best and its batch held every request at k = 0:
+    its near-best figure is named undrafted; the same stretch where its requests drafted
+    at the depth it chose is not, nor is one that settled at once."""
+    cut = Segment(0, 30, 0, "p0")
+    goodput = (1.0, 0.9, 0.85, 0.8)
+
+    def record(i: int, drafts: int) -> RequestRecord:
+        return RequestRecord(i, 0, 0, 0, 0.0, 0.0, 1.0, 10, 0, 3, 5, drafts, 0, load=4)
+
+    def curve(r: RequestRecord) -> tuple[float, ...]:
+        return goodput
+
+    held = settle_points([record(i, 0) for i in range(30)], [cut], ["a"], curve)[0]
+    assert held["classes"]["a"] == 30
+    assert held["undrafted"] == ["a"]
+    ran = settle_points([record(i, 15) for i in range(30)], [cut], ["a"], curve)[0]
+    assert ran["classes"]["a"] == 30
+    assert ran["undrafted"] == []
+    assert "undrafted" not in settle_points([record(i, 0) for i in range(30)], [cut], ["a"])[0]
+    near = [record(i, 0) for i in range(30)]
+    settled = settle_points(near, [cut], ["a"], lambda r: (0.8, 0.8, 0.8, 1.0))[0]
+    assert settled["classes"]["a"] == 0
+    assert settled["undrafted"] == []
+
+
+def test_an_undrafted_figure_says_so_in_its_claim_and_report() -> None:
+    settle = [{"stretch": "p1", "start": 50, "classes": {"a": 0}}]
+    near = [{"stretch": "p1", "start": 50, "classes": {"a": 40, "b": 3}, "undrafted": ["a"]}]
+    cell = {**_cell(seed_ratios(MODES, 2), settle), "near_settle": {"1": {"adaptive": near}}}
+    out = {c["claim"]: c for c in checks({"c4": cell})}
+    claim = f"c4: k near-best ({NEAR_PERCENT} %) after a shift (p1/a; {UNDRAFTED})"
+    assert out[claim]["value"] == 40
+    assert out[claim]["pass"] is False
+    table = "\n".join(_settle({"c4": cell}, "adaptive", "near_settle"))
+    assert "| p1 / a | 40* |" in table
+    assert "| p1 / b | 3 |" in table
+    assert UNDRAFTED_NOTE in table
+    assert UNDRAFTED_NOTE not in "\n".join(_settle({"c4": cell}, "adaptive", "settle"))
 
 
 def test_rounded_keeps_six_significant_digits_and_string_keys() -> None:
