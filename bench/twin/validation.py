@@ -2,8 +2,8 @@
 
 `measurements/make-bench-cpu-embedded.json` is the real-engine run of `python -m bench run`
 (the embedded model on this repository's CPU) that the profile's step costs and the
-workload's acceptance were derived from, cut to its tokens/s: a later run on another
-sitting of the host would compare the twin with economics it was not given. For every
+workload's acceptance were derived from, cut to its tokens/s: a later run, on a host
+running at another speed, would compare the twin with economics it was not given. For every
 arrival and mode both have, the twin's tokens/s relative to no speculation is set beside the real
 run's (`cells[mode][arrival].tokens_per_s.median`), with the difference as a share
 of the real figure, flagged beyond `TOLERANCE`; per arrival, Kendall's tau
