@@ -129,12 +129,13 @@ def settle_points(
 ) -> list[dict[str, Any]]:
     """Per stretch, in order: its label, first request, and per class the requests until
     its chosen depth settled there; with `goodput` (a request's steady goodput per depth
-    at its load), until its chosen depths stayed near-best instead."""
+    at its load), until its chosen depths stayed near-best instead, and the classes whose
+    requests off their best there ran no draft (`undrafted`, module docstring)."""
     chosen: dict[tuple[int, int, int], list[tuple[int, RequestRecord]]] = defaultdict(list)
     for r in records:
         chosen[(r.segment, r.class_index, batch_bucket(r.load))].append((r.index, r))
-    by_stretch: list[dict[str, int]] = [{} for _ in cuts]
-    undrafted: list[dict[str, bool]] = [{} for _ in cuts]
+    #: Per stretch, per class: its slowest bucket's (requests, undrafted).
+    by_stretch: list[dict[str, tuple[int, bool]]] = [{} for _ in cuts]
     for (segment, cls, _), pairs in sorted(chosen.items(), key=lambda item: item[0]):
         if len(pairs) < SETTLE_MIN:
             continue
@@ -148,17 +149,16 @@ def settle_points(
             off = [r for r, ok in zip(ordered, near, strict=True) if not ok]
             idle = n > 0 and not any(r.draft_tokens for r in off)
         name = class_names[cls]
-        if name not in by_stretch[segment] or n > by_stretch[segment][name]:
-            by_stretch[segment][name] = n
-            undrafted[segment][name] = idle
+        if name not in by_stretch[segment] or n > by_stretch[segment][name][0]:
+            by_stretch[segment][name] = (n, idle)
     return [
         {
             "stretch": cut.label,
             "start": cut.start,
-            "classes": classes,
-            **({"undrafted": sorted(c for c, v in idle.items() if v)} if goodput else {}),
+            "classes": {c: n for c, (n, _) in classes.items()},
+            **({"undrafted": sorted(c for c, (_, v) in classes.items() if v)} if goodput else {}),
         }
-        for cut, classes, idle in zip(cuts, by_stretch, undrafted, strict=True)
+        for cut, classes in zip(cuts, by_stretch, strict=True)
     ]
 
 
