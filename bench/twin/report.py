@@ -22,9 +22,8 @@ from bench.twin.modes import (
     NOSPEC,
     ORACLE,
     UPPER_BOUND,
-    static_modes,
 )
-from bench.twin.summary import CLASS_FLOOR
+from bench.twin.summary import CLASS_FLOOR, both_met, trade_off_modes
 
 INTRO = (
     "Simulation, not a measurement: the engine twin replays each workload in virtual "
@@ -149,12 +148,9 @@ TRADE_OFF_NOTE = (
 )
 
 
-def _trade_off(arrivals: Mapping[str, Any], max_k: int) -> list[str]:
+def _trade_off(arrivals: Mapping[str, Any]) -> list[str]:
     labels = list(arrivals)
-    ran = {name.split("/")[0] for a in labels for name in arrivals[a]["ratios"]}
-    modes = [
-        m for m in (*static_modes(max_k), ADAPTIVE, ADAPTIVE_STEP, ORACLE, UPPER_BOUND) if m in ran
-    ]
+    modes = trade_off_modes({name: None for a in labels for name in arrivals[a]["ratios"]})
     rows: list[list[str]] = []
     met: dict[str, list[str]] = {a: [] for a in labels}
     for mode in modes:
@@ -164,7 +160,7 @@ def _trade_off(arrivals: Mapping[str, Any], max_k: int) -> list[str]:
             best = ratios.get(f"{mode}/best-static", {}).get("median")
             worst = 1.0 if mode == NOSPEC else ratios.get(f"worst-class:{mode}", {}).get("median")
             row.append("-" if best is None else f"{_f(best)} · {_f(worst, 2)}")
-            if best is not None and worst is not None and best >= 1.0 and worst >= CLASS_FLOOR:
+            if both_met(ratios, mode):
                 met[a].append(mode)
         rows.append(row)
     both = ["both met by", *(", ".join(met[a]) or "none" for a in labels)]
@@ -247,7 +243,7 @@ def _profile(name: str, p: Mapping[str, Any]) -> list[str]:
         "",
         *_ratios(arrivals),
         "",
-        *_trade_off(arrivals, p["max_k"]),
+        *_trade_off(arrivals),
         "",
         *_settle(arrivals),
         "",

@@ -32,6 +32,7 @@ from bench.twin.modes import (
     UPPER_BOUND,
     static_modes,
 )
+from bench.twin.modes.oracle import static_depth
 from bench.twin.runner import CaseRun
 
 #: Concurrencies the claims are checked at.
@@ -46,6 +47,13 @@ NEAR_PERCENT = round(100 * NEAR_SHARE)
 #: Said of a settling figure whose class's requests ran no draft where it was off its best
 #: (held at k = 0 by their batch, or its choice was 0): nothing there moved its estimate.
 UNDRAFTED = "its requests ran no draft"
+#: Said of a failing worst-class figure where no mode of the run reaches both it and the best
+#: static depth (`both_met`): the two targets conflict in that cell for every policy there.
+CONFLICT_NONE = (
+    "no mode here reaches both this and the best static depth, the clairvoyant bound included"
+)
+#: The same where only the clairvoyant bound, which knows every step's draws, reaches both.
+CONFLICT_BOUND = "only the clairvoyant bound reaches both this and the best static depth here"
 #: Where the oracle's ceiling over the best static depth exceeds this, adaptive must reach it.
 LARGE_CEILING = 1.10
 #: The per-step depth modes (`bench.twin.modes.adaptive_step`); the claims are checked for
@@ -148,6 +156,40 @@ def worst_settle(
     return worst
 
 
+def both_met(ratios: Mapping[str, Mapping[str, float]], mode: str) -> bool | None:
+    """Whether `mode` reaches both targets in a cell, at the median over seeds: tokens/s at
+    least the best static depth's, and its worst class at least `CLASS_FLOOR` of its speed
+    with no speculation (no speculation's own worst class is 1 by definition); None where
+    the cell lacks either ratio."""
+    best = ratios.get(f"{mode}/best-static", {}).get("median")
+    worst = 1.0 if mode == NOSPEC else ratios.get(f"worst-class:{mode}", {}).get("median")
+    if best is None or worst is None:
+        return None
+    return best >= 1.0 and worst >= CLASS_FLOOR
+
+
+def trade_off_modes(ratios: Mapping[str, Any]) -> list[str]:
+    """The modes of a cell with a ratio to the best static depth, in the report's order:
+    no speculation and the static depths, the engines' baselines, the gateway's modes, the
+    yardsticks."""
+    ran = {name.removesuffix("/best-static") for name in ratios if name.endswith("/best-static")}
+    depths = {m: d for m in ran - {NOSPEC} if (d := static_depth(m)) is not None}
+    statics = sorted(depths, key=depths.__getitem__)
+    order = (NOSPEC, *statics, *BASELINES, ADAPTIVE, ADAPTIVE_FLOOR, *STEP_MODES, ORACLE)
+    return [m for m in (*order, UPPER_BOUND) if m in ran]
+
+
+def class_floor_conflict(ratios: Mapping[str, Mapping[str, float]]) -> str | None:
+    """Where no mode of the cell (`trade_off_modes`) other than the clairvoyant bound
+    reaches both targets (`both_met`), what the report says of a failing worst-class claim."""
+    met = {m for m in trade_off_modes(ratios) if both_met(ratios, m)}
+    if not met:
+        return CONFLICT_NONE
+    if met == {UPPER_BOUND}:
+        return CONFLICT_BOUND
+    return None
+
+
 def _check(claim: str, value: float | None, target: str, ok: bool | None) -> dict[str, Any]:
     return {"claim": claim, "value": value, "target": target, "pass": ok}
 
@@ -182,6 +224,9 @@ def _mode_checks(label: str, cell: Mapping[str, Any], mode: str) -> list[dict[st
     if f"worst-class:{mode}" in r:
         v = r[f"worst-class:{mode}"]
         claim = "worst class / no spec" if mode == ADAPTIVE else f"{mode}: worst class / no spec"
+        conflict = class_floor_conflict(cell["ratios"]) if v < CLASS_FLOOR else None
+        if conflict is not None:
+            claim = f"{claim} ({conflict})"
         out.append(_check(f"{label}: {claim}", v, f">= {CLASS_FLOOR}", v >= CLASS_FLOOR))
     what = "k" if mode == ADAPTIVE else f"{mode}: its class's vote"
     for key, how in (("settle", "settles"), ("near_settle", f"near-best ({NEAR_PERCENT} %)")):

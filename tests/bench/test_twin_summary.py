@@ -12,6 +12,8 @@ from bench.twin.records import RequestRecord
 from bench.twin.report import UNDRAFTED_NOTE, _settle, render
 from bench.twin.requests import Segment
 from bench.twin.summary import (
+    CONFLICT_BOUND,
+    CONFLICT_NONE,
     NEAR_PERCENT,
     UNDRAFTED,
     best_static,
@@ -77,6 +79,27 @@ def test_checks_read_medians_skip_the_cold_start_and_add_the_large_ceiling_claim
     assert out["c4: k settles after a shift (p1/b)"]["value"] == 25
     assert out["c4: oracle ceiling 1.200 > 1.1: adaptive / best static"]["pass"] is False
     assert not any(c.startswith("poisson") for c in out)
+
+
+def test_a_worst_class_claim_says_where_no_mode_reaches_both_targets() -> None:
+    """Static k = 1, the threshold baseline and the oracle reach both targets in `MODES`;
+    with their worst class below the floor, none does; with the clairvoyant bound reaching
+    both, the claim says that only it does; a passing claim says neither."""
+    settle: list[dict[str, Any]] = []
+    claim = "c4: worst class / no spec"
+
+    def worst_claims(modes: dict[str, Any]) -> list[str]:
+        out = checks({"c4": _cell(seed_ratios(modes, 2), settle)})
+        return [c["claim"] for c in out if c["claim"].startswith(claim)]
+
+    assert worst_claims(MODES) == [claim]
+    weak = {m: _mode(f["tokens_per_s"], {**f["class_speed"], "b": 9.0}) for m, f in MODES.items()}
+    weak["nospec"] = MODES["nospec"]
+    assert worst_claims(weak) == [f"{claim} ({CONFLICT_NONE})"]
+    bound = {**weak, "upper-bound": _mode(130.0, {"a": 15.0, "b": 10.0})}
+    assert worst_claims(bound) == [f"{claim} ({CONFLICT_BOUND})"]
+    fine = {**MODES, "adaptive": _mode(126.0, {"a": 14.0, "b": 10.0})}
+    assert worst_claims(fine) == [claim]
 
 
 def test_near_best_settling_is_checked_beside_the_strict_one() -> None:
@@ -241,9 +264,11 @@ def test_report_renders_from_a_json_round_trip(tmp_path: Any) -> None:
     assert "start / a" not in text
     assert "| p | c4 | 1.050 | 1.050 | 1.050 | 1.008 | 1.008 | 1.008 |" in text
     # the trade-off: adaptive is ahead of the best static depth but its class b reads 0.98
-    # of no speculation; static k = 1 and the oracle meet both targets here
+    # of no speculation; static k = 1, the threshold baseline and the oracle meet both
+    # targets here
     assert "| nospec | 0.833 · 1.00 |" in text
     assert "| static-k1 | 1.000 · 1.10 |" in text
+    assert "| trtllm-threshold | 1.008 · 1.10 |" in text
     assert "| adaptive | 1.050 · 0.98 |" in text
-    assert "| both met by | static-k1, oracle |" in text
+    assert "| both met by | static-k1, trtllm-threshold, oracle |" in text
     assert "| upper-bound |" not in text  # it did not run
