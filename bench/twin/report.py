@@ -150,7 +150,7 @@ TRADE_OFF_NOTE = (
 
 def _trade_off(arrivals: Mapping[str, Any]) -> list[str]:
     labels = list(arrivals)
-    modes = trade_off_modes({name: None for a in labels for name in arrivals[a]["ratios"]})
+    modes = trade_off_modes(name for a in labels for name in arrivals[a]["ratios"])
     rows: list[list[str]] = []
     met: dict[str, list[str]] = {a: [] for a in labels}
     for mode in modes:

@@ -17,7 +17,7 @@ same file byte for byte.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from bench.twin.metrics import NEAR_SHARE
@@ -54,6 +54,10 @@ CONFLICT_NONE = (
 )
 #: The same where only the clairvoyant bound, which knows every step's draws, reaches both.
 CONFLICT_BOUND = "only the clairvoyant bound reaches both this and the best static depth here"
+#: The same where only yardsticks that know the run in hindsight reach both.
+CONFLICT_HINDSIGHT = (
+    "only the hindsight oracle and bound reach both this and the best static depth here"
+)
 #: Where the oracle's ceiling over the best static depth exceeds this, adaptive must reach it.
 LARGE_CEILING = 1.10
 #: The per-step depth modes (`bench.twin.modes.adaptive_step`); the claims are checked for
@@ -168,11 +172,11 @@ def both_met(ratios: Mapping[str, Mapping[str, float]], mode: str) -> bool | Non
     return best >= 1.0 and worst >= CLASS_FLOOR
 
 
-def trade_off_modes(ratios: Mapping[str, Any]) -> list[str]:
+def trade_off_modes(ratio_names: Iterable[str]) -> list[str]:
     """The modes of a cell with a ratio to the best static depth, in the report's order:
     no speculation and the static depths, the engines' baselines, the gateway's modes, the
     yardsticks."""
-    ran = {name.removesuffix("/best-static") for name in ratios if name.endswith("/best-static")}
+    ran = {n.removesuffix("/best-static") for n in ratio_names if n.endswith("/best-static")}
     depths = {m: d for m in ran - {NOSPEC} if (d := static_depth(m)) is not None}
     statics = sorted(depths, key=depths.__getitem__)
     order = (NOSPEC, *statics, *BASELINES, ADAPTIVE, ADAPTIVE_FLOOR, *STEP_MODES, ORACLE)
@@ -180,13 +184,15 @@ def trade_off_modes(ratios: Mapping[str, Any]) -> list[str]:
 
 
 def class_floor_conflict(ratios: Mapping[str, Mapping[str, float]]) -> str | None:
-    """Where no mode of the cell (`trade_off_modes`) other than the clairvoyant bound
-    reaches both targets (`both_met`), what the report says of a failing worst-class claim."""
+    """Where no mode of the cell (`trade_off_modes`) but the hindsight yardsticks reaches
+    both targets (`both_met`), what the report says of a failing worst-class claim."""
     met = {m for m in trade_off_modes(ratios) if both_met(ratios, m)}
     if not met:
         return CONFLICT_NONE
     if met == {UPPER_BOUND}:
         return CONFLICT_BOUND
+    if met <= {ORACLE, UPPER_BOUND}:
+        return CONFLICT_HINDSIGHT
     return None
 
 

@@ -13,6 +13,7 @@ from bench.twin.report import UNDRAFTED_NOTE, _settle, render
 from bench.twin.requests import Segment
 from bench.twin.summary import (
     CONFLICT_BOUND,
+    CONFLICT_HINDSIGHT,
     CONFLICT_NONE,
     NEAR_PERCENT,
     UNDRAFTED,
@@ -84,7 +85,8 @@ def test_checks_read_medians_skip_the_cold_start_and_add_the_large_ceiling_claim
 def test_a_worst_class_claim_says_where_no_mode_reaches_both_targets() -> None:
     """Static k = 1, the threshold baseline and the oracle reach both targets in `MODES`;
     with their worst class below the floor, none does; with the clairvoyant bound reaching
-    both, the claim says that only it does; a passing claim says neither."""
+    both, the claim says that only it does, and with the oracle too, that only the
+    hindsight yardsticks do; a passing claim says none of it."""
     settle: list[dict[str, Any]] = []
     claim = "c4: worst class / no spec"
 
@@ -98,6 +100,8 @@ def test_a_worst_class_claim_says_where_no_mode_reaches_both_targets() -> None:
     assert worst_claims(weak) == [f"{claim} ({CONFLICT_NONE})"]
     bound = {**weak, "upper-bound": _mode(130.0, {"a": 15.0, "b": 10.0})}
     assert worst_claims(bound) == [f"{claim} ({CONFLICT_BOUND})"]
+    hindsight = {**bound, "oracle": _mode(125.0, {"a": 14.0, "b": 11.0})}
+    assert worst_claims(hindsight) == [f"{claim} ({CONFLICT_HINDSIGHT})"]
     fine = {**MODES, "adaptive": _mode(126.0, {"a": 14.0, "b": 10.0})}
     assert worst_claims(fine) == [claim]
 
