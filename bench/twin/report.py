@@ -23,7 +23,7 @@ from bench.twin.modes import (
     ORACLE,
     UPPER_BOUND,
 )
-from bench.twin.summary import CLASS_FLOOR, both_met, trade_off_modes
+from bench.twin.summary import CLASS_FLOOR, both_met, target_figures, trade_off_modes
 
 INTRO = (
     "Simulation, not a measurement: the engine twin replays each workload in virtual "
@@ -157,10 +157,9 @@ def _trade_off(arrivals: Mapping[str, Any]) -> list[str]:
         row = [mode]
         for a in labels:
             ratios = arrivals[a]["ratios"]
-            best = ratios.get(f"{mode}/best-static", {}).get("median")
-            worst = 1.0 if mode == NOSPEC else ratios.get(f"worst-class:{mode}", {}).get("median")
+            best, worst = target_figures(ratios, mode)
             row.append("-" if best is None else f"{_f(best)} · {_f(worst, 2)}")
-            if both_met(ratios, mode):
+            if both_met(best, worst):
                 met[a].append(mode)
         rows.append(row)
     both = ["both met by", *(", ".join(met[a]) or "none" for a in labels)]

@@ -160,16 +160,21 @@ def worst_settle(
     return worst
 
 
-def both_met(ratios: Mapping[str, Mapping[str, float]], mode: str) -> bool | None:
-    """Whether `mode` reaches both targets in a cell, at the median over seeds: tokens/s at
-    least the best static depth's, and its worst class at least `CLASS_FLOOR` of its speed
-    with no speculation (no speculation's own worst class is 1 by definition); None where
-    the cell lacks either ratio."""
+def target_figures(
+    ratios: Mapping[str, Mapping[str, float]], mode: str
+) -> tuple[float | None, float | None]:
+    """A mode's two target figures in a cell, at the median over seeds: its tokens/s over
+    the best static depth's, and its worst class's speed over that class's with no
+    speculation (no speculation's own is 1 by definition); None where the cell lacks one."""
     best = ratios.get(f"{mode}/best-static", {}).get("median")
     worst = 1.0 if mode == NOSPEC else ratios.get(f"worst-class:{mode}", {}).get("median")
-    if best is None or worst is None:
-        return None
-    return best >= 1.0 and worst >= CLASS_FLOOR
+    return best, worst
+
+
+def both_met(best: float | None, worst: float | None) -> bool:
+    """Whether a mode's `target_figures` reach both targets: at least the best static
+    depth, and its worst class at least `CLASS_FLOOR`."""
+    return best is not None and worst is not None and best >= 1.0 and worst >= CLASS_FLOOR
 
 
 def trade_off_modes(ratio_names: Iterable[str]) -> list[str]:
@@ -179,14 +184,14 @@ def trade_off_modes(ratio_names: Iterable[str]) -> list[str]:
     ran = {n.removesuffix("/best-static") for n in ratio_names if n.endswith("/best-static")}
     depths = {m: d for m in ran - {NOSPEC} if (d := static_depth(m)) is not None}
     statics = sorted(depths, key=depths.__getitem__)
-    order = (NOSPEC, *statics, *BASELINES, ADAPTIVE, ADAPTIVE_FLOOR, *STEP_MODES, ORACLE)
-    return [m for m in (*order, UPPER_BOUND) if m in ran]
+    order = (NOSPEC, *statics, *BASELINES, ADAPTIVE, ADAPTIVE_FLOOR, *STEP_MODES)
+    return [m for m in (*order, ORACLE, UPPER_BOUND) if m in ran]
 
 
 def class_floor_conflict(ratios: Mapping[str, Mapping[str, float]]) -> str | None:
     """Where no mode of the cell (`trade_off_modes`) but the hindsight yardsticks reaches
     both targets (`both_met`), what the report says of a failing worst-class claim."""
-    met = {m for m in trade_off_modes(ratios) if both_met(ratios, m)}
+    met = {m for m in trade_off_modes(ratios) if both_met(*target_figures(ratios, m))}
     if not met:
         return CONFLICT_NONE
     if met == {UPPER_BOUND}:
