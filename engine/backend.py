@@ -30,6 +30,8 @@ class PortConfig:
 
     model: str
     served_model_name: str
+    #: Further names the model answers to; answers report `served_model_name`.
+    served_aliases: tuple[str, ...] = ()
     #: `/v1/completions` prompts are raw by design (a client may write the template's
     #: markers on purpose); True reads their control-token strings as text too.
     split_completion_prompts: bool = False

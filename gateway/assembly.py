@@ -62,7 +62,7 @@ def replica_metrics(
     metrics = GatewayMetrics(registry, max_depth=max_depth, flags=tuple(SPECS))
     info = BuildInfo(
         version=package_version("spec-gateway"),
-        model=settings.served_model_name,
+        model=settings.served_names[0],
         drafter=drafter,
         vllm_version=vllm_version,
         max_depth=max_depth,

@@ -38,6 +38,9 @@ from gateway.supervisor import EngineSlot, EngineSupervisor
 
 log = logging.getLogger("specgw")
 
+#: The fake engine's context length where the settings leave it to the model.
+FAKE_MAX_MODEL_LEN = 2048
+
 #: (engine settings, controller settings) -> the runtime factory `create_app` takes.
 BackendFactory = Callable[[EngineSettings, ControllerSettings | None], RuntimeFactory]
 
@@ -45,7 +48,9 @@ BackendFactory = Callable[[EngineSettings, ControllerSettings | None], RuntimeFa
 def fake_engine_config(engine_settings: EngineSettings) -> FakeEngineConfig:
     """The fake engine the settings describe: K and the context length carry over."""
     return FakeEngineConfig(
-        max_depth=engine_settings.max_depth, max_prompt_tokens=engine_settings.max_model_len
+        max_depth=engine_settings.max_depth,
+        # No model to read a length from: the embedded model's, unless set.
+        max_prompt_tokens=engine_settings.max_model_len or FAKE_MAX_MODEL_LEN,
     )
 
 
@@ -79,7 +84,8 @@ def fake_runtime_factory(
         async def build_frontend(engine: Any) -> ServingPort:
             served = replace(
                 frontend_config or FakeFrontendConfig(),
-                served_model_name=settings.served_model_name,
+                served_model_name=settings.served_names[0],
+                served_aliases=tuple(settings.served_names[1:]),
             )
             return FakeFrontend(engine, served)
 

@@ -186,7 +186,8 @@ def real_runtime_factory(
         target, _ = engine_settings.resolved_models()
         config = PortConfig(
             model=str(target),
-            served_model_name=settings.served_model_name,
+            served_model_name=settings.served_names[0],
+            served_aliases=tuple(settings.served_names[1:]),
             split_completion_prompts=settings.split_completion_control_tokens,
         )
         slot = EngineSlot(
@@ -282,7 +283,7 @@ async def _control_plane(
         step_rule=step_rule,
     )
     admin, store = await assembly.shared_state(stack, settings, connection, controller)
-    telemetry = GatewayTelemetry(metrics, settings.served_model_name)
+    telemetry = GatewayTelemetry(metrics, settings.served_names[0])
     keys = await KeyLimits.start(stack, settings, registry, connection)
     service, admission = build_service(settings, frontend, plane, board, telemetry, keys)
     service.set_aborter(engine.abort)

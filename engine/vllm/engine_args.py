@@ -22,6 +22,18 @@ from engine.vllm.batch_depth import PREFILL_STEP_KEY
 _CPU_BLOCK_SIZE = {"cpu": 32}
 
 
+def eager_for(settings: EngineSettings, device_type: str) -> bool:
+    """`enforce_eager` resolved: the setting, else graphs on CUDA and eager elsewhere.
+
+    On CUDA, eager mode turns off torch.compile and CUDA graphs, and with them the
+    uniform-depth rule and Model Runner V2's drafter skip (`engine.vllm.batch_depth`);
+    on the CPU, vLLM's compilation adds minutes to a start for no measured gain here.
+    """
+    if settings.enforce_eager is not None:
+        return settings.enforce_eager
+    return device_type != "cuda"
+
+
 def engine_args(settings: EngineSettings) -> AsyncEngineArgs:
     """vLLM engine arguments for these settings (K from the drafter's presence)."""
     target, drafter = settings.resolved_models()
@@ -42,22 +54,24 @@ def engine_args(settings: EngineSettings) -> AsyncEngineArgs:
         "async": ("AsyncSpecDepthScheduler", True),
         "auto": ("AutoSpecDepthScheduler", None),
     }[settings.scheduler]
+    device = current_platform.device_type
     kwargs: dict[str, Any] = dict(
         model=str(target),
-        served_model_name=[settings.served_model_name],
+        served_model_name=settings.served_names(),
         speculative_config=speculative,
         scheduler_cls=f"engine.vllm.scheduler.{scheduler}",
         async_scheduling=async_scheduling,
         per_request_spec_decode_metrics=settings.per_request_metrics if speculative else "none",
         dtype=settings.dtype,
-        max_model_len=settings.max_model_len,
-        max_num_seqs=settings.max_num_seqs,
-        enforce_eager=settings.enforce_eager,
+        max_num_seqs=settings.resolved_max_num_seqs(),
+        enforce_eager=eager_for(settings, device),
         seed=settings.seed,
         disable_log_stats=False,
         worker_extension_cls="engine.vllm.worker.SpecGatewayWorker",
     )
-    block_size = settings.block_size or _CPU_BLOCK_SIZE.get(current_platform.device_type)
+    if settings.max_model_len is not None:  # else vLLM's: the model's own length
+        kwargs["max_model_len"] = settings.max_model_len
+    block_size = settings.block_size or _CPU_BLOCK_SIZE.get(device)
     if block_size is not None:
         kwargs["block_size"] = block_size
     if settings.tensor_parallel_size > 1:

@@ -57,7 +57,12 @@ class FrontendConfig:
 
     model: str
     served_model_name: str
-    tool_call_parser: str | None = "hermes"
+    #: Further names the model answers to (vLLM's `--served-model-name a b`: the first
+    #: is the one answers report).
+    served_aliases: tuple[str, ...] = ()
+    #: Resolved by `engine.vllm.parsers` from the settings and the model.
+    tool_call_parser: str | None = None
+    reasoning_parser: str | None = None
     chat_template: str | None = None
     #: `/v1/completions` prompts are raw by design (a client may write the template's
     #: markers on purpose); True reads their control-token strings as text too.
@@ -150,14 +155,18 @@ class OpenAIFrontend:
         `lossless_sampling` is the engine's (`Engine.lossless_sampling`).
         """
         from vllm.entrypoints.launchers.api_server.app_state import init_app_state
-        from vllm.entrypoints.launchers.cli_args import make_arg_parser
         from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-        argv = ["--model", config.model, "--served-model-name", config.served_model_name]
+        from engine.vllm.compat import make_arg_parser
+
+        names = [config.served_model_name, *config.served_aliases]
+        argv = ["--model", config.model, "--served-model-name", *names]
         # usage.prompt_tokens_details.cached_tokens, as OpenAI reports it.
         argv += ["--enable-prompt-tokens-details"]
         if config.tool_call_parser:
             argv += ["--enable-auto-tool-choice", "--tool-call-parser", config.tool_call_parser]
+        if config.reasoning_parser:
+            argv += ["--reasoning-parser", config.reasoning_parser]
         if config.chat_template:
             argv += ["--chat-template", config.chat_template]
         args = make_arg_parser(FlexibleArgumentParser()).parse_args(argv)  # type: ignore[no-untyped-call]

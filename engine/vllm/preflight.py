@@ -5,7 +5,9 @@ it and exit instead of a traceback from deep inside vLLM minutes later: a wrong
 vLLM version or a changed hook (`engine.vllm.compat`), a missing model, an unreadable
 token file, a drafter that does not fit its target (`engine.vllm.model_source`), and a
 batch-size schedule vLLM would refuse only when its engine core builds the
-scheduler (`validate_and_normalize_dynamic_sd_schedule`; its config accepts it).
+scheduler (`validate_and_normalize_dynamic_sd_schedule`; its config accepts it), and a
+tool or reasoning parser that cannot be chosen without guessing or that vLLM does not
+have (`engine.vllm.parsers`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from engine.vllm.model_source import (
     model_source,
     read_config,
 )
+from engine.vllm.parsers import ParserChoiceError, check_parsers_known, resolved_parsers
 
 
 class EngineSettingsError(ValueError):
@@ -33,6 +36,7 @@ PREFLIGHT_ERRORS: tuple[type[Exception], ...] = (
     VLLMCompatError,
     ModelSourceError,
     EngineSettingsError,
+    ParserChoiceError,
 )
 
 
@@ -62,16 +66,62 @@ def check_schedule(settings: EngineSettings) -> None:
         raise EngineSettingsError(f"spec_tokens_per_batch_size: {exc}") from exc
 
 
+#: The oldest NVIDIA driver each CUDA major's user-space libraries run on (NVIDIA's CUDA
+#: toolkit release notes, "CUDA Toolkit and Corresponding Driver Versions"): the CUDA
+#: build's torch 2.14.0 is cu130 (`deploy/constraints/cuda.txt`).
+CUDA_DRIVER_FLOOR: dict[int, int] = {12: 525, 13: 580}
+
+
+def check_driver(cuda_runtime: str | None, driver: str | None) -> None:
+    """Refuse a visible GPU whose driver is older than the CUDA build needs.
+
+    `cuda_runtime`: torch's CUDA version (`torch.version.cuda`, None on a CPU build);
+    `driver`: the NVIDIA driver's version (NVML), None where no GPU is visible. An old
+    driver fails at the first CUDA call, after the weights have downloaded.
+    """
+    if not cuda_runtime or not driver:
+        return
+    floor = CUDA_DRIVER_FLOOR.get(int(cuda_runtime.split(".")[0]))
+    if floor is not None and int(driver.split(".")[0]) < floor:
+        raise EngineSettingsError(
+            f"NVIDIA driver {driver} is older than {floor}, the oldest that runs CUDA "
+            f"{cuda_runtime} (this build's torch): upgrade the node's driver, or run a "
+            "build of spec-gateway for an older CUDA"
+        )
+
+
+def visible_driver() -> tuple[str | None, str | None]:
+    """(torch's CUDA version, the NVIDIA driver's version), None where there is none."""
+    import torch
+
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            driver = pynvml.nvmlSystemGetDriverVersion()
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # no NVML library, no GPU, no driver: nothing to check
+        return torch.version.cuda, None
+    text = driver.decode() if isinstance(driver, bytes) else str(driver)
+    return torch.version.cuda, text
+
+
 def preflight(settings: EngineSettings, environ: Mapping[str, str] | None = None) -> None:
     """vLLM first (nothing else matters on a wrong one), then the schedule and the models."""
     check_vllm()
+    check_driver(*visible_driver())
     check_schedule(settings)
-    check_models(settings, os.environ if environ is None else environ)
+    env = os.environ if environ is None else environ
+    check_models(settings, env)
+    check_parsers_known(resolved_parsers(settings, env))
 
 
 __all__ = [
     "PREFLIGHT_ERRORS",
     "EngineSettingsError",
+    "check_driver",
     "check_models",
     "check_schedule",
     "preflight",

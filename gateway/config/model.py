@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from engine.settings import EngineSettings
@@ -41,6 +41,20 @@ class ServeSettings(GatewaySettings):
         default_factory=ControllerSettings,
         description="The speculation controller: classes, policy, estimation, costs, drift.",
     )
+
+    @model_validator(mode="after")
+    def _engine_derived(self) -> ServeSettings:
+        """The served name defaults to the model id, and the engine serves the same names
+        (vLLM's `model_name` metric label, its serving layer's model list); admission
+        follows the engine's batch unless set."""
+        if self.served_model_name is None:
+            self.served_model_name = self.engine.default_served_name()
+        if "max_running" not in self.model_fields_set:
+            # Admitting more than one engine step holds only queues inside the engine,
+            # where the gateway's admission and fair share cannot see the wait.
+            self.max_running = self.engine.resolved_max_num_seqs()
+        self.engine = self.engine.with_served_names(self.served_names)
+        return self
 
     @classmethod
     def settings_customise_sources(

@@ -38,7 +38,12 @@ LISTED: dict[str, Any] = {
     "log_level": "debug",
     "engine.model": "/models/target",
     "engine.drafter": "/models/drafter",
-    "engine.served_model_name": "served-by-vllm",
+    "served_model_aliases": ["short-name"],
+    "engine.max_model_len": 4096,
+    "engine.max_num_seqs": 64,
+    "engine.enforce_eager": False,
+    "engine.tool_call_parser": "llama3_json",
+    "engine.reasoning_parser": "qwen3",
     "engine.extra_args": {"enable_prefix_caching": True},
     "engine.spec_tokens_per_batch_size": [[1, 4, 2], [5, 64, 1]],
     "engine.prefill_step_depth": 1,
@@ -48,7 +53,7 @@ LISTED: dict[str, Any] = {
     "control.batch_floor": 0.9,
 }
 #: Comma-separated in flags and the environment (their fields split a string).
-CSV = {"api_keys", "admin_keys", "cors_origins"}
+CSV = {"api_keys", "admin_keys", "cors_origins", "served_model_aliases"}
 
 
 def sample_value(doc: SettingDoc) -> Any:
