@@ -143,7 +143,9 @@ def test_production_gpus_follow_tensor_parallel_size(production: Rendered) -> No
     container = gateway_container(production)
     assert container["resources"]["limits"]["nvidia.com/gpu"] == tp
     assert container["resources"]["requests"]["nvidia.com/gpu"] == tp
-    assert container["resources"]["limits"]["memory"] == values["resources"]["limits"]["memory"]
+    # Memory and /dev/shm are the cuda variant's own sizes (test_chart_gpu.py).
+    cuda = load_values(CHART_DIR / "values.yaml")["variantSizing"]["cuda"]
+    assert container["resources"]["limits"]["memory"] == cuda["resources"]["limits"]["memory"]
     env = env_of(container)
     assert env["SPECGW_ENGINE_TENSOR_PARALLEL_SIZE"]["value"] == str(tp)
     assert env["SPECGW_ENGINE_GPU_MEMORY_UTILIZATION"]["value"] == "0.9"
@@ -159,7 +161,7 @@ def test_production_gpus_follow_tensor_parallel_size(production: Rendered) -> No
         "claimName": "llama-3.1-8b-eagle31",
         "readOnly": True,
     }
-    assert volumes["dshm"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "16Gi"}
+    assert volumes["dshm"]["emptyDir"] == {"medium": "Memory", "sizeLimit": cuda["shmSizeLimit"]}
     deployment = production.one("Deployment", FULLNAME)
     assert deployment["spec"]["replicas"] == 3
     assert gateway_container(production)["image"].endswith(":0.1.0-cuda")

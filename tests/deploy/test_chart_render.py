@@ -73,7 +73,12 @@ VALUE_SETS: dict[str, dict[str, Any] | None] = {
     "init-container-models": {
         "image": {"variant": "cuda"},
         "gpu": {"enabled": True, "count": 4},
-        "engine": {"tensorParallelSize": 4, "extraArgs": {"max_num_seqs": 64}},
+        "engine": {
+            "tensorParallelSize": 4,
+            "maxNumSeqs": 64,
+            "enforceEager": False,
+            "extraArgs": {"enable_chunked_prefill": True},
+        },
         "models": {
             "source": "initContainer",
             "initContainer": {

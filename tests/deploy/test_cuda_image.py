@@ -124,3 +124,38 @@ def test_the_constraints_pin_the_tested_vllm_and_every_pyproject_pin() -> None:
         if constraints.get(name) != version
     }
     assert drift == {}, "pyproject pins changed: run `make cuda-constraints`"
+
+
+#: The oldest NVIDIA driver each CUDA major version's user space runs on (NVIDIA's CUDA
+#: Toolkit release notes, "CUDA Driver" table: 12.x needs 525.60.13, 13.x 580.65.06). The
+#: image ships no cuda-compat forward-compatibility libraries, so this is the host's floor.
+DRIVER_FLOOR = {12: 525, 13: 580}
+
+
+def _final_stage_runs() -> str:
+    path = REPO_ROOT / "deploy" / "docker" / "Dockerfile.cuda"
+    structure = DockerfileParser(fileobj=io.BytesIO(path.read_bytes())).structure
+    last_from = max(i for i, ins in enumerate(structure) if ins["instruction"] == "FROM")
+    return " ".join(i["value"] for i in structure[last_from:] if i["instruction"] == "RUN")
+
+
+def test_the_image_has_a_cpp_host_compiler_for_jit_builds() -> None:
+    """nvcc (FlashInfer's JIT kernels) needs a C++ host compiler; Triton's launchers a C one."""
+    packages = set(_final_stage_runs().split())
+    assert {"gcc", "g++", "libc6-dev"} <= packages
+
+
+def test_the_driver_floor_of_the_pinned_cuda_is_documented() -> None:
+    """Nodes below the floor fail at the first CUDA call ("driver too old"): every place an
+    operator reads before installing says which driver the pinned CUDA runtime needs."""
+    constraints = _pins((REPO_ROOT / CONSTRAINTS).read_text(encoding="utf-8").splitlines())
+    major = int(constraints["nvidia-cuda-runtime"].split(".")[0])
+    stated = f"NVIDIA driver {DRIVER_FLOOR[major]} or newer"
+    for doc in (
+        "deploy/docker/Dockerfile.cuda",
+        "deploy/OPERATIONS.md",
+        "helm/spec-gateway/values.yaml",
+        "helm/spec-gateway/templates/NOTES.txt",
+    ):
+        text = " ".join((REPO_ROOT / doc).read_text(encoding="utf-8").replace("#", " ").split())
+        assert stated in text, f"{doc} does not say {stated!r}"

@@ -66,6 +66,29 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 {{- end -}}
 
+{{/* The image variant's pod sizes (variantSizing.<variant>). */}}
+{{- define "spec-gateway.sizing" -}}
+{{- toYaml (index .Values.variantSizing .Values.image.variant) -}}
+{{- end -}}
+
+{{/* The gateway container's resources: the operator's, key by key over the variant's, plus
+     one GPU per tensor-parallel rank (gpu.count) when gpu.enabled. */}}
+{{- define "spec-gateway.resources" -}}
+{{- $sizing := include "spec-gateway.sizing" . | fromYaml -}}
+{{- $resources := mergeOverwrite (deepCopy $sizing.resources) (deepCopy .Values.resources) -}}
+{{- if .Values.gpu.enabled -}}
+{{- $gpus := include "spec-gateway.gpuCount" . | int -}}
+{{- $_ := set $resources "limits" (merge (dict .Values.gpu.resourceName $gpus) (default (dict) $resources.limits)) -}}
+{{- $_ := set $resources "requests" (merge (dict .Values.gpu.resourceName $gpus) (default (dict) $resources.requests)) -}}
+{{- end -}}
+{{- range $key := list "requests" "limits" -}}
+{{- if not (get $resources $key) -}}
+{{- $_ := unset $resources $key -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml $resources -}}
+{{- end -}}
+
 {{/* Model and drafter paths: explicit values win; pvc/initContainer default under mountPath. */}}
 {{- define "spec-gateway.modelPath" -}}
 {{- if .Values.engine.model -}}
@@ -179,6 +202,12 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 {{- if and (eq .Values.models.source "embedded") (eq .Values.image.variant "cuda") (not .Values.engine.model) -}}
 {{- fail "the cuda image has no embedded model: set models.source to pvc or initContainer, or engine.model" -}}
+{{- end -}}
+{{- $own := dict "max_num_seqs" "engine.maxNumSeqs" "max_model_len" "engine.maxModelLen" "enforce_eager" "engine.enforceEager" "tensor_parallel_size" "engine.tensorParallelSize" "gpu_memory_utilization" "engine.gpuMemoryUtilization" "served_model_name" "gateway.config.served_model_name" -}}
+{{- range $argument, $value := $own -}}
+{{- if hasKey $.Values.engine.extraArgs $argument -}}
+{{- fail (printf "engine.extraArgs.%s: set %s instead (the gateway keeps its own copy of it)" $argument $value) -}}
+{{- end -}}
 {{- end -}}
 {{- if and (eq .Values.models.source "pvc") (not .Values.models.pvc.existingClaim) -}}
 {{- fail "models.source=pvc needs models.pvc.existingClaim" -}}
