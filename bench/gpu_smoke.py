@@ -2,20 +2,28 @@
 
 Starts the gateway on a target and an EAGLE-3 / 3.1 drafter (Hugging Face ids or
 directories), replays the benchmark's request families (`bench.families`) through
-the official `openai` client in three phases on the same engine (the adaptive
-controller, static k = K, and no speculation: every request at k = 0), and prints
-per class the requests, mean k and acceptance length, per phase the output
-tokens/s, and every error. Exit status 1 on an error, a stream that ended
-without a finish reason, or a greedy output that differs with and without
-speculation (speculative decoding is lossless: the target verifies every token;
-vLLM's batch-shape numerics can in rare cases flip a near-tie, which this reports
-as a difference all the same).
+the official `openai` client, stops it, then starts a second gateway on the same
+target without a drafter (no speculation at all: vLLM's own decode path) and
+replays them again; never two engines at once. Runs (`bench.gpu_smoke_verdict.plan`):
+the adaptive controller, static k = K and the kill switch (k = 0) at `--concurrency`,
+static K at concurrency 1 for the greedy check, the same without a drafter, and a
+tool-calling check on each engine (requests with tools and `tool_choice=auto`, streamed
+and not).
 
-`--dry` runs the same script on the CPU build against the embedded model (or the
-tiny test model where it is not built): the script itself is tested in CI.
+Prints per engine what it runs (K, step rule, eager or graphs, graph mode and capture
+sizes, from `/metrics` and vLLM's start-up log), per run the output tokens/s against
+no drafter, the share of steps that replayed a FULL CUDA graph and the depths the
+steps verified, per class the requests, mean k and acceptance length, and the tool
+calls. Exit status 1, with one `FAIL` line each, on an engine that did not start, an
+error, a stream without a finish reason, greedy text at concurrency 1 that differs
+from the no-drafter engine's (at any concurrency with `--batch-invariant`), or a
+tool call that came back as text.
+
+`--dry` runs the same script on the CPU build against the embedded model (or the tiny
+test model where it is not built): the script itself is tested in CI.
 
     python -m bench.gpu_smoke --model meta-llama/Llama-3.1-8B-Instruct \\
-        --drafter RedHatAI/Llama-3.1-8B-Instruct-speculator.eagle3
+        --drafter yuhuili/EAGLE3-LLaMA3.1-Instruct-8B
     python -m bench.gpu_smoke --dry --per-family 1 --max-tokens 8
 """
 
@@ -24,16 +32,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 
-from bench.families import FAMILIES, SAMPLED_FAMILY, fit_pool, load_pool
+from bench.families import FAMILIES, SAMPLED_FAMILY, Prompt, fit_pool, load_pool
 from bench.gateway_proc import (
     BENCH_KEY,
     GatewayConfig,
@@ -43,60 +53,70 @@ from bench.gateway_proc import (
     start_gateway,
     write_flags,
 )
+from bench.gpu_smoke_verdict import (
+    ENGINES,
+    SPECULATIVE,
+    Run,
+    RunResult,
+    Samples,
+    SmokeRecord,
+    ToolExpectation,
+    build_info,
+    delta,
+    failures,
+    graph_steps,
+    log_facts,
+    notes,
+    parse_metrics,
+    plan,
+    report,
+    step_depths,
+)
 from bench.replay import request_kwargs
 from bench.workload import WorkItem
 
-#: The gateway polls its flags file; a phase starts after this (`bench.runner`).
+#: The gateway polls its flags file; a run starts after this (`bench.runner`).
 FLAG_SETTLE_S = 1.5
 CUDA_VLLM = "0.33.0"
+#: Tokens a tool-check answer may take: a call to an offered tool with short
+#: arguments fits (the embedded model's are about 40), so none is cut mid-call.
+TOOL_MAX_TOKENS = 64
+#: The one tool prompt a capable model cannot answer without calling the tool.
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather for a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+        },
+    },
+}
+WEATHER_PROMPT = Prompt(
+    "tool_call",
+    messages=[{"role": "user", "content": "What is the weather in Paris right now?"}],
+    tools=[WEATHER_TOOL],
+)
 
 
-@dataclass(slots=True)
-class SmokeRecord:
-    """One request of one phase: what it returned and how it ended."""
+def context_length(target: Path) -> int:
+    """The engine's context: `SPECGW_ENGINE_MAX_MODEL_LEN` where the operator sets it
+    (the gateways inherit the environment), else the model's own, as vLLM derives it."""
+    given = os.environ.get("SPECGW_ENGINE_MAX_MODEL_LEN")
+    if given:
+        return int(given)
+    from transformers import AutoConfig
 
-    phase: str
-    index: int
-    family: str
-    greedy: bool
-    text: str = ""
-    finish_reason: str | None = None
-    output_tokens: int = 0
-    gw_class: str | None = None
-    k: int | None = None
-    acceptance_length: float | None = None
-    error: str | None = None
-
-
-@dataclass(slots=True)
-class PhaseResult:
-    name: str
-    wall_s: float
-    records: list[SmokeRecord] = field(default_factory=list)
-
-    @property
-    def tokens_per_s(self) -> float:
-        tokens = sum(r.output_tokens for r in self.records)
-        return tokens / self.wall_s if self.wall_s > 0 else 0.0
-
-
-def phases(max_depth: int) -> list[tuple[str, dict[str, Any]]]:
-    """(name, flags) of the three phases, all on the one engine."""
-    return [
-        ("adaptive", {"controller-mode": "adaptive", "pin-k": -1}),
-        (f"static-k{max_depth}", {"controller-mode": "static", "pin-k": max_depth}),
-        ("no-spec", {"speculation-enabled": False}),
-    ]
-
-
-#: The engine's context (`EngineSettings.max_model_len` default): prompts that do not fit
-#: with their completion are left out, as `make bench` leaves them out.
-MAX_MODEL_LEN = 2048
+    config = AutoConfig.from_pretrained(str(target)).get_text_config()
+    return int(getattr(config, "max_position_embeddings", 0) or 2048)
 
 
 def work_items(per_family: int, max_tokens: int, seed: int, target: Path) -> list[WorkItem]:
-    """The benchmark's families (and its sampled chat), `per_family` prompts each."""
-    pool, _ = fit_pool(load_pool(per_family, seed)[0], target, MAX_MODEL_LEN, max_tokens)
+    """The benchmark's families (and its sampled chat), `per_family` prompts each; a
+    prompt that cannot fit with its completion is left out, as `make bench` leaves it."""
+    pool, _ = fit_pool(load_pool(per_family, seed)[0], target, context_length(target), max_tokens)
     names = [*FAMILIES, SAMPLED_FAMILY]
     prompts = [(name, p) for name in names for p in pool.get(name, [])[:per_family]]
     return [
@@ -105,112 +125,169 @@ def work_items(per_family: int, max_tokens: int, seed: int, target: Path) -> lis
     ]
 
 
-async def send(client: openai.AsyncOpenAI, item: WorkItem, model: str, phase: str) -> SmokeRecord:
-    """One streamed request; its text, its finish reason and the gateway's speculation."""
-    greedy = not item.prompt.extra.get("temperature")
-    rec = SmokeRecord(phase, item.index, item.family, greedy)
-    parts: list[str] = []
+def tool_items(items: list[WorkItem]) -> list[WorkItem]:
+    """The weather prompt and the families' tool prompts that end on the user's turn
+    (a call is due), each sent streamed (even index) and not (odd)."""
+    due = [WEATHER_PROMPT]
+    due += [i.prompt for i in items if i.family == "tool_call" and _call_due(i.prompt)]
+    return [
+        WorkItem(2 * n + s, 0, "tools", "tool_call", prompt, TOOL_MAX_TOKENS)
+        for n, prompt in enumerate(due)
+        for s in (0, 1)
+    ]
+
+
+def _call_due(prompt: Prompt) -> bool:
+    return bool(prompt.tools and prompt.messages and prompt.messages[-1]["role"] == "user")
+
+
+async def send(client: openai.AsyncOpenAI, item: WorkItem, model: str, run: Run) -> SmokeRecord:
+    """One request; its text, tool calls, finish reason and the gateway's speculation."""
+    rec = SmokeRecord(run.label, item.index, item.family, not item.prompt.extra.get("temperature"))
+    kwargs = request_kwargs(item, model)
+    if run.kind == "tools":
+        rec.offered = tuple(t["function"]["name"] for t in item.prompt.tools or [])
+        rec.streamed = item.index % 2 == 0
+        kwargs["tool_choice"] = "auto"
+        if not rec.streamed:
+            del kwargs["stream"], kwargs["stream_options"]
     try:
-        kwargs = request_kwargs(item, model)
         api = client.chat.completions if item.prompt.is_chat else client.completions
-        stream = await api.create(**kwargs)
-        async for chunk in stream:
-            _take_chunk(rec, chunk, parts)
+        answer = await api.create(**kwargs)
+        if rec.streamed:
+            calls: dict[int, list[str]] = {}
+            async for chunk in answer:
+                _take_chunk(rec, chunk, calls)
+            rec.tool_calls = [(name, args) for name, args in calls.values()]
+        else:
+            _take_message(rec, answer)
     except openai.OpenAIError as exc:
         rec.error = f"{type(exc).__name__}: {exc}"[:300]
-    rec.text = "".join(parts)
     return rec
 
 
-def _take_chunk(rec: SmokeRecord, chunk: Any, parts: list[str]) -> None:
+def _take_chunk(rec: SmokeRecord, chunk: Any, calls: dict[int, list[str]]) -> None:
     for choice in getattr(chunk, "choices", None) or []:
         delta = getattr(choice, "delta", None)
-        text = getattr(delta, "content", None) if delta is not None else choice.text
-        parts.append(text or "")
+        rec.content += (getattr(delta, "content", None) if delta else choice.text) or ""
         for call in getattr(delta, "tool_calls", None) or []:
+            name_args = calls.setdefault(int(call.index or 0), ["", ""])
             function = getattr(call, "function", None)
-            parts.append(getattr(function, "arguments", None) or "")
+            name_args[0] += getattr(function, "name", None) or ""
+            name_args[1] += getattr(function, "arguments", None) or ""
         rec.finish_reason = choice.finish_reason or rec.finish_reason
-    usage = getattr(chunk, "usage", None)
+    _take_usage(rec, chunk)
+
+
+def _take_message(rec: SmokeRecord, completion: Any) -> None:
+    choice = completion.choices[0]
+    rec.content = choice.message.content or ""
+    rec.tool_calls = [
+        (c.function.name, c.function.arguments or "") for c in choice.message.tool_calls or []
+    ]
+    rec.finish_reason = choice.finish_reason
+    _take_usage(rec, completion)
+
+
+def _take_usage(rec: SmokeRecord, answer: Any) -> None:
+    usage = getattr(answer, "usage", None)
     if usage is not None:
         rec.output_tokens = int(usage.completion_tokens or 0)
-    spec = (getattr(chunk, "model_extra", None) or {}).get("speculation")
+    spec = (getattr(answer, "model_extra", None) or {}).get("speculation")
     if isinstance(spec, dict):
         rec.gw_class = str(spec.get("class"))
         rec.k = int(spec.get("k", -1))
         rec.acceptance_length = float(spec.get("acceptance_length", 1.0))
 
 
-async def run_phase(
-    gw: GatewayProcess, name: str, items: list[WorkItem], concurrency: int, timeout_s: float
-) -> PhaseResult:
-    """All items through `concurrency` clients; the phase's wall time."""
+async def metrics(gw: GatewayProcess) -> Samples:
+    """The gateway's `/metrics` now (the engine's step counts, its build labels)."""
+    async with httpx.AsyncClient(timeout=10) as http:
+        return parse_metrics((await http.get(f"{gw.base_url}/metrics")).text)
+
+
+async def run_pass(
+    gw: GatewayProcess, run: Run, items: list[WorkItem], timeout_s: float
+) -> RunResult:
+    """All items through `run.concurrency` clients; its wall time and step counts."""
+    write_flags(gw.flags_dir, run.flags)
+    await asyncio.sleep(FLAG_SETTLE_S)
     client = openai.AsyncOpenAI(
         base_url=f"{gw.base_url}/v1", api_key=BENCH_KEY, timeout=timeout_s, max_retries=0
     )
     queue: asyncio.Queue[WorkItem] = asyncio.Queue()
     for item in items:
         queue.put_nowait(item)
-    result = PhaseResult(name, 0.0)
+    result = RunResult(run, 0.0)
 
     async def worker() -> None:
         while not queue.empty():
-            result.records.append(await send(client, queue.get_nowait(), gw.model, name))
+            result.records.append(await send(client, queue.get_nowait(), gw.model, run))
 
+    before = await metrics(gw)
     start = time.perf_counter()
     try:
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        await asyncio.gather(*(worker() for _ in range(run.concurrency)))
     finally:
         await client.close()
     result.wall_s = time.perf_counter() - start
+    after = await metrics(gw)
+    result.graph_steps = delta(graph_steps(after), graph_steps(before))
+    result.step_depths = delta(step_depths(after), step_depths(before)) or {}
     result.records.sort(key=lambda r: r.index)
     return result
 
 
-def failures(results: list[PhaseResult]) -> list[str]:
-    """Errors, streams without a finish reason, greedy outputs that differ across phases."""
-    found = [
-        f"{r.phase} #{r.index} {r.family}: {r.error or 'stream ended without a finish reason'}"
-        for result in results
-        for r in result.records
-        if r.error or not r.finish_reason
-    ]
-    spec, plain = results[1], results[-1]  # static k = K against no speculation
-    by_index = {r.index: r for r in plain.records}
-    for r in spec.records:
-        other = by_index.get(r.index)
-        if other is None or not r.greedy or r.error or other.error or r.text == other.text:
-            continue
-        at = next(
-            (i for i, (a, b) in enumerate(zip(r.text, other.text, strict=False)) if a != b),
-            min(len(r.text), len(other.text)),
-        )
-        found.append(
-            f"greedy output of #{r.index} {r.family} differs at character {at} "
-            f"between {spec.name} and {plain.name}"
-        )
-    return found
+def engine_env(args: argparse.Namespace) -> dict[str, str]:
+    """What both gateways add to the environment: vLLM's per-step CUDA-graph stats on
+    (for a gateway that exports them), batch-invariant kernels when asked for."""
+    extra = json.loads(os.environ.get("SPECGW_ENGINE_EXTRA_ARGS") or "{}")
+    env = {"SPECGW_ENGINE_EXTRA_ARGS": json.dumps({"cudagraph_metrics": True, **extra})}
+    env["SPECGW_LOG_LEVEL"] = os.environ.get("SPECGW_LOG_LEVEL", "info")
+    if args.batch_invariant:
+        env["VLLM_BATCH_INVARIANT"] = "1"
+    return env
 
 
-def report(results: list[PhaseResult]) -> str:
-    """Per phase tokens/s (and against no speculation); per class n, mean k, acceptance."""
-    plain = results[-1].tokens_per_s
-    lines = ["phase            tokens/s   vs no-spec"]
-    for result in results:
-        ratio = result.tokens_per_s / plain if plain > 0 else 0.0
-        lines.append(f"{result.name:<16} {result.tokens_per_s:>8.1f}   {ratio:>6.2f}x")
-    for result in results[:-1]:
-        lines.append(f"\n{result.name}: class                     n   mean k   acceptance length")
-        classes: dict[str, list[SmokeRecord]] = {}
-        for r in result.records:
-            classes.setdefault(r.gw_class or "?", []).append(r)
-        for name, recs in sorted(classes.items()):
-            ks = [r.k for r in recs if r.k is not None]
-            acc = [r.acceptance_length for r in recs if r.acceptance_length is not None]
-            mean_k = sum(ks) / len(ks) if ks else float("nan")
-            mean_acc = sum(acc) / len(acc) if acc else float("nan")
-            lines.append(f"  {name:<30} {len(recs):>3}   {mean_k:>6.2f}   {mean_acc:>8.2f}")
-    return "\n".join(lines)
+async def on_engine(
+    engine: str, args: argparse.Namespace, models: ModelPaths, workdir: Path,
+    items: list[WorkItem],
+) -> tuple[list[RunResult], dict[str, str], list[str]]:  # fmt: skip
+    """Start one gateway, run its passes, stop it: (results, what it runs, failures)."""
+    spec = engine == SPECULATIVE
+    config = GatewayConfig(
+        engine, spec, args.max_depth, default_k=3 if spec else 0, env=engine_env(args)
+    )
+    try:
+        gw = start_gateway(config, models, workdir, timeout_s=args.start_timeout)
+    except RuntimeError as exc:
+        print(str(exc)[-3000:])
+        return [], {}, [f"{engine} engine did not start: {str(exc).splitlines()[0]}"]
+    results = []
+    try:
+        facts = build_info(await metrics(gw))
+        facts |= log_facts(gw.log_path.read_text(errors="replace"))
+        # First requests pay one-off costs (compilation, lazy kernels): not in a run.
+        warm = Run("warm-up", engine, args.concurrency)
+        await run_pass(gw, warm, items[: args.concurrency], args.timeout)
+        greedy = [i for i in items if not i.prompt.extra.get("temperature")]
+        for run in (r for r in plan(args.max_depth, args.concurrency) if r.engine == engine):
+            chosen = {"families": items, "greedy": greedy, "tools": tool_items(items)}[run.kind]
+            results.append(await run_pass(gw, run, chosen, args.timeout))
+    finally:
+        gw.stop()
+    return results, facts, []
+
+
+def tool_expectation(args: argparse.Namespace, models: ModelPaths) -> tuple[ToolExpectation, str]:
+    """How many tool requests must come back as calls, and why."""
+    if not args.dry:
+        return "every", "a real model: every request with tools must call one"
+    if os.environ.get("SPECGW_ENGINE_BACKEND") == "fake":
+        return "none", "the fake backend calls tools only when told to"
+    if models.source != "embedded default model":
+        return "none", "random weights call no tool"
+    return "any", "the 3.4 M-parameter model calls a tool on some of its own prompts"
 
 
 def _models(args: argparse.Namespace, workdir: Path) -> ModelPaths:
@@ -225,31 +302,48 @@ def _models(args: argparse.Namespace, workdir: Path) -> ModelPaths:
     return ModelPaths(Path(args.model), Path(args.drafter), "given")
 
 
+def _check_batch_invariant() -> None:
+    """`--batch-invariant` needs vLLM's flag (`vllm.envs`, read by its kernels)."""
+    import vllm.envs
+
+    if "VLLM_BATCH_INVARIANT" not in vllm.envs.environment_variables:
+        raise SystemExit("gpu-smoke: --batch-invariant: this vLLM has no VLLM_BATCH_INVARIANT")
+
+
 async def smoke(args: argparse.Namespace, workdir: Path) -> int:
     models = _models(args, workdir)
-    env = {} if args.dry else {"SPECGW_ENGINE_ENFORCE_EAGER": "false"}
-    config = GatewayConfig("smoke", drafter=True, max_depth=args.max_depth, env=env)
+    if args.batch_invariant:
+        _check_batch_invariant()
+    expect, why = tool_expectation(args, models)
     print(f"gpu-smoke: target {models.target}, drafter {models.drafter} ({models.source})")
-    gw = start_gateway(config, models, workdir, timeout_s=args.start_timeout)
-    try:
-        items = work_items(args.per_family, args.max_tokens, args.seed, models.target)
-        # First requests pay one-off costs (graph capture, compilation): not in a phase.
-        await run_phase(gw, "warm-up", items[: args.concurrency], args.concurrency, args.timeout)
-        results = []
-        for name, flags in phases(args.max_depth):
-            write_flags(gw.flags_dir, flags)
-            await asyncio.sleep(FLAG_SETTLE_S)
-            results.append(await run_phase(gw, name, items, args.concurrency, args.timeout))
-    finally:
-        gw.stop()
-    print(report(results))
-    problems = failures(results)
+    print(f"gpu-smoke: tool calls expected: {expect} ({why})")
+    items = work_items(args.per_family, args.max_tokens, args.seed, models.target)
+    results: list[RunResult] = []
+    facts: dict[str, dict[str, str]] = {}
+    problems: list[str] = []
+    for engine in ENGINES:
+        done, facts[engine], failed = await on_engine(engine, args, models, workdir, items)
+        results += done
+        problems += failed
+    print(report(results, facts))
+    problems += failures(results, expect, args.batch_invariant)
     (workdir / "gpu_smoke.json").write_text(
-        json.dumps([asdict(r) for result in results for r in result.records], indent=1)
+        json.dumps(
+            {
+                "engines": facts,
+                "runs": [{**asdict(r.run), "wall_s": r.wall_s} for r in results],
+                "records": [asdict(rec) for r in results for rec in r.records],
+            },
+            indent=1,
+        )
     )
+    for note in notes(results, args.batch_invariant):
+        print(f"note {note}")
     for problem in problems:
         print(f"FAIL {problem}")
-    print(f"gpu-smoke: {'FAILED' if problems else 'ok'} ({len(items)} requests x 3 phases)")
+    runs = len(results)
+    verdict = f"FAILED: {len(problems)} failures" if problems else "ok"
+    print(f"gpu-smoke: {verdict} ({len(items)} requests, {runs} runs on {len(ENGINES)} engines)")
     return 1 if problems else 0
 
 
@@ -262,6 +356,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--per-family", type=int, default=4, help="Prompts per family.")
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument(
+        "--batch-invariant",
+        action="store_true",
+        help="VLLM_BATCH_INVARIANT=1 on both engines, and greedy text compared at "
+        "--concurrency too (not only at 1).",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=300.0, help="Seconds per request.")
     parser.add_argument("--start-timeout", type=float, default=1800.0)
