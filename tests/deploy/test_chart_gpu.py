@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from gateway.config import resolve
+from gateway.config.model import ServeSettings
 from tests.deploy.chart import (
     CHART_DIR,
     PRODUCTION_VALUES,
@@ -89,7 +90,9 @@ def test_engine_values_the_operator_sets_reach_the_engine() -> None:
     assert env["SPECGW_ENGINE_ENFORCE_EAGER"]["value"] == "true"
 
 
-def _pod_settings(rendered: Rendered, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+def _pod_settings(
+    rendered: Rendered, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> ServeSettings:
     """`ServeSettings` as the pod resolves them: the container's plain SPECGW_* env (a digest
     for the Secret-held keys) over the chart's config.yaml."""
     for name in [n for n in os.environ if n.startswith("SPECGW_")]:
