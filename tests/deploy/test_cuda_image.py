@@ -8,6 +8,7 @@ constraints file must pin what pyproject pins.
 
 from __future__ import annotations
 
+import ast
 import io
 import re
 import shlex
@@ -126,10 +127,20 @@ def test_the_constraints_pin_the_tested_vllm_and_every_pyproject_pin() -> None:
     assert drift == {}, "pyproject pins changed: run `make cuda-constraints`"
 
 
-#: The oldest NVIDIA driver each CUDA major version's user space runs on (NVIDIA's CUDA
-#: Toolkit release notes, "CUDA Driver" table: 12.x needs 525.60.13, 13.x 580.65.06). The
-#: image ships no cuda-compat forward-compatibility libraries, so this is the host's floor.
-DRIVER_FLOOR = {12: 525, 13: 580}
+def _driver_floor() -> dict[int, int]:
+    """The engine's start-up check's table (`engine.vllm.preflight.CUDA_DRIVER_FLOOR`), read
+    from its source: importing the module imports vLLM."""
+    tree = ast.parse((REPO_ROOT / "engine" / "vllm" / "preflight.py").read_text(encoding="utf-8"))
+    for node in tree.body:
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and node.target.id == "CUDA_DRIVER_FLOOR"
+            and node.value is not None
+        ):
+            floor: dict[int, int] = ast.literal_eval(node.value)
+            return floor
+    raise AssertionError("engine/vllm/preflight.py has no CUDA_DRIVER_FLOOR")
 
 
 def _final_stage_runs() -> str:
@@ -146,11 +157,12 @@ def test_the_image_has_a_cpp_host_compiler_for_jit_builds() -> None:
 
 
 def test_the_driver_floor_of_the_pinned_cuda_is_documented() -> None:
-    """Nodes below the floor fail at the first CUDA call ("driver too old"): every place an
-    operator reads before installing says which driver the pinned CUDA runtime needs."""
+    """The image ships no cuda-compat libraries, so the engine refuses an older driver at
+    start: every place an operator reads before installing names the floor it checks for
+    the pinned CUDA runtime."""
     constraints = _pins((REPO_ROOT / CONSTRAINTS).read_text(encoding="utf-8").splitlines())
     major = int(constraints["nvidia-cuda-runtime"].split(".")[0])
-    stated = f"NVIDIA driver {DRIVER_FLOOR[major]} or newer"
+    stated = f"NVIDIA driver {_driver_floor()[major]} or newer"
     for doc in (
         "deploy/docker/Dockerfile.cuda",
         "deploy/OPERATIONS.md",
