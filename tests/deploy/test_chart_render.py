@@ -70,6 +70,18 @@ VALUE_SETS: dict[str, dict[str, Any] | None] = {
         "auth": {"apiKeyDigests": ["a" * 64]},
         "helmTest": {"apiKeySecret": "test-key"},
     },
+    "cuda-hub-models-cache-claim": {
+        "image": {"variant": "cuda"},
+        "gpu": {"enabled": True},
+        "engine": {
+            "model": "meta-llama/Llama-3.1-8B-Instruct",
+            "drafter": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
+            "maxModelLen": 32768,
+        },
+        "models": {"huggingFaceToken": {"existingSecret": "hf-token"}},
+        "scratch": {"cacheExistingClaim": "specgw-cache"},
+        "resources": {"limits": {"memory": "80Gi"}},
+    },
     "init-container-models": {
         "image": {"variant": "cuda"},
         "gpu": {"enabled": True, "count": 4},
