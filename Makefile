@@ -113,11 +113,16 @@ test-cuda: cuda-env
 	$(CUDA_VENV)/bin/python -m pytest -q tests/cuda
 
 # The first thing to run on a new GPU host: make gpu-smoke MODEL=<target> DRAFTER=<eagle-3>.
-# DRY=1 runs the same script on the CPU build against the embedded model.
+# The gateway on the drafter, then on the target alone (one engine at a time); exit 1 on
+# any failure, each on a `FAIL` line. SMOKE_ARGS: e.g. --batch-invariant, --concurrency 8.
+# Logs and gpu_smoke.json go to SMOKE_OUT. DRY=1 runs the same script on the CPU build
+# against the embedded model.
+SMOKE_OUT ?= build/gpu-smoke
 ifeq ($(DRY),1)
 gpu-smoke: install
-	$(BIN)/python -m bench.gpu_smoke --dry $(SMOKE_ARGS)
+	$(BIN)/python -m bench.gpu_smoke --dry --out '$(SMOKE_OUT)' $(SMOKE_ARGS)
 else
 gpu-smoke: cuda-env
-	$(CUDA_VENV)/bin/python -m bench.gpu_smoke --model '$(MODEL)' --drafter '$(DRAFTER)' $(SMOKE_ARGS)
+	$(CUDA_VENV)/bin/python -m bench.gpu_smoke --model '$(MODEL)' --drafter '$(DRAFTER)' \
+		--out '$(SMOKE_OUT)' $(SMOKE_ARGS)
 endif
