@@ -7,8 +7,10 @@ flagd-format `flags.json` the gateway watches (`SPECGW_FLAGS_DIR`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -88,6 +90,46 @@ class GatewayProcess:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(10)
+
+    def stop_all(self, grace_s: float = 30.0) -> None:
+        """`stop`, then wait for the processes the gateway started (vLLM's engine core and
+        its workers) and kill any still there after `grace_s`: one left running holds the
+        GPU memory the next engine on the host needs."""
+        left = descendants(self.process.pid)
+        self.stop()
+        deadline = time.monotonic() + grace_s
+        while left and time.monotonic() < deadline:
+            time.sleep(0.5)
+            left = [pid for pid in left if _running(pid)]
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process under `pid`, from Linux's `/proc` (none where there is no `/proc`)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _running(pid: int) -> bool:
+    """Whether `pid` still runs (a zombie waits only to be reaped)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
 
 
 def free_port() -> int:

@@ -169,7 +169,8 @@ async def send(client: openai.AsyncOpenAI, item: WorkItem, model: str, run: Run)
 def _take_chunk(rec: SmokeRecord, chunk: Any, calls: dict[int, list[str]]) -> None:
     for choice in getattr(chunk, "choices", None) or []:
         delta = getattr(choice, "delta", None)
-        rec.content += (getattr(delta, "content", None) if delta else choice.text) or ""
+        text = getattr(delta, "content", None) if delta is not None else choice.text
+        rec.content += text or ""
         for call in getattr(delta, "tool_calls", None) or []:
             name_args = calls.setdefault(int(call.index or 0), ["", ""])
             function = getattr(call, "function", None)
@@ -250,9 +251,8 @@ def engine_env(args: argparse.Namespace) -> dict[str, str]:
 
 
 async def on_engine(
-    engine: str, args: argparse.Namespace, models: ModelPaths, workdir: Path,
-    items: list[WorkItem],
-) -> tuple[list[RunResult], dict[str, str], list[str]]:  # fmt: skip
+    engine: str, args: argparse.Namespace, models: ModelPaths, workdir: Path, items: list[WorkItem]
+) -> tuple[list[RunResult], dict[str, str], list[str]]:
     """Start one gateway, run its passes, stop it: (results, what it runs, failures)."""
     spec = engine == SPECULATIVE
     config = GatewayConfig(
@@ -275,7 +275,7 @@ async def on_engine(
             chosen = {"families": items, "greedy": greedy, "tools": tool_items(items)}[run.kind]
             results.append(await run_pass(gw, run, chosen, args.timeout))
     finally:
-        gw.stop()
+        gw.stop_all()  # the next engine needs the GPU memory this one holds
     return results, facts, []
 
 

@@ -372,7 +372,8 @@ def report(results: list[RunResult], facts: dict[str, dict[str, str]]) -> str:
 def engine_line(engine: str, facts: dict[str, str]) -> str:
     if not facts:
         return f"{engine} engine: did not run"
-    parts = [f"K={facts.get('max_depth', '?')}", f"step rule {facts.get('step_rule', '?')}"]
+    parts = [f"vLLM {facts.get('vllm_version', '?')}", f"K={facts.get('max_depth', '?')}"]
+    parts.append(f"step rule {facts.get('step_rule', '?')}")
     for key in ("enforce_eager", "cudagraph_mode", "capture_sizes", "graph_capture"):
         parts.append(f"{key} {facts.get(key, 'n/a')}")
     parts.append(

@@ -9,6 +9,7 @@ import asyncio
 import os
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from bench import gpu_smoke
 from bench.families import Prompt
-from bench.gateway_proc import ModelPaths
+from bench.gateway_proc import GatewayProcess, ModelPaths, descendants
 from bench.gpu_smoke import _take_chunk, _take_message, parse_args, tool_items
 from bench.gpu_smoke_verdict import (
     NO_DRAFTER,
@@ -351,7 +352,7 @@ def test_the_report_prints_throughput_against_no_drafter_graphs_depths_and_class
     )
     assert "no-drafter c4          no-drafter        10.0          1.00x          n/a  n/a" in rows
     assert "FULL graphs n/a: the gateway's /metrics has no CUDA-graph step counter" in text
-    assert "speculative engine: K=4; step rule on;" in text
+    assert "speculative engine: vLLM ?; K=4; step rule on;" in text
     assert "captured depths n/a (the gateway neither logs nor exports them)" in text
     assert "no-drafter engine: did not run" in text
     assert "  code                             1     4.00       2.50" in text
@@ -381,6 +382,26 @@ def test_batch_invariant_mode_is_asked_of_both_engines() -> None:
     assert env["VLLM_BATCH_INVARIANT"] == "1"
     assert '"cudagraph_metrics": true' in env["SPECGW_ENGINE_EXTRA_ARGS"]
     assert "VLLM_BATCH_INVARIANT" not in gpu_smoke.engine_env(parse_args(["--dry"]))
+
+
+def test_stopping_an_engine_ends_what_its_gateway_left_running(tmp_path: Path) -> None:
+    """The next engine needs the GPU: a child the gateway leaves behind (here a `sleep`
+    orphaned when its shell is terminated) is killed after the grace period."""
+    shell = subprocess.Popen(["bash", "-c", "sleep 60 & wait"])
+    deadline = time.monotonic() + 10
+    while not (left := descendants(shell.pid)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert left, "the shell's child never showed up"
+    GatewayProcess("http://127.0.0.1:1", shell, tmp_path / "log", tmp_path).stop_all(grace_s=1)
+    time.sleep(0.2)
+    assert not any(Path(f"/proc/{pid}").exists() and _state(pid) != "Z" for pid in left)
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
 
 
 # ---- end to end --------------------------------------------------------------------
@@ -414,5 +435,5 @@ def test_the_dry_smoke_runs_end_to_end(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "gpu-smoke: ok" in done.stdout
     assert "no-drafter c1" in done.stdout
-    assert "no-drafter engine: K=0" in done.stdout
+    assert "; K=0; step rule off;" in done.stdout  # the no-drafter engine
     assert (tmp_path / "gpu_smoke.json").is_file()
