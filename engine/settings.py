@@ -216,11 +216,12 @@ class EngineSettings(BaseSettings):
         copy._served = tuple(names)
         return copy
 
-    def resolved_max_num_seqs(self) -> int:
-        """`max_num_seqs`, or this build's default (`DEFAULT_MAX_NUM_SEQS`)."""
+    def resolved_max_num_seqs(self, device: str | None = None) -> int:
+        """`max_num_seqs`, or the default of `device` (`cuda`, `cpu`; None: the installed
+        vLLM build's; `DEFAULT_MAX_NUM_SEQS`)."""
         if self.max_num_seqs is not None:
             return self.max_num_seqs
-        return DEFAULT_MAX_NUM_SEQS[vllm_build()]
+        return DEFAULT_MAX_NUM_SEQS["cuda" if (device or vllm_build()) == "cuda" else "cpu"]
 
     def effective_depth(self) -> int:
         """K actually configured: 0 without a drafter."""

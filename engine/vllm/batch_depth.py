@@ -65,6 +65,65 @@ FIRST_STEP_KEY = "specgw_first_step_depth"
 #: still prefilling, decoding requests beside it or not (`DepthRule.prefill_step_depth`;
 #: default null = no cap: only all-prefill steps are capped).
 PREFILL_STEP_KEY = "specgw_prefill_step_depth"
+#: `additional_config` key: the batch-size schedule is the gateway's, there only so that
+#: Model Runner V2 captures every width (`capture_schedule`), not a per-batch-size ceiling.
+CAPTURE_SCHEDULE_KEY = "specgw_capture_schedule"
+
+
+def request_counts(max_reqs: int, ceiling_reqs: int = 512) -> list[int]:
+    """vLLM 0.33's grid of request counts a uniform decode width is captured at
+    (`VllmConfig._set_cudagraph_sizes`, `request_counts`): 1, 2, 4, then every 8 to 256,
+    then every 16, and `max_reqs` itself."""
+    top = min(max_reqs, ceiling_reqs)
+    counts = [n for n in (1, 2, 4) if n <= top]
+    counts += list(range(8, min(top + 1, 256), 8))
+    counts += list(range(256, top + 1, 16))
+    return sorted({*counts, top})
+
+
+def capture_schedule(max_depth: int, max_num_seqs: int) -> list[list[int]]:
+    """A batch-size schedule whose every depth 0..K appears, for capture only.
+
+    Model Runner V2 captures a FULL decode graph of width 1 + k for each k of the dense
+    schedule (`vllm/v1/worker/gpu/cudagraph_utils.py: _init_candidates`,
+    `decode_query_lens`) and its drafter's fused decode for each k >= 2
+    (`target_dependent_ar/cudagraph_utils.py: capture`); without a schedule only width
+    1 + K. Width 1 (k = 0) is what a step of k = 0 requests replays. Which batch size
+    carries which k does not matter: the depth cap replaces the lookup with K
+    (`CAPTURE_SCHEDULE_KEY`), and `capture_sizes` gives every width its batch sizes.
+    """
+    depths = list(range(max_depth, -1, -1))
+    rows = [[b, b, k] for b, k in enumerate(depths[:-1], start=1)]
+    last = len(rows) + 1
+    rows.append([last, max(last, max_num_seqs), 0])
+    return rows
+
+
+def capture_sizes(max_depth: int, max_num_seqs: int, ceiling: int) -> list[int]:
+    """Token counts to capture so that every width 1 + k, k in 0..K, has FULL graphs at
+    vLLM's grid of request counts (`request_counts`) up to `ceiling` tokens (vLLM's
+    platform default: 512, 1024 on Blackwell; `VllmConfig._set_cudagraph_sizes`)."""
+    return sorted(
+        {
+            n * width
+            for width in range(1, max_depth + 2)
+            for n in request_counts(max_num_seqs)
+            if n * width <= ceiling
+        }
+    )
+
+
+def full_batches(depths: Iterable[int], sizes: Iterable[int], max_num_seqs: int) -> dict[int, int]:
+    """Depth -> the largest batch whose decode step at that depth has a FULL graph: a
+    captured token count that is a multiple of the width 1 + d (a batch pads up to it)."""
+    captured = sorted(set(sizes))
+    out: dict[int, int] = {}
+    for depth in depths:
+        width = depth + 1
+        fits = [s // width for s in captured if s % width == 0 and s // width <= max_num_seqs]
+        if fits:
+            out[depth] = max(fits)
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,18 +136,34 @@ class DepthRule:
     first_step_cap: int | None = 1
     #: The same cap for a step that also decodes (None: such a step runs its depth).
     prefill_step_cap: int | None = None
+    #: Depth -> the largest batch with a FULL graph at that depth (None: not limited, or
+    #: not known); a depth whose graphs stop below the step's batch is not "captured"
+    #: there (`captured_at`).
+    full_batch: dict[int, int] | None = None
     #: A depth-0 step skips the drafter (`engine.vllm.draft_skip`: the V1 runner), so a
     #: request that may draft later must not sit out a step at 0; Model Runner V2 runs
     #: its drafter's KV pass in every step but one no request drafts in, now or later
     #: (`draft_skip.DRAFTER_IDLE`).
     zero_skips_drafter: bool = True
 
-    def step_depth(self, wanted: Iterable[int]) -> int:
+    def captured_at(self, batch: int) -> tuple[int, ...]:
+        """The depths with a FULL decode graph at this batch size (vLLM captures up to
+        a token ceiling, so wide batches lose the deep widths first)."""
+        if self.full_batch is None:
+            return self.captured
+        return tuple(d for d in self.captured if self.full_batch.get(d, 0) >= batch)
+
+    def step_depth(self, wanted: Sequence[int]) -> int:
         """Drafts to ask the drafter for in a step whose requests want `wanted`."""
         deepest = max(wanted, default=0)
         if self.policy is BatchDepthPolicy.PER_REQUEST or deepest <= 0:
             return deepest
-        return min((d for d in self.captured if d >= deepest), default=self.max_depth)
+        captured = self.captured_at(len(wanted))
+        if not captured:  # no width has a FULL graph at this batch: any depth runs alike
+            return deepest
+        # Deeper than any width captured at this batch: the request's own depth, without
+        # the graph (rounding down would cut drafts it asked for).
+        return min((d for d in captured if d >= deepest), default=deepest)
 
     def first_step_depth(self, step_depth: int) -> int:
         """Drafts to ask for in a step in which every request is still prefilling.
@@ -176,12 +251,18 @@ def rule_for(vllm_config: Any, device_type: str, schedule_depths: Iterable[int] 
         policy = select_policy(device_type, mode_name, eager)
     v2 = bool(getattr(vllm_config, "use_v2_model_runner", False))
     captured = captured_depths(max_depth, schedule_depths, v2)
+    sizes = getattr(vllm_config.compilation_config, "cudagraph_capture_sizes", None) or []
+    max_seqs = int(getattr(getattr(vllm_config, "scheduler_config", None), "max_num_seqs", 0))
+    batches = None
+    if policy is BatchDepthPolicy.UNIFORM and sizes and max_seqs:
+        batches = full_batches(captured, sizes, max_seqs)
     return DepthRule(
         policy,
         max_depth,
         captured,
         _cap(extra.get(FIRST_STEP_KEY, 1)),
         _cap(extra.get(PREFILL_STEP_KEY)),
+        full_batch=batches,
         zero_skips_drafter=not v2,
     )
 
@@ -192,13 +273,18 @@ def _cap(value: Any) -> int | None:
 
 
 __all__ = [
+    "CAPTURE_SCHEDULE_KEY",
     "FIRST_STEP_KEY",
     "POLICY_OVERRIDE_KEY",
     "PREFILL_STEP_KEY",
     "UNIFORM_DECODE_MODES",
     "BatchDepthPolicy",
     "DepthRule",
+    "capture_schedule",
+    "capture_sizes",
     "captured_depths",
+    "full_batches",
+    "request_counts",
     "rule_for",
     "select_policy",
 ]

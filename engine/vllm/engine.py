@@ -44,7 +44,7 @@ from engine.interface import (
 from engine.settings import EngineSettings
 from engine.vllm.batch_depth import BatchDepthPolicy, rule_for
 from engine.vllm.depth_zero_params import serve_depth_zero_params
-from engine.vllm.engine_args import engine_args
+from engine.vllm.engine_args import checked_engine_args, engine_args
 from engine.vllm.expand_fix import ExpandState
 from engine.vllm.outcome import request_outcome
 from engine.vllm.preflight import preflight
@@ -91,7 +91,7 @@ class VLLMEngine:
             # vLLM's CPU backend reads the KV-cache size from the environment at start.
             os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(settings.kv_cache_gib)
             activity = EngineActivity()
-            args = engine_args(settings)
+            args = checked_engine_args(settings)
             if not settings.extra_args.get("enable_logging_iteration_details"):
                 quiet_step_lines()  # the scheduler times every step (`engine.vllm.step_clock`)
             llm = AsyncLLM.from_engine_args(args, stat_loggers=[activity.logger_factory()])

@@ -7,13 +7,21 @@ spec-decode metrics, and the settings' overrides (`extra_args` last).
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from vllm.engine.arg_utils import AsyncEngineArgs
 from vllm.platforms import current_platform
 
 from engine.settings import EngineSettings
-from engine.vllm.batch_depth import PREFILL_STEP_KEY
+from engine.vllm.batch_depth import (
+    CAPTURE_SCHEDULE_KEY,
+    PREFILL_STEP_KEY,
+    capture_schedule,
+    capture_sizes,
+)
+
+log = logging.getLogger("specgw")
 
 #: Default block size where vLLM's is too coarse for EAGLE's prefix-cache rule:
 #: a hit recomputes its last matched block, 128 tokens on vLLM's CPU platform.
@@ -34,8 +42,35 @@ def eager_for(settings: EngineSettings, device_type: str) -> bool:
     return device_type != "cuda"
 
 
-def engine_args(settings: EngineSettings) -> AsyncEngineArgs:
-    """vLLM engine arguments for these settings (K from the drafter's presence)."""
+def capture_ceiling() -> int:
+    """vLLM's default ceiling on a CUDA graph's tokens (`VllmConfig._set_cudagraph_sizes`):
+    1024 on data-centre Blackwell (capability family 100), else 512."""
+    return 1024 if current_platform.is_device_capability_family(100) else 512
+
+
+def graph_capture(settings: EngineSettings, ceiling: int, device: str) -> dict[str, Any]:
+    """The speculative and compilation entries that capture every width 1 + k.
+
+    Only where the operator set no batch-size schedule of their own: theirs is also a
+    per-batch-size ceiling on k, which they asked for; the gateway's is for capture only
+    (`CAPTURE_SCHEDULE_KEY`: the depth cap reads K from it at every batch size).
+    """
+    k_max, seqs = settings.max_depth, settings.resolved_max_num_seqs(device)
+    return {
+        "schedule": capture_schedule(k_max, seqs),
+        "compilation_config": {"cudagraph_capture_sizes": capture_sizes(k_max, seqs, ceiling)},
+    }
+
+
+def engine_args(
+    settings: EngineSettings, device: str | None = None, *, capture: bool = True
+) -> AsyncEngineArgs:
+    """vLLM engine arguments for these settings (K from the drafter's presence).
+
+    `device`: the platform to decide for (`cuda`, `cpu`); None = the one vLLM resolved
+    here. The start-up plan (`engine.vllm.plan`) decides for CUDA on a machine without.
+    `capture`: add the capture schedule where graphs run (`graph_capture`).
+    """
     target, drafter = settings.resolved_models()
     speculative: dict[str, Any] | None = None
     if drafter is not None and settings.max_depth > 0:
@@ -54,7 +89,7 @@ def engine_args(settings: EngineSettings) -> AsyncEngineArgs:
         "async": ("AsyncSpecDepthScheduler", True),
         "auto": ("AutoSpecDepthScheduler", None),
     }[settings.scheduler]
-    device = current_platform.device_type
+    device = device or current_platform.device_type
     kwargs: dict[str, Any] = dict(
         model=str(target),
         served_model_name=settings.served_names(),
@@ -63,7 +98,7 @@ def engine_args(settings: EngineSettings) -> AsyncEngineArgs:
         async_scheduling=async_scheduling,
         per_request_spec_decode_metrics=settings.per_request_metrics if speculative else "none",
         dtype=settings.dtype,
-        max_num_seqs=settings.resolved_max_num_seqs(),
+        max_num_seqs=settings.resolved_max_num_seqs(device),
         enforce_eager=eager_for(settings, device),
         seed=settings.seed,
         disable_log_stats=False,
@@ -71,6 +106,14 @@ def engine_args(settings: EngineSettings) -> AsyncEngineArgs:
     )
     if settings.max_model_len is not None:  # else vLLM's: the model's own length
         kwargs["max_model_len"] = settings.max_model_len
+    eager = kwargs["enforce_eager"]
+    extra_config: dict[str, Any] = {}
+    own_schedule = bool(settings.spec_tokens_per_batch_size)
+    if capture and speculative and device == "cuda" and not eager and not own_schedule:
+        capture = graph_capture(settings, capture_ceiling(), device)
+        speculative["num_speculative_tokens_per_batch_size"] = capture["schedule"]
+        kwargs["compilation_config"] = capture["compilation_config"]
+        extra_config[CAPTURE_SCHEDULE_KEY] = True
     block_size = settings.block_size or _CPU_BLOCK_SIZE.get(device)
     if block_size is not None:
         kwargs["block_size"] = block_size
@@ -80,8 +123,24 @@ def engine_args(settings: EngineSettings) -> AsyncEngineArgs:
         kwargs["gpu_memory_utilization"] = settings.gpu_memory_utilization
     kwargs.update(settings.extra_args)
     if settings.prefill_step_depth is not None:
-        # Beside, not under, an `additional_config` in `extra_args` (its own key wins).
-        extra = dict(kwargs.get("additional_config") or {})
-        extra.setdefault(PREFILL_STEP_KEY, settings.prefill_step_depth)
-        kwargs["additional_config"] = extra
+        extra_config[PREFILL_STEP_KEY] = settings.prefill_step_depth
+    if extra_config:
+        # Beside, not under, an `additional_config` in `extra_args` (its own keys win).
+        kwargs["additional_config"] = extra_config | dict(kwargs.get("additional_config") or {})
     return AsyncEngineArgs(**kwargs)
+
+
+def checked_engine_args(settings: EngineSettings) -> AsyncEngineArgs:
+    """`engine_args`, without the capture schedule where vLLM falls back to the V1 runner.
+
+    The V1 runner captures no width but 1 + K, and turns FULL graphs off altogether
+    under any batch-size schedule (`VllmConfig._maybe_override_dynamic_sd_cudagraph_mode`),
+    so there the schedule would cost the graphs it is there to add.
+    """
+    args = engine_args(settings)
+    if CAPTURE_SCHEDULE_KEY not in (args.additional_config or {}):
+        return args
+    if args.create_engine_config().use_v2_model_runner:
+        return args
+    log.warning("Model Runner V1 on this model: FULL decode graphs at width 1 + K only")
+    return engine_args(settings, capture=False)

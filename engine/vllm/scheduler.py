@@ -73,7 +73,7 @@ from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
 from vllm.v1.request import Request
 
 from engine.interface import SPEC_CAP_ARG, SPEC_DEPTH_ARG, depth_arg
-from engine.vllm.batch_depth import DepthRule, rule_for
+from engine.vllm.batch_depth import CAPTURE_SCHEDULE_KEY, DepthRule, rule_for
 from engine.vllm.draft_skip import DRAFTER_IDLE
 from engine.vllm.step_clock import StepClock
 from engine.vllm.step_votes import StepVotes
@@ -115,16 +115,23 @@ class _DepthCap(StepVotes):
         self.specgw_depth_rule = self._depth_rule()
         #: Drafts asked for in the step last scheduled (what its drafts are cut against).
         self._specgw_step = self.num_spec_tokens
-        if self.num_spec_tokens > 0 and self.dynamic_sd_lookup is None:
+        if self.num_spec_tokens > 0 and (self.dynamic_sd_lookup is None or self._capture_only()):
             # A constant dynamic-SD schedule (K at every batch size) changes nothing
             # but one thing: vLLM then no longer pads a resumed or fully prefix-cached
             # request to K placeholder drafts (scheduler.py, `pad_spec_decode`), which
             # would verify K drafts for a request that asked for k < K.
             max_seqs = self.scheduler_config.max_num_seqs  # type: ignore[attr-defined]
+            # The same where the schedule is the gateway's, there for Model Runner V2 to
+            # capture every width (`batch_depth.capture_schedule`): no per-batch ceiling.
             self.dynamic_sd_lookup = [self.num_spec_tokens] * (max_seqs + 1)
         self._depth_zero_hits_whole_blocks()
         self._step_clock = StepClock()
         self._init_votes()
+
+    def _capture_only(self) -> bool:
+        """Whether the batch-size schedule is the gateway's capture schedule."""
+        extra = getattr(self.vllm_config, "additional_config", None)  # type: ignore[attr-defined]
+        return isinstance(extra, dict) and bool(extra.get(CAPTURE_SCHEDULE_KEY))
 
     def _depth_rule(self) -> DepthRule:
         """The engine's batch-depth rule, from the platform and the resolved config."""

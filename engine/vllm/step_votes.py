@@ -131,7 +131,10 @@ class StepVotes:
             return None
         votes = [vote for _, vote in voters] + riding
         rule = self.specgw_depth_rule
-        allowed = rule.captured if rule.policy is BatchDepthPolicy.UNIFORM else None
+        allowed: tuple[int, ...] | None = None
+        if rule.policy is BatchDepthPolicy.UNIFORM:
+            # No width captured at this batch size: every depth runs without the graph.
+            allowed = rule.captured_at(len(scheduled)) or None
         depth = vote_step_depth(
             votes,
             table,

@@ -20,7 +20,12 @@ from vllm.v1.structured_output import StructuredOutputManager
 
 from engine.interface import SPEC_DEPTH_ARG
 from engine.step_rule import SPEC_COSTS_ARG, SPEC_VOTE_ARG, StepCostTable, StepVote, vote_step_depth
-from engine.vllm.batch_depth import POLICY_OVERRIDE_KEY, BatchDepthPolicy
+from engine.vllm.batch_depth import (
+    CAPTURE_SCHEDULE_KEY,
+    POLICY_OVERRIDE_KEY,
+    BatchDepthPolicy,
+    capture_schedule,
+)
 from engine.vllm.draft_skip import DRAFTER_IDLE
 from engine.vllm.scheduler import AsyncSpecDepthScheduler, AutoSpecDepthScheduler
 from tools.model.testing_models import TinyModels
@@ -29,7 +34,12 @@ K = 4
 BLOCK = 16
 
 
-def _scheduler(tiny: TinyModels, policy: str, schedule: list[list[int]] | None = None) -> Any:
+def _scheduler(
+    tiny: TinyModels,
+    policy: str,
+    schedule: list[list[int]] | None = None,
+    extra: dict[str, Any] | None = None,
+) -> Any:
     spec: dict[str, Any] = {
         "method": "eagle3",
         "model": str(tiny.drafter),
@@ -45,7 +55,7 @@ def _scheduler(tiny: TinyModels, policy: str, schedule: list[list[int]] | None =
         enforce_eager=True,
         dtype="float32",
         enable_prefix_caching=False,
-        additional_config={POLICY_OVERRIDE_KEY: policy},
+        additional_config={POLICY_OVERRIDE_KEY: policy, **(extra or {})},
     ).create_engine_config()
     config.cache_config.num_gpu_blocks = 1000
     config.scheduler_config.async_scheduling = True  # as vLLM resolves it on CUDA
@@ -128,6 +138,29 @@ def test_the_depth_rounds_up_to_a_width_the_schedule_captures(tiny: TinyModels) 
     sched.add_request(_request("one", 1))
     steps = [_step(sched) for _ in range(3)]
     assert steps[-1] == {"one": 2}
+
+
+def test_the_gateways_capture_schedule_is_no_ceiling_on_k(
+    tiny: TinyModels, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The schedule the gateway adds so that V2 captures every width 1 + k
+    (`batch_depth.capture_schedule`: 0 from batch 5 on) must not lower a batch's depth:
+    eight k = 4 requests verify 4 drafts each; the same schedule set by an operator is a
+    ceiling they asked for (0 at that batch size)."""
+    # As on CUDA with Triton (the CPU platform here falls back to the V1 runner).
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
+    rows = capture_schedule(K, 16)
+    assert {k for _, _, k in rows} == set(range(K + 1))
+    ours = _scheduler(tiny, "uniform", schedule=rows, extra={CAPTURE_SCHEDULE_KEY: True})
+    assert ours.specgw_depth_rule.captured == tuple(range(1, K + 1))
+    theirs = _scheduler(tiny, "uniform", schedule=rows)
+    for sched in (ours, theirs):
+        for i in range(8):
+            sched.add_request(_request(f"r{i}", K))
+    for _ in range(3):
+        drafted, capped = _step(ours), _step(theirs)
+    assert set(drafted.values()) == {K}
+    assert set(capped.values()) == {0}
 
 
 @pytest.mark.parametrize("policy", ["uniform", "per-request"])

@@ -13,7 +13,11 @@ from engine.vllm.batch_depth import (
     PREFILL_STEP_KEY,
     BatchDepthPolicy,
     DepthRule,
+    capture_schedule,
+    capture_sizes,
     captured_depths,
+    full_batches,
+    request_counts,
     rule_for,
     select_policy,
 )
@@ -153,3 +157,49 @@ def test_rule_for_a_resolved_config() -> None:
 def test_an_unknown_forced_policy_is_refused() -> None:
     with pytest.raises(ValueError, match="sometimes"):
         rule_for(_config("NONE", extra={POLICY_OVERRIDE_KEY: "sometimes"}), "cuda")
+
+
+def test_the_capture_schedule_holds_every_depth_and_starts_at_batch_one() -> None:
+    """V2 captures width 1 + k for each k the schedule holds (width 1 too): all of 0..K."""
+    rows = capture_schedule(4, 256)
+    assert rows[0][:2] == [1, 1] and rows[-1][1] == 256
+    assert sorted(k for _, _, k in rows) == [0, 1, 2, 3, 4]
+    assert all(a[1] + 1 == b[0] for a, b in zip(rows, rows[1:], strict=False))
+
+
+def test_capture_sizes_give_every_width_batches_up_to_the_ceiling() -> None:
+    sizes = capture_sizes(4, 256, 512)
+    assert max(sizes) <= 512
+    batches = full_batches(range(5), sizes, 256)
+    # Width 1 (k = 0) and 2 (k = 1) reach vLLM's request grid's 256; wider ones stop
+    # where the next grid count would pass 512 tokens.
+    assert batches == {0: 256, 1: 256, 2: 168, 3: 128, 4: 96}
+    assert request_counts(256)[:5] == [1, 2, 4, 8, 16]
+
+
+def test_without_the_capture_sizes_only_the_default_ones_count() -> None:
+    """vLLM's own grid at K = 4 without a schedule: width 5 at 1..102 requests."""
+    default = [n * 5 for n in request_counts(256) if n * 5 <= 512]
+    assert full_batches([4], default, 256) == {4: 96}
+
+
+def test_a_depth_whose_graphs_stop_below_the_batch_is_not_rounded_up_to() -> None:
+    """The rule rounds a step's depth up only to a width captured at the step's batch
+    size (vLLM captures up to 512 tokens: K = 4 stops at 96 requests here)."""
+    rule = DepthRule(UNI, 4, (1, 2, 3, 4), full_batch={1: 256, 2: 168, 3: 128, 4: 96})
+    assert rule.captured_at(8) == (1, 2, 3, 4)
+    assert rule.captured_at(120) == (1, 2, 3)
+    assert rule.step_depth([1] * 8) == 1
+    assert rule.step_depth([4] * 120) == 4  # no width 5 graph at 120: its own depth
+    assert rule.step_depth([3] * 200) == 3  # none of width 4 either
+    assert rule.step_depth([1, 2] * 100) == 2
+    assert DepthRule(UNI, 4, (4,)).captured_at(10_000) == (4,)  # no ceiling known
+
+
+def test_rule_for_reads_the_capture_ceiling_of_the_resolved_config() -> None:
+    config = _config("FULL_AND_PIECEWISE")
+    config.compilation_config.cudagraph_capture_sizes = capture_sizes(4, 64, 512)  # type: ignore[attr-defined]
+    config.scheduler_config = SimpleNamespace(max_num_seqs=64)  # type: ignore[attr-defined]
+    rule = rule_for(config, "cuda", {0, 1, 2, 3, 4})
+    assert rule.captured == (1, 2, 3, 4)
+    assert rule.full_batch == {1: 64, 2: 64, 3: 64, 4: 64}
