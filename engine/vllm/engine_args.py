@@ -110,9 +110,9 @@ def engine_args(
     extra_config: dict[str, Any] = {}
     own_schedule = bool(settings.spec_tokens_per_batch_size)
     if capture and speculative and device == "cuda" and not eager and not own_schedule:
-        capture = graph_capture(settings, capture_ceiling(), device)
-        speculative["num_speculative_tokens_per_batch_size"] = capture["schedule"]
-        kwargs["compilation_config"] = capture["compilation_config"]
+        graphs = graph_capture(settings, capture_ceiling(), device)
+        speculative["num_speculative_tokens_per_batch_size"] = graphs["schedule"]
+        kwargs["compilation_config"] = graphs["compilation_config"]
         extra_config[CAPTURE_SCHEDULE_KEY] = True
     block_size = settings.block_size or _CPU_BLOCK_SIZE.get(device)
     if block_size is not None:

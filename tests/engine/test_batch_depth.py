@@ -3,6 +3,7 @@ mode, and how a step's drafts are spread over its requests under each."""
 
 from __future__ import annotations
 
+import itertools
 from types import SimpleNamespace
 
 import pytest
@@ -162,9 +163,10 @@ def test_an_unknown_forced_policy_is_refused() -> None:
 def test_the_capture_schedule_holds_every_depth_and_starts_at_batch_one() -> None:
     """V2 captures width 1 + k for each k the schedule holds (width 1 too): all of 0..K."""
     rows = capture_schedule(4, 256)
-    assert rows[0][:2] == [1, 1] and rows[-1][1] == 256
+    assert rows[0][:2] == [1, 1]
+    assert rows[-1][1] == 256
     assert sorted(k for _, _, k in rows) == [0, 1, 2, 3, 4]
-    assert all(a[1] + 1 == b[0] for a, b in zip(rows, rows[1:], strict=False))
+    assert all(a[1] + 1 == b[0] for a, b in itertools.pairwise(rows))
 
 
 def test_capture_sizes_give_every_width_batches_up_to_the_ceiling() -> None:
