@@ -262,7 +262,7 @@ async def on_engine(
         gw = start_gateway(config, models, workdir, timeout_s=args.start_timeout)
     except RuntimeError as exc:
         print(str(exc)[-3000:])
-        return [], {}, [f"{engine} engine did not start: {str(exc).splitlines()[0]}"]
+        return [], {}, [f"{engine} engine did not start: {_why(str(exc))} (logs in {workdir})"]
     results = []
     try:
         facts = build_info(await metrics(gw))
@@ -277,6 +277,12 @@ async def on_engine(
     finally:
         gw.stop_all()  # the next engine needs the GPU memory this one holds
     return results, facts, []
+
+
+def _why(failure: str) -> str:
+    """`start_gateway`'s first line and the log's last one (the exception, mostly)."""
+    lines = [line.strip() for line in failure.splitlines() if line.strip()]
+    return " ".join(lines[:1] + lines[-1:] if len(lines) > 1 else lines)[:300]
 
 
 def tool_expectation(args: argparse.Namespace, models: ModelPaths) -> tuple[ToolExpectation, str]:

@@ -345,14 +345,22 @@ def report(results: list[RunResult], facts: dict[str, dict[str, str]]) -> str:
     """Per engine what it runs; per run tokens/s against no drafter, the FULL-graph
     share and the depths its steps verified; per class n, mean k and acceptance."""
     lines = [engine_line(engine, facts.get(engine, {})) for engine in ENGINES]
-    plain = {
-        r.run.concurrency: r.tokens_per_s
-        for r in results
-        if r.run.engine == NO_DRAFTER and r.run.kind != "tools"
-    }
-    measured = [r for r in results if r.run.kind != "tools"]
-    lines.append(f"\n{'run':<22} {'engine':<12} {'tokens/s':>9}  {'vs no-drafter':>13}  "
-                 f"{'FULL graphs':>11}  steps by depth")  # fmt: skip
+    lines += run_table([r for r in results if r.run.kind != "tools"])
+    for r in results:
+        if r.run.engine == SPECULATIVE and r.run.kind == "families" and r.run.name != "k0":
+            lines += class_table(r)
+    lines += ["", *(tool_line(r) for r in results if r.run.kind == "tools")]
+    return "\n".join(lines)
+
+
+def run_table(measured: list[RunResult]) -> list[str]:
+    """A row per run: tokens/s, against no drafter at the same concurrency, the share
+    of steps that replayed a FULL CUDA graph, the depths the steps verified."""
+    if not measured:
+        return []
+    plain = {r.run.concurrency: r.tokens_per_s for r in measured if r.run.engine == NO_DRAFTER}
+    head = f"{'run':<22} {'engine':<12} {'tokens/s':>9}  {'vs no-drafter':>13}  {'FULL graphs':>11}"
+    lines = ["", f"{head}  steps by depth"]
     for r in measured:
         base = plain.get(r.run.concurrency, 0.0)
         ratio = f"{r.tokens_per_s / base:.2f}x" if base > 0 else "n/a"
@@ -362,11 +370,7 @@ def report(results: list[RunResult], facts: dict[str, dict[str, str]]) -> str:
         )
     if any(r.graph_steps is None for r in measured):
         lines.append(f"FULL graphs n/a: {NO_GRAPH_COUNTS}")
-    for r in results:
-        if r.run.engine == SPECULATIVE and r.run.kind == "families" and r.run.name != "k0":
-            lines += class_table(r)
-    lines += ["", *(tool_line(r) for r in results if r.run.kind == "tools")]
-    return "\n".join(lines)
+    return lines
 
 
 def engine_line(engine: str, facts: dict[str, str]) -> str:

@@ -365,7 +365,7 @@ def test_an_engine_that_does_not_start_is_a_failure(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     def refuse(*args: object, **kwargs: object) -> None:
-        raise RuntimeError("gateway exited early:\nlog tail")
+        raise RuntimeError("gateway exited early:\nTraceback ...\nRuntimeError: no device\n")
 
     monkeypatch.setattr(gpu_smoke, "start_gateway", refuse)
     args = parse_args(["--dry"])
@@ -374,7 +374,10 @@ def test_an_engine_that_does_not_start_is_a_failure(
         gpu_smoke.on_engine(NO_DRAFTER, args, models, tmp_path, [])
     )
     assert (results, facts) == ([], {})
-    assert failed == ["no-drafter engine did not start: gateway exited early:"]
+    assert failed == [
+        "no-drafter engine did not start: gateway exited early: RuntimeError: no device "
+        f"(logs in {tmp_path})"
+    ]
 
 
 def test_batch_invariant_mode_is_asked_of_both_engines() -> None:
