@@ -81,6 +81,9 @@ CUDA_VLLM = "0.33.0"
 #: Tokens a tool-check answer may take: a call to an offered tool with short
 #: arguments fits (the embedded model's are about 40), so none is cut mid-call.
 TOOL_MAX_TOKENS = 64
+#: Tool-family prompts in the tool check, whatever `--per-family`: the embedded model
+#: calls a tool on some of its own, not on each.
+TOOL_PROMPTS = 4
 #: The one tool prompt a capable model cannot answer without calling the tool.
 WEATHER_TOOL = {
     "type": "function",
@@ -125,11 +128,10 @@ def work_items(per_family: int, max_tokens: int, seed: int, target: Path) -> lis
     ]
 
 
-def tool_items(items: list[WorkItem]) -> list[WorkItem]:
-    """The weather prompt and the families' tool prompts that end on the user's turn
-    (a call is due), each sent streamed (even index) and not (odd)."""
-    due = [WEATHER_PROMPT]
-    due += [i.prompt for i in items if i.family == "tool_call" and _call_due(i.prompt)]
+def tool_items(prompts: list[Prompt]) -> list[WorkItem]:
+    """The weather prompt and those of `prompts` that end on the user's turn (a call is
+    due), each sent streamed (even index) and not (odd)."""
+    due = [WEATHER_PROMPT, *(p for p in prompts if _call_due(p))]
     return [
         WorkItem(2 * n + s, 0, "tools", "tool_call", prompt, TOOL_MAX_TOKENS)
         for n, prompt in enumerate(due)
@@ -271,8 +273,9 @@ async def on_engine(
         warm = Run("warm-up", engine, args.concurrency)
         await run_pass(gw, warm, items[: args.concurrency], args.timeout)
         greedy = [i for i in items if not i.prompt.extra.get("temperature")]
+        tools = tool_items(load_pool(TOOL_PROMPTS, args.seed)[0].get("tool_call", []))
         for run in (r for r in plan(args.max_depth, args.concurrency) if r.engine == engine):
-            chosen = {"families": items, "greedy": greedy, "tools": tool_items(items)}[run.kind]
+            chosen = {"families": items, "greedy": greedy, "tools": tools}[run.kind]
             results.append(await run_pass(gw, run, chosen, args.timeout))
     finally:
         gw.stop_all()  # the next engine needs the GPU memory this one holds

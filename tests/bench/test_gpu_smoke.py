@@ -37,7 +37,6 @@ from bench.gpu_smoke_verdict import (
     report,
     step_depths,
 )
-from bench.workload import WorkItem
 from tests.gateway.conftest import TEST_CALIBRATION
 
 STATIC = {"controller-mode": "static", "pin-k": 4}
@@ -188,16 +187,10 @@ def test_no_tool_expectation_checks_nothing() -> None:
 
 
 def test_tool_items_are_the_weather_prompt_and_due_family_prompts_both_ways() -> None:
-    due = Prompt(
-        "tool_call",
-        messages=[{"role": "user", "content": "Run f."}],
-        tools=[gpu_smoke.WEATHER_TOOL],
-    )
-    answered = Prompt(
-        "tool_call", messages=[{"role": "tool", "content": "{}"}], tools=[gpu_smoke.WEATHER_TOOL]
-    )
-    items = [WorkItem(i, 0, "smoke", "tool_call", p, 8) for i, p in enumerate([due, answered])]
-    chosen = tool_items(items)
+    tools = [gpu_smoke.WEATHER_TOOL]
+    due = Prompt("tool_call", messages=[{"role": "user", "content": "Run f."}], tools=tools)
+    answered = Prompt("tool_call", messages=[{"role": "tool", "content": "{}"}], tools=tools)
+    chosen = tool_items([due, answered])
     assert [i.prompt for i in chosen] == [gpu_smoke.WEATHER_PROMPT] * 2 + [due] * 2
     assert [i.index for i in chosen] == [0, 1, 2, 3]  # even: streamed, odd: not
     assert {i.max_tokens for i in chosen} == {gpu_smoke.TOOL_MAX_TOKENS}
