@@ -54,6 +54,14 @@ class EngineBackend(Protocol):
         """Raise `PreflightError` where the settings cannot start an engine."""
         ...
 
+    def startup_plan(
+        self, engine_settings: Any, max_running: int | None, gpu_memory_gib: float
+    ) -> str:
+        """What the engine would run, as text, without starting it (`spec-gateway plan`);
+        `PreflightError` where it would refuse to start or lose a feature silently.
+        `max_running`: the gateway's admission bound (None: it follows `max_num_seqs`)."""
+        ...
+
     def start_engine(
         self, engine_settings: Any, on_outcome: OutcomeCallback
     ) -> AbstractAsyncContextManager[Any]:

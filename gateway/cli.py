@@ -211,6 +211,43 @@ def _preflight_or_exit(engine_settings: Any) -> None:
         raise SystemExit(2) from None
 
 
+@app.command(
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+)
+def plan(
+    ctx: typer.Context,
+    model: Annotated[
+        Path | None, typer.Option(help="Target: a directory or Hugging Face id.")
+    ] = None,
+    drafter: Annotated[
+        Path | None, typer.Option(help="EAGLE-3 drafter: a directory or Hugging Face id.")
+    ] = None,
+    config: Annotated[Path | None, typer.Option(help="YAML settings file, as for serve.")] = None,
+    gpu_memory_gib: Annotated[
+        float, typer.Option(help="Memory of one GPU, for the CUDA column's KV-cache estimate.")
+    ] = 80.0,
+) -> None:
+    """Print what `serve` would run with these settings, here and on CUDA, without
+    starting anything: eager or graphs, the FULL-graph widths per batch size and the
+    step depths, async scheduling, the model runner, the KV-cache budget, the tool and
+    reasoning parsers, the served names. Reads the models' configs and chat template
+    (no weights); exits 2, in one line, on what `serve` would refuse or where CUDA
+    would silently lose a feature. Takes every setting flag `serve` takes."""
+    short = {"model": model, "drafter": drafter, "config": config}
+    spelt = [part for k, v in short.items() if v is not None for part in (_SHORT_FLAGS[k], str(v))]
+    settings = _settings_or_exit([*ctx.args, *spelt])
+    from engine.backend import PreflightError
+    from gateway.plugins import load_backend
+
+    try:
+        running = None if settings.max_running_follows_engine else settings.max_running
+        text = load_backend("vllm").startup_plan(settings.engine, running, gpu_memory_gib)
+    except PreflightError as exc:
+        typer.echo(f"spec-gateway: {exc}", err=True)
+        raise SystemExit(2) from None
+    typer.echo(text, nl=False)
+
+
 @keys_app.command("hash")
 def hash_key(key: Annotated[str, typer.Argument(help="The plaintext API key.")]) -> None:
     """Print the SHA-256 digest to put in SPECGW_API_KEYS / SPECGW_ADMIN_KEYS."""

@@ -6,6 +6,7 @@ Importing this module imports no vLLM: each method imports what it needs, so
 
 from __future__ import annotations
 
+import os
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +35,21 @@ class VLLMBackend:
         except PREFLIGHT_ERRORS as exc:
             raise PreflightError(str(exc)) from exc
 
+    def startup_plan(
+        self, engine_settings: Any, max_running: int | None, gpu_memory_gib: float
+    ) -> str:
+        from engine.vllm.plan import PlanError, render, startup_plan
+        from engine.vllm.preflight import PREFLIGHT_ERRORS, preflight
+
+        try:
+            preflight(engine_settings)
+            plan = startup_plan(
+                engine_settings, max_running, os.environ, gpu_memory_gib=gpu_memory_gib
+            )
+        except (*PREFLIGHT_ERRORS, PlanError) as exc:  # type: ignore[misc]
+            raise PreflightError(str(exc)) from exc
+        return render(plan, gpu_memory_gib)
+
     def start_engine(
         self, engine_settings: Any, on_outcome: OutcomeCallback
     ) -> AbstractAsyncContextManager[Any]:
@@ -43,10 +59,15 @@ class VLLMBackend:
 
     async def serving_port(self, engine: Any, config: PortConfig) -> ServingPort:
         from engine.vllm.openai_frontend import FrontendConfig, OpenAIFrontend
+        from engine.vllm.parsers import resolved_parsers
 
+        parsers = resolved_parsers(engine.settings, os.environ)
         frontend = FrontendConfig(
             model=config.model,
             served_model_name=config.served_model_name,
+            served_aliases=config.served_aliases,
+            tool_call_parser=parsers.tool_call,
+            reasoning_parser=parsers.reasoning,
             split_completion_prompts=config.split_completion_prompts,
         )
         return await OpenAIFrontend.create(

@@ -113,6 +113,30 @@ def capture_sizes(max_depth: int, max_num_seqs: int, ceiling: int) -> list[int]:
     )
 
 
+def vllm_default_sizes(
+    max_depth: int, max_num_seqs: int, schedule: Iterable[Sequence[int]], ceiling: int
+) -> list[int]:
+    """The capture sizes vLLM 0.33 picks itself (`VllmConfig._set_cudagraph_sizes`):
+    1, 2, 4, every 8 to 256, every 16 to the ceiling, and each decode tier's width times
+    `request_counts` of its widest batch (the tiers: each k of the dense schedule, or
+    K alone without one)."""
+    sizes = [n for n in (1, 2, 4) if n <= ceiling]
+    sizes += list(range(8, min(ceiling + 1, 256), 8)) + list(range(256, ceiling + 1, 16))
+    widest = {max_depth + 1: max_num_seqs}
+    rows = sorted((int(lo), int(hi), int(k)) for lo, hi, k in schedule)
+    if rows:
+        widest = {}
+        for lo, hi, k in rows:
+            if lo <= max_num_seqs:
+                widest[min(k, max_depth) + 1] = min(hi, max_num_seqs)
+        last_hi, last_k = rows[-1][1], rows[-1][2]
+        if last_hi < max_num_seqs:  # vLLM carries the last k to the largest batch
+            widest[min(last_k, max_depth) + 1] = max_num_seqs
+    for width, top in widest.items():
+        sizes += [n * width for n in request_counts(top) if n * width <= ceiling]
+    return sorted(set(sizes))
+
+
 def full_batches(depths: Iterable[int], sizes: Iterable[int], max_num_seqs: int) -> dict[int, int]:
     """Depth -> the largest batch whose decode step at that depth has a FULL graph: a
     captured token count that is a multiple of the width 1 + d (a batch pads up to it)."""
@@ -287,4 +311,5 @@ __all__ = [
     "request_counts",
     "rule_for",
     "select_policy",
+    "vllm_default_sizes",
 ]

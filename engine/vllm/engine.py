@@ -126,6 +126,11 @@ class VLLMEngine:
         return self._max_depth
 
     @property
+    def settings(self) -> EngineSettings:
+        """The settings the engine was started with (its serving layer's parsers read them)."""
+        return self._settings
+
+    @property
     def one_depth_per_step(self) -> bool:
         from vllm.platforms import current_platform
 

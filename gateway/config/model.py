@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field, model_validator
+from pydantic import Field, PrivateAttr, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from engine.settings import EngineSettings
@@ -42,6 +42,14 @@ class ServeSettings(GatewaySettings):
         description="The speculation controller: classes, policy, estimation, costs, drift.",
     )
 
+    #: Whether `max_running` was left to follow the engine's `max_num_seqs`.
+    _max_running_follows: bool = PrivateAttr(default=False)
+
+    @property
+    def max_running_follows_engine(self) -> bool:
+        """Whether `max_running` was left unset, so that it follows `max_num_seqs`."""
+        return self._max_running_follows
+
     @model_validator(mode="after")
     def _engine_derived(self) -> ServeSettings:
         """The served name defaults to the model id, and the engine serves the same names
@@ -49,7 +57,8 @@ class ServeSettings(GatewaySettings):
         follows the engine's batch unless set."""
         if self.served_model_name is None:
             self.served_model_name = self.engine.default_served_name()
-        if "max_running" not in self.model_fields_set:
+        self._max_running_follows = "max_running" not in self.model_fields_set
+        if self._max_running_follows:
             # Admitting more than one engine step holds only queues inside the engine,
             # where the gateway's admission and fair share cannot see the wait.
             self.max_running = self.engine.resolved_max_num_seqs()
