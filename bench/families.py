@@ -226,14 +226,18 @@ def local_pool(per_family: int, seed: int) -> PromptPool:
 
 
 def fit_pool(
-    pool: PromptPool, target: Path, max_model_len: int, max_tokens: int
+    pool: PromptPool, target: Path, max_model_len: int | None, max_tokens: int
 ) -> tuple[PromptPool, int]:
     """(the prompts whose rendered length + max_tokens fits the context, how many were dropped).
 
     Counted with the served target's own tokenizer and chat template, as the engine
-    will; a prompt that cannot fit would only measure a 400.
+    will; a prompt that cannot fit would only measure a 400. `max_model_len` None: the
+    target's own (`max_position_embeddings`), as the engine derives it.
     """
-    from transformers import AutoTokenizer
+    from transformers import AutoConfig, AutoTokenizer
+
+    if max_model_len is None:
+        max_model_len = int(AutoConfig.from_pretrained(str(target)).max_position_embeddings)
 
     tokenizer = AutoTokenizer.from_pretrained(str(target))
     budget = max_model_len - max_tokens

@@ -340,7 +340,7 @@ def start_vllm(settings: Any, workdir: Path) -> Server:
             proc.kill()
             proc.wait(10)
 
-    return Server("vllm", base, proc, settings.served_model_name, {}, stop)
+    return Server("vllm", base, proc, settings.served_names()[0], {}, stop)
 
 
 def start_gateway(max_depth: int, workdir: Path) -> Server:

@@ -134,7 +134,7 @@ def noop_runtime_factory(
         slot = EngineSlot(
             lambda: noop_engine(engine_settings, board.deliver, on_ready),
             lambda engine: BACKEND.serving_port(
-                engine, PortConfig(model=str(target), served_model_name=settings.served_model_name)
+                engine, PortConfig(model=str(target), served_model_name=settings.served_names[0])
             ),
         )
         async with AsyncExitStack() as stack:
@@ -214,9 +214,7 @@ def main() -> None:
 
     async def on_ready(noop: Any, tokenizer: Any) -> None:
         engine = await time_direct(noop, tokenizer, args.direct_n)
-        serving = await time_serving(
-            noop, str(args.model), settings.served_model_name, args.direct_n
-        )
+        serving = await time_serving(noop, str(args.model), settings.served_names[0], args.direct_n)
         args.direct_out.write_text(json.dumps({"engine": engine, "serving": serving}))
 
     engine_settings = EngineSettings(model=args.model, max_depth=0)
