@@ -211,31 +211,41 @@ def looks_like_call(text: str) -> bool:
 
 
 def tool_failures(result: RunResult, expect: ToolExpectation) -> list[str]:
-    """Requests with tools and `tool_choice=auto` that did not come back as tool calls
-    (`expect`: how many must), and calls whose arguments are not a JSON object."""
+    """Requests with tools and `tool_choice=auto` that did not come back as tool calls.
+
+    `every`: each request a call, to an offered tool, with a JSON object for arguments,
+    ending `tool_calls`. `any`: one such call at least (a 3.4 M-parameter model also
+    writes broken JSON, which a streamed parser passes on as it comes)."""
     if expect == "none":
         return []
     where = f"{result.run.engine} tools"
     answered = [r for r in result.records if not r.error and r.finish_reason]
+    if expect == "every":
+        return [line for r in answered for line in _not_a_call(r, where)]
+    if not answered or any(_json_object(args) for r in answered for _, args in r.tool_calls):
+        return []
+    broken = sum(bool(r.tool_calls) for r in answered)
+    as_text = sum(not r.tool_calls and looks_like_call(r.content) for r in answered)
+    return [
+        f"{where}: none of {len(answered)} requests came back as a tool call with JSON "
+        f"arguments ({broken} with broken ones, {as_text} as text that looks like one)"
+    ]
+
+
+def _not_a_call(r: SmokeRecord, where: str) -> list[str]:
+    """Why a real model's answer to a tool request is not the tool call it should be."""
+    at = f"{where} #{r.index} ({'streamed' if r.streamed else 'not streamed'})"
+    if not r.tool_calls:
+        why = "a tool call returned as text" if looks_like_call(r.content) else "plain text"
+        return [f"{at}: {why}, not a tool call: {r.content[:80]!r}"]
     found = []
-    for r in answered:
-        how = "streamed" if r.streamed else "not streamed"
-        for name, args in r.tool_calls:
-            if not _json_object(args):
-                found.append(f"{where} #{r.index} ({how}): {name} called with {args[:60]!r}")
-            elif expect == "every" and name not in r.offered:
-                found.append(f"{where} #{r.index} ({how}): called {name!r}, not an offered tool")
-        if expect == "every" and not r.tool_calls:
-            why = "a tool call returned as text" if looks_like_call(r.content) else "plain text"
-            found.append(f"{where} #{r.index} ({how}): {why}, not a tool call: {r.content[:80]!r}")
-        elif expect == "every" and r.finish_reason != "tool_calls":
-            found.append(f"{where} #{r.index} ({how}): finish reason {r.finish_reason}")
-    if expect == "any" and answered and not any(r.tool_calls for r in answered):
-        as_text = sum(looks_like_call(r.content) for r in answered)
-        found.append(
-            f"{where}: none of {len(answered)} requests came back as a tool call "
-            f"({as_text} as text that looks like one)"
-        )
+    for name, args in r.tool_calls:
+        if not _json_object(args):
+            found.append(f"{at}: {name} called with {args[:60]!r}")
+        elif name not in r.offered:
+            found.append(f"{at}: called {name!r}, not an offered tool")
+    if r.finish_reason != "tool_calls":
+        found.append(f"{at}: finish reason {r.finish_reason}")
     return found
 
 
@@ -415,11 +425,12 @@ def class_table(result: RunResult) -> list[str]:
 
 
 def tool_line(result: RunResult) -> str:
-    calls = sum(bool(r.tool_calls) for r in result.records)
+    calls = [args for r in result.records for _, args in r.tool_calls[:1]]
     as_text = sum(not r.tool_calls and looks_like_call(r.content) for r in result.records)
     return (
-        f"tools ({result.run.engine}): {calls} of {len(result.records)} requests with "
-        f"tool_choice=auto came back as tool calls, {as_text} as text that looks like one"
+        f"tools ({result.run.engine}): {len(calls)} of {len(result.records)} requests with "
+        f"tool_choice=auto came back as tool calls ({sum(map(_json_object, calls))} with "
+        f"JSON arguments), {as_text} as text that looks like one"
     )
 
 

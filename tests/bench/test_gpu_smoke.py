@@ -176,10 +176,15 @@ def test_a_real_models_call_must_name_an_offered_tool_with_json_arguments() -> N
 
 
 def test_the_embedded_model_must_call_a_tool_on_one_of_its_prompts() -> None:
+    """Text and broken arguments pass beside one good call; alone, they fail."""
     text = _rec(0, "<tool_call>\n{broken", finish_reason="length")
-    assert failures([_tools(text, _call(1, name="whatever"))], "any") == []
-    (found,) = failures([_tools(text, replace(text, index=1))], "any")
-    assert "none of 2 requests came back as a tool call (2 as text that looks like one)" in found
+    broken = _call(1, name="inspect_get", args='{"s": "gam": "gam"')
+    assert failures([_tools(text, broken, _call(2, name="whatever"))], "any") == []
+    (found,) = failures([_tools(text, broken)], "any")
+    assert found == (
+        "speculative tools: none of 2 requests came back as a tool call with JSON arguments "
+        "(1 with broken ones, 1 as text that looks like one)"
+    )
 
 
 def test_no_tool_expectation_checks_nothing() -> None:
@@ -350,8 +355,9 @@ def test_the_report_prints_throughput_against_no_drafter_graphs_depths_and_class
     assert "no-drafter engine: did not run" in text
     assert "  code                             1     4.00       2.50" in text
     assert (
-        "tools (speculative): 1 of 1 requests with tool_choice=auto came back as tool calls" in text
-    )
+        "tools (speculative): 1 of 1 requests with tool_choice=auto came back as tool calls "
+        "(1 with JSON arguments), 0 as text that looks like one"
+    ) in text
 
 
 def test_an_engine_that_does_not_start_is_a_failure(
