@@ -59,3 +59,16 @@ def test_a_batch_size_schedule_vllm_would_refuse_in_its_engine_core(tiny: TinyMo
     )
     assert result.exit_code == 2
     assert "spec_tokens_per_batch_size: " in _one_error_line(result.output)
+
+
+def test_a_driver_older_than_the_cuda_build_needs_is_refused() -> None:
+    """CUDA 13.0's libraries need driver 580 (the CUDA build's torch is cu130); an older
+    one fails at the first CUDA call, after the weights downloaded."""
+    from engine.vllm.preflight import EngineSettingsError, check_driver
+
+    with pytest.raises(EngineSettingsError, match=r"^NVIDIA driver 570.86.10 is older than 580"):
+        check_driver("13.0", "570.86.10")
+    check_driver("13.0", "580.65.06")
+    check_driver("12.8", "570.86.10")  # a CUDA 12 build runs on it
+    check_driver("13.0", None)  # no GPU visible: nothing to check
+    check_driver(None, "535.0")  # a CPU build of torch
