@@ -6,14 +6,15 @@ drafter. `failures` turns them into one line per failure; `report` into the tabl
 an operator reads. Everything here is tested on recorded results
 (`tests/bench/test_gpu_smoke.py`).
 
-Why greedy text is compared at concurrency 1 only (unless vLLM's batch-invariant
-mode is on): speculative decoding is lossless, the target verifies every token, but
-in bf16 a row's logits depend on the shape of the batch it is computed in (another
-GEMM split, a FULL graph of width 1 + K against a PIECEWISE one of width 1), so two
-greedy runs whose batches differ can flip a near-tie and go their own ways from
-there. At concurrency 1 the only shape left is the verify width itself; with
-`VLLM_BATCH_INVARIANT=1` vLLM's kernels give a row the same result whatever the
-batch, so the comparison holds at any concurrency.
+Why greedy text must match at concurrency 1 only (at any concurrency in vLLM's
+batch-invariant mode): speculative decoding is lossless, the target verifies every
+token, but in bf16 a row's logits depend on the step it is computed in (how many
+rows the GEMMs split, which graph or attention kernel runs), so two greedy runs whose
+steps differ can flip a near-tie and go their own ways from there. Two requests in
+flight make every step of one run differ from the other's; at concurrency 1 only the
+verify width is left (1 + K rows against 1), a rare source of flips; with
+`VLLM_BATCH_INVARIANT=1` a row's result does not depend on the rest of its step, so a
+difference there is a bug.
 """
 
 from __future__ import annotations
@@ -140,8 +141,11 @@ def failures(
         if r.error or not r.finish_reason
     ]
     for spec, plain in greedy_pairs(results):
-        if spec.run.concurrency == 1 or batch_invariant:
+        if batch_invariant:
             found += differences(spec, plain)
+        elif spec.run.concurrency == 1:
+            hint = " (a rerun with --batch-invariant tells numerics from a bug)"
+            found += [line + hint for line in differences(spec, plain)]
     for result in results:
         if result.run.kind == "tools":
             found += tool_failures(result, tools)
@@ -187,15 +191,14 @@ def differences(spec: RunResult, plain: RunResult) -> list[str]:
         if r.text == other.text and r.output_tokens == other.output_tokens:
             continue
         at = first_divergence(r.text, other.text)
-        found.append(
+        line = (
             f"greedy output of #{r.index} {r.family} differs at character {at} between "
             f"{spec.run.engine} {spec.run.label} and {plain.run.engine} {plain.run.label}: "
             f"{r.text[at : at + 24]!r} against {other.text[at : at + 24]!r}"
-            + (
-                f" ({r.output_tokens} against {other.output_tokens} tokens)"
-                * (r.text == other.text)
-            )
         )
+        if r.text == other.text:  # same text, another tokenisation of it
+            line += f" ({r.output_tokens} against {other.output_tokens} tokens)"
+        found.append(line)
     return found
 
 
