@@ -10,14 +10,15 @@ static K at concurrency 1 for the greedy check, the same without a drafter, and 
 tool-calling check on each engine (requests with tools and `tool_choice=auto`, streamed
 and not).
 
-Prints per engine what it runs (K, step rule, eager or graphs, graph mode and capture
-sizes, from `/metrics` and vLLM's start-up log), per run the output tokens/s against
-no drafter, the share of steps that replayed a FULL CUDA graph and the depths the
-steps verified, per class the requests, mean k and acceptance length, and the tool
-calls. Exit status 1, with one `FAIL` line each, on an engine that did not start, an
-error, a stream without a finish reason, greedy text at concurrency 1 that differs
-from the no-drafter engine's (at any concurrency with `--batch-invariant`), or a
-tool call that came back as text.
+Prints per engine what it runs (K and the step rule from `/metrics`; eager or graphs,
+graph mode, capture sizes and capture time from vLLM's start-up log; the batch-depth
+rule and the FULL-graph widths per batch size from `spec-gateway plan`), per run the
+output tokens/s against no drafter, the share of steps that replayed a FULL CUDA graph
+and the depths the steps verified, per class the requests, mean k and acceptance
+length, and the tool calls. Exit status 1, with one `FAIL` line each, on settings the
+plan refuses, an engine that did not start, an error, a stream without a finish
+reason, greedy text at concurrency 1 that differs from the no-drafter engine's (at any
+concurrency with `--batch-invariant`), or a tool call that did not come back as one.
 
 `--dry` runs the same script on the CPU build against the embedded model (or the tiny
 test model where it is not built): the script itself is tested in CI.
@@ -33,6 +34,7 @@ import argparse
 import asyncio
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -46,6 +48,7 @@ import openai
 from bench.families import FAMILIES, SAMPLED_FAMILY, Prompt, fit_pool, load_pool
 from bench.gateway_proc import (
     BENCH_KEY,
+    REPO,
     GatewayConfig,
     GatewayProcess,
     ModelPaths,
@@ -69,6 +72,7 @@ from bench.gpu_smoke_verdict import (
     notes,
     parse_metrics,
     plan,
+    plan_facts,
     report,
     step_depths,
 )
@@ -252,6 +256,18 @@ def engine_env(args: argparse.Namespace) -> dict[str, str]:
     return env
 
 
+def startup_plan(config: GatewayConfig, models: ModelPaths) -> tuple[dict[str, str], list[str]]:
+    """`spec-gateway plan` for the engine `start_gateway` is about to start, with its
+    settings: (its batch-depth rule and FULL-graph widths here, a refusal as a failure)."""
+    cmd = [sys.executable, "-m", "gateway.cli", "plan", "--model", str(models.target)]
+    if config.drafter:
+        cmd += ["--drafter", str(models.drafter)]
+    cmd += ["--engine.max-depth", str(config.max_depth)]
+    env = {**os.environ, **config.env}
+    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, check=False)
+    return plan_facts(config.name, done.returncode, done.stdout, done.stderr)
+
+
 async def on_engine(
     engine: str, args: argparse.Namespace, models: ModelPaths, workdir: Path, items: list[WorkItem]
 ) -> tuple[list[RunResult], dict[str, str], list[str]]:
@@ -260,14 +276,16 @@ async def on_engine(
     config = GatewayConfig(
         engine, spec, args.max_depth, default_k=3 if spec else 0, env=engine_env(args)
     )
+    planned, refused = startup_plan(config, models)
     try:
         gw = start_gateway(config, models, workdir, timeout_s=args.start_timeout)
     except RuntimeError as exc:
         print(str(exc)[-3000:])
-        return [], {}, [f"{engine} engine did not start: {_why(str(exc))} (logs in {workdir})"]
+        why = f"{engine} engine did not start: {_why(str(exc))} (logs in {workdir})"
+        return [], {}, [*refused, why]
     results = []
     try:
-        facts = build_info(await metrics(gw))
+        facts = planned | build_info(await metrics(gw))
         facts |= log_facts(gw.log_path.read_text(errors="replace"))
         # First requests pay one-off costs (compilation, lazy kernels): not in a run.
         warm = Run("warm-up", engine, args.concurrency)
@@ -279,7 +297,7 @@ async def on_engine(
             results.append(await run_pass(gw, run, chosen, args.timeout))
     finally:
         gw.stop_all()  # the next engine needs the GPU memory this one holds
-    return results, facts, []
+    return results, facts, refused
 
 
 def _why(failure: str) -> str:

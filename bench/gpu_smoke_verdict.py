@@ -326,8 +326,7 @@ _CAPTURE_SIZES = re.compile(r"'cudagraph_capture_sizes': \[([\d, ]*)\]")
 
 def log_facts(log: str) -> dict[str, str]:
     """What the engine's start-up log says: vLLM's resolved config line (eager, graph
-    mode, capture sizes), its graph-capture summary, and any line of the gateway's
-    own that names the captured depths."""
+    mode, capture sizes) and its graph-capture summary (time, memory)."""
     facts: dict[str, str] = {}
     for line in log.splitlines():
         if "Initializing a V1 LLM engine" in line:
@@ -339,9 +338,31 @@ def log_facts(log: str) -> dict[str, str]:
                 facts["capture_sizes"] = _span(sizes)
         elif "Graph capturing finished" in line:
             facts["graph_capture"] = line.split("Graph capturing", 1)[1].strip()
-        elif re.search(r"captured (depths|widths)", line, re.IGNORECASE):
-            facts["captured"] = line.strip()[-160:]
     return facts
+
+
+#: The lines of `spec-gateway plan`'s section for this machine that `report` shows.
+PLAN_LINES = {"rule": "batch-depth rule:", "full_graphs": "FULL decode graphs:"}
+
+
+def plan_facts(
+    engine: str, status: int, stdout: str, stderr: str
+) -> tuple[dict[str, str], list[str]]:
+    """What `spec-gateway plan` gives for this machine, the batch-depth rule (policy,
+    step depths) and the FULL decode graphs (width, widest batch per depth); or, where
+    it refuses the settings (exit 2: `serve` would refuse them or silently lose a
+    feature) or fails, that as a failure."""
+    if status != 0:
+        why = (stderr.strip().splitlines() or ["no message"])[-1][:300]
+        verb = "refuses it" if status == 2 else f"failed (exit status {status})"
+        return {}, [f"{engine} engine: spec-gateway plan {verb}: {why}"]
+    _, here, rest = stdout.partition("[this machine")
+    facts = {}
+    for line in rest.split("\n\n", 1)[0].splitlines() if here else []:
+        for key, prefix in PLAN_LINES.items():
+            if line.strip().startswith(prefix):
+                facts[key] = line.strip()[len(prefix) :].strip()
+    return facts, []
 
 
 def _span(sizes: list[int]) -> str:
@@ -357,7 +378,7 @@ def _span(sizes: list[int]) -> str:
 def report(results: list[RunResult], facts: dict[str, dict[str, str]]) -> str:
     """Per engine what it runs; per run tokens/s against no drafter, the FULL-graph
     share and the depths its steps verified; per class n, mean k and acceptance."""
-    lines = [engine_line(engine, facts.get(engine, {})) for engine in ENGINES]
+    lines = [line for engine in ENGINES for line in engine_lines(engine, facts.get(engine, {}))]
     lines += run_table([r for r in results if r.run.kind != "tools"])
     for r in results:
         if r.run.engine == SPECULATIVE and r.run.kind == "families" and r.run.name != "k0":
@@ -386,19 +407,21 @@ def run_table(measured: list[RunResult]) -> list[str]:
     return lines
 
 
-def engine_line(engine: str, facts: dict[str, str]) -> str:
+def engine_lines(engine: str, facts: dict[str, str]) -> list[str]:
+    """What one engine runs: the gateway's build labels, vLLM's resolved graph config and
+    capture summary (its log), the batch-depth rule and FULL-graph widths (the plan)."""
     if not facts:
-        return f"{engine} engine: did not run"
-    parts = [f"vLLM {facts.get('vllm_version', '?')}", f"K={facts.get('max_depth', '?')}"]
-    parts.append(f"step rule {facts.get('step_rule', '?')}")
-    for key in ("enforce_eager", "cudagraph_mode", "capture_sizes", "graph_capture"):
-        parts.append(f"{key} {facts.get(key, 'n/a')}")
-    parts.append(
-        f"captured depths {facts['captured']}"
-        if "captured" in facts
-        else "captured depths n/a (the gateway neither logs nor exports them)"
+        return [f"{engine} engine: did not run"]
+    build = f"vLLM {facts.get('vllm_version', '?')}, K={facts.get('max_depth', '?')}"
+    build += f", step rule {facts.get('step_rule', '?')}"
+    graphs = "; ".join(
+        f"{key.replace('_', ' ')} {facts.get(key, 'n/a')}"
+        for key in ("enforce_eager", "cudagraph_mode", "capture_sizes", "graph_capture")
     )
-    return f"{engine} engine: " + "; ".join(parts)
+    lines = [f"{engine} engine: {build}; {graphs}"]
+    for key, prefix in PLAN_LINES.items():
+        lines.append(f"  plan: {prefix} {facts.get(key, 'n/a (spec-gateway plan gave none)')}")
+    return lines
 
 
 def graph_share(steps: dict[str, float] | None) -> str:

@@ -34,6 +34,7 @@ from bench.gpu_smoke_verdict import (
     notes,
     parse_metrics,
     plan,
+    plan_facts,
     report,
     step_depths,
 )
@@ -335,6 +336,42 @@ def test_the_log_gives_vllms_resolved_graph_config() -> None:
     assert "captured" not in facts
 
 
+PLAN = """\
+target: meta-llama/Llama-3.1-8B-Instruct
+drafter: yuhuili/EAGLE3-LLaMA3.1-Instruct-8B  K = 4
+
+[this machine: cuda]
+  execution: torch.compile + CUDA graphs (cudagraph_mode FULL_AND_PIECEWISE), model runner V2
+  batch-depth rule: uniform; step depths: 0, 1, 2, 3, 4
+  FULL decode graphs: k=0 (width 1) to batch 256, k=4 (width 5) to batch 96
+
+[CUDA (one 80 GiB GPU): cuda]
+  batch-depth rule: per-request; step depths: 0
+"""
+
+
+def test_the_plan_gives_the_rule_and_full_graph_widths_of_this_machine() -> None:
+    facts, failed = plan_facts(SPECULATIVE, 0, PLAN, "")
+    assert facts == {
+        "rule": "uniform; step depths: 0, 1, 2, 3, 4",
+        "full_graphs": "k=0 (width 1) to batch 256, k=4 (width 5) to batch 96",
+    }
+    assert failed == []
+
+
+def test_settings_the_plan_refuses_are_a_failure() -> None:
+    err = "vLLM logs\nspec-gateway: engine: depth 2 has no FULL decode graph on CUDA\n"
+    assert plan_facts(SPECULATIVE, 2, "", err) == (
+        {},
+        [
+            "speculative engine: spec-gateway plan refuses it: "
+            "spec-gateway: engine: depth 2 has no FULL decode graph on CUDA"
+        ],
+    )
+    (crashed,) = plan_facts(NO_DRAFTER, 1, "", "Traceback\nKeyError: 'x'")[1]
+    assert crashed == "no-drafter engine: spec-gateway plan failed (exit status 1): KeyError: 'x'"
+
+
 def test_the_report_prints_throughput_against_no_drafter_graphs_depths_and_classes() -> None:
     spec = [_rec(0, "a", gw_class="code", k=4, acceptance_length=2.5, output_tokens=30)]
     static = _static(4, *spec)
@@ -351,8 +388,11 @@ def test_the_report_prints_throughput_against_no_drafter_graphs_depths_and_class
     )
     assert "no-drafter c4          no-drafter        10.0          1.00x          n/a  n/a" in rows
     assert "FULL graphs n/a: the gateway's /metrics has no CUDA-graph step counter" in text
-    assert "speculative engine: vLLM ?; K=4; step rule on;" in text
-    assert "captured depths n/a (the gateway neither logs nor exports them)" in text
+    assert (
+        "speculative engine: vLLM ?, K=4, step rule on; enforce eager n/a; cudagraph mode "
+        "FULL_AND_PIECEWISE; capture sizes n/a; graph capture n/a"
+    ) in rows
+    assert "  plan: FULL decode graphs: n/a (spec-gateway plan gave none)" in rows
     assert "no-drafter engine: did not run" in text
     assert "  code                             1     4.00       2.50" in text
     assert (
@@ -368,6 +408,7 @@ def test_an_engine_that_does_not_start_is_a_failure(
         raise RuntimeError("gateway exited early:\nTraceback ...\nRuntimeError: no device\n")
 
     monkeypatch.setattr(gpu_smoke, "start_gateway", refuse)
+    monkeypatch.setattr(gpu_smoke, "startup_plan", lambda *_: ({}, []))
     args = parse_args(["--dry"])
     models = ModelPaths(tmp_path, tmp_path, "given")
     results, facts, failed = asyncio.run(
@@ -438,5 +479,6 @@ def test_the_dry_smoke_runs_end_to_end(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "gpu-smoke: ok" in done.stdout
     assert "no-drafter c1" in done.stdout
-    assert "; K=0; step rule off;" in done.stdout  # the no-drafter engine
+    assert ", K=0, step rule off;" in done.stdout  # the no-drafter engine
+    assert "  plan: FULL decode graphs: none" in done.stdout  # the CPU: eager
     assert (tmp_path / "gpu_smoke.json").is_file()
