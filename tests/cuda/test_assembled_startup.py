@@ -37,6 +37,11 @@ import torch
 from fastapi import FastAPI
 from vllm.config import CompilationMode, CUDAGraphMode
 from vllm.engine.arg_utils import AsyncEngineArgs
+from vllm.entrypoints.openai.chat_completion.serving import OpenAIServingChat
+from vllm.entrypoints.openai.completion.serving import OpenAIServingCompletion
+from vllm.entrypoints.openai.models.serving import OpenAIServingModels
+from vllm.entrypoints.openai.responses.serving import OpenAIServingResponses
+from vllm.tool_parsers.llama_tool_parser import Llama3JsonToolParser
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
 from vllm.v1.structured_output import StructuredOutputManager
@@ -44,6 +49,7 @@ from vllm.v1.structured_output import StructuredOutputManager
 import gateway.plugins
 from engine.vllm.batch_depth import BatchDepthPolicy
 from engine.vllm.engine_args import checked_engine_args, engine_args
+from engine.vllm.openai_frontend import OpenAIFrontend
 from engine.vllm.parsers import resolved_parsers
 from engine.vllm.preflight import preflight
 from engine.vllm.scheduler import AsyncSpecDepthScheduler, AutoSpecDepthScheduler
@@ -274,6 +280,23 @@ async def test_the_gateway_is_ready_with_the_step_rule_on(served: Served) -> Non
 async def test_models_lists_the_served_name(served: Served) -> None:
     listed = await served.client().models.list()
     assert [m.id for m in listed.data] == [served.model]
+
+
+async def test_the_port_is_vllms_whole_serving_layer_with_llama3_json(served: Served) -> None:
+    frontend = served.runtime.frontend
+    assert isinstance(frontend, OpenAIFrontend)
+    state = frontend._state
+    assert isinstance(state.openai_serving_chat, OpenAIServingChat)
+    assert isinstance(state.openai_serving_completion, OpenAIServingCompletion)
+    assert isinstance(state.openai_serving_responses, OpenAIServingResponses)
+    assert isinstance(state.openai_serving_models, OpenAIServingModels)
+    # The chat serving's parser, and the renderer's (which Responses renders through).
+    for parser in (state.openai_serving_chat.parser_cls, state.online_renderer.parser):
+        assert parser.tool_parser_cls is Llama3JsonToolParser
+        assert parser.reasoning_parser_cls is None
+    assert state.args.served_model_name == served.pod.settings.served_names
+    assert state.vllm_config is served.core.vllm_config
+    assert state.vllm_config.use_v2_model_runner  # the CUDA platform's config, served
 
 
 async def test_a_chat_completion_runs_through_the_llama_template(served: Served) -> None:

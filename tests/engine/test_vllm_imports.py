@@ -10,7 +10,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from engine.vllm.compat import MOVED, SERVING_SYMBOLS, installed_vllm_version, resolve
-from tests.engine.vllm_imports import VllmImport, imports_in, unresolved, vllm_imports
+from tests.engine.vllm_imports import (
+    VllmImport,
+    imports_in,
+    problem,
+    top_level_names,
+    unresolved,
+    vllm_imports,
+)
 
 
 def test_every_vllm_import_in_the_tree_resolves() -> None:
@@ -78,3 +85,25 @@ def test_every_serving_symbol_resolves() -> None:
         except (ImportError, AttributeError) as exc:
             missing.append(f"{target}: {type(exc).__name__}: {exc}")
     assert missing == []
+
+
+def test_a_module_that_cannot_load_here_is_checked_in_its_source() -> None:
+    """vLLM's CUDA platform module loads the NVIDIA driver library (or, on the CPU build,
+    kernels it does not ship): what it defines is read from its file."""
+    imported = VllmImport(
+        Path("x.py"), 1, "vllm.platforms.cuda", ("NvmlCudaPlatform", "NoSuchPlatform")
+    )
+    assert problem(imported) == (
+        "x.py:1: from vllm.platforms.cuda import NvmlCudaPlatform, NoSuchPlatform: "
+        "vllm.platforms.cuda has no NoSuchPlatform"
+    )
+
+
+def test_top_level_names_include_guarded_definitions() -> None:
+    source = (
+        "import os.path\nfrom a import b as c\nX: int = 1\nY = Z = 2\n"
+        "try:\n    import fast\nexcept ImportError:\n    fast = None\n"
+        "if os:\n    def f(): pass\nelse:\n    class K: pass\n"
+        "def g():\n    inner = 1\n"
+    )
+    assert top_level_names(source) == {"os", "c", "X", "Y", "Z", "fast", "f", "K", "g"}
