@@ -4,7 +4,7 @@ Starts the gateway on a target and an EAGLE-3 / 3.1 drafter (Hugging Face ids or
 directories), replays the benchmark's request families (`bench.families`) through
 the official `openai` client, stops it, then starts a second gateway on the same
 target without a drafter (no speculation at all: vLLM's own decode path) and
-replays them again; never two engines at once. Runs (`bench.gpu_smoke_verdict.plan`):
+replays them again; never two engines at once. Runs (`bench.gpu_smoke_verdict.smoke_runs`):
 the adaptive controller, static k = K and the kill switch (k = 0) at `--concurrency`,
 static K at concurrency 1 for the greedy check, the same without a drafter, and a
 tool-calling check on each engine (requests with tools and `tool_choice=auto`, streamed
@@ -56,25 +56,27 @@ from bench.gateway_proc import (
     start_gateway,
     write_flags,
 )
+from bench.gpu_smoke_facts import (
+    Samples,
+    build_info,
+    delta,
+    graph_steps,
+    log_facts,
+    parse_metrics,
+    plan_facts,
+    step_depths,
+)
 from bench.gpu_smoke_verdict import (
     ENGINES,
     SPECULATIVE,
     Run,
     RunResult,
-    Samples,
     SmokeRecord,
     ToolExpectation,
-    build_info,
-    delta,
     failures,
-    graph_steps,
-    log_facts,
     notes,
-    parse_metrics,
-    plan,
-    plan_facts,
     report,
-    step_depths,
+    smoke_runs,
 )
 from bench.replay import request_kwargs
 from bench.workload import WorkItem
@@ -292,7 +294,7 @@ async def on_engine(
         await run_pass(gw, warm, items[: args.concurrency], args.timeout)
         greedy = [i for i in items if not i.prompt.extra.get("temperature")]
         tools = tool_items(load_pool(TOOL_PROMPTS, args.seed)[0].get("tool_call", []))
-        for run in (r for r in plan(args.max_depth, args.concurrency) if r.engine == engine):
+        for run in (r for r in smoke_runs(args.max_depth, args.concurrency) if r.engine == engine):
             chosen = {"families": items, "greedy": greedy, "tools": tools}[run.kind]
             results.append(await run_pass(gw, run, chosen, args.timeout))
     finally:

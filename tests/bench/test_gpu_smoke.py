@@ -1,4 +1,5 @@
-"""`make gpu-smoke`'s script (`bench.gpu_smoke`, verdict in `bench.gpu_smoke_verdict`):
+"""`make gpu-smoke`'s script (`bench.gpu_smoke`; its verdict and report in
+`bench.gpu_smoke_verdict`, its readers of the engines' facts in `bench.gpu_smoke_facts`):
 what fails a smoke run and what does not, on recorded results; what it reads from
 `/metrics`, vLLM's log and the stream; and the whole script end to end in its dry mode
 on the CPU build (engine-marked)."""
@@ -20,23 +21,25 @@ from bench import gpu_smoke
 from bench.families import Prompt
 from bench.gateway_proc import GatewayProcess, ModelPaths, descendants
 from bench.gpu_smoke import _take_chunk, _take_message, parse_args, tool_items
+from bench.gpu_smoke_facts import (
+    build_info,
+    graph_steps,
+    log_facts,
+    parse_metrics,
+    plan_facts,
+    step_depths,
+)
 from bench.gpu_smoke_verdict import (
     NO_DRAFTER,
     SPECULATIVE,
     Run,
     RunResult,
     SmokeRecord,
-    build_info,
     failures,
-    graph_steps,
-    log_facts,
     looks_like_call,
     notes,
-    parse_metrics,
-    plan,
-    plan_facts,
     report,
-    step_depths,
+    smoke_runs,
 )
 from tests.gateway.conftest import TEST_CALIBRATION
 
@@ -278,7 +281,7 @@ def test_a_whole_message_with_a_tool_call_is_read() -> None:
 
 
 def test_the_speculative_engine_runs_first_then_the_one_without_a_drafter() -> None:
-    runs = plan(4, 4)
+    runs = smoke_runs(4, 4)
     assert [(r.engine, r.label, r.kind) for r in runs] == [
         (SPECULATIVE, "adaptive c4", "families"),
         (SPECULATIVE, "static-k4 c4", "families"),
@@ -291,7 +294,7 @@ def test_the_speculative_engine_runs_first_then_the_one_without_a_drafter() -> N
     ]
     assert all(r.flags == {} for r in runs if r.engine == NO_DRAFTER)
     # At concurrency 1 the measured runs are the greedy check already.
-    assert [r.label for r in plan(3, 1)].count("static-k3 c1") == 1
+    assert [r.label for r in smoke_runs(3, 1)].count("static-k3 c1") == 1
 
 
 METRICS = """\
