@@ -389,7 +389,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--batch-invariant",
         action="store_true",
         help="VLLM_BATCH_INVARIANT=1 on both engines, and greedy text compared at "
-        "--concurrency too (not only at 1).",
+        "--concurrency too (not only at 1). vLLM then swaps kernels and may run breakable "
+        "graphs without torch.compile: the tokens/s are not production figures.",
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=300.0, help="Seconds per request.")
