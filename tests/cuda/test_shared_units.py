@@ -5,7 +5,10 @@ sources and the one-line start errors."""
 
 from tests.engine.test_batch_depth import *  # noqa: F403
 from tests.engine.test_compat import *  # noqa: F403
+from tests.engine.test_engine_args_defaults import *  # noqa: F403
 from tests.engine.test_model_source import *  # noqa: F403
+from tests.engine.test_parsers import *  # noqa: F403
+from tests.engine.test_plan import *  # noqa: F403
 from tests.engine.test_preflight import *  # noqa: F403
 from tests.engine.test_scheduler import *  # noqa: F403
 from tests.engine.test_scheduler_prefix import *  # noqa: F403

@@ -80,3 +80,41 @@ def test_the_check_reads_vllms_own_method_behind_the_engines_patch() -> None:
 
     _skip_draft_pickup_in_depth_zero_steps()
     assert check_vllm() in TESTED_VLLM
+
+
+def test_the_serving_layers_symbols_are_found_wherever_this_vllm_keeps_them() -> None:
+    """vLLM 0.33 moved `make_arg_parser` to `entrypoints/common/cli_args.py`; 0.32 has it
+    under `entrypoints/launchers/`. Either way the frontend gets vLLM's own parser."""
+    from engine.vllm.compat import MOVED, locate, make_arg_parser, resolve
+
+    found = locate("make_arg_parser")
+    places = [t for t in MOVED["make_arg_parser"] if _resolves(resolve, t)]
+    assert places
+    assert found is resolve(places[0])
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    args = make_arg_parser(FlexibleArgumentParser()).parse_args(["--model", "m"])
+    assert args.model == "m"
+
+
+def _resolves(resolve: object, target: str) -> bool:
+    try:
+        resolve(target)  # type: ignore[operator]
+    except (ImportError, AttributeError):
+        return False
+    return True
+
+
+def test_a_missing_serving_symbol_is_named_before_the_engine_starts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from engine.vllm import compat
+
+    gone = "vllm.entrypoints.launchers.cli_args:make_arg_parser_gone"
+    monkeypatch.setitem(compat.MOVED, "make_arg_parser", (gone,))
+    with pytest.raises(VLLMCompatError, match=r"make_arg_parser not found at .*_gone$"):
+        check_vllm()
+    monkeypatch.undo()
+    monkeypatch.setattr(compat, "SERVING_SYMBOLS", ("vllm.entrypoints.gone:Serving",))
+    with pytest.raises(VLLMCompatError, match=r"serving layer needs vllm.entrypoints.gone:Serving"):
+        check_vllm()
