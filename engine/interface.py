@@ -118,6 +118,9 @@ class EngineStep:
     decode_tokens: int
     prefill_requests: int = 0
     prefill_tokens: int = 0
+    #: How the step's target forward ran: `FULL` or `PIECEWISE` CUDA graphs, or `NONE`
+    #: (eager); None where the engine does not report it (vLLM's `cudagraph_metrics`).
+    graph_mode: str | None = None
 
     def common_depth(self) -> int | None:
         """The drafts each decoding request verified, where all verified the same number

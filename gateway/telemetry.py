@@ -69,7 +69,9 @@ class GatewayTelemetry:
             self._metrics.record_gateway_ttft(label, clock.before_engine_s + outcome.ttft_s)
 
     def engine_step(self, filed: bool, step: EngineStep) -> None:
-        self._metrics.record_engine_step(filed, step.common_depth(), step.decode_requests > 0)
+        self._metrics.record_engine_step(
+            filed, step.common_depth(), step.decode_requests > 0, step.graph_mode
+        )
 
     def request_shed(self, endpoint: str, error: GatewayError) -> None:
         """A request refused at the edge, before it was parsed: it has no class yet."""

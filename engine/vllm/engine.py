@@ -54,6 +54,25 @@ from engine.vllm.stats import EngineActivity, quiet_step_lines
 log = logging.getLogger(__name__)
 
 
+def describe_engine(config: Any) -> str:
+    """One line of what the engine resolved to run (what `spec-gateway plan` predicted)."""
+    from vllm.platforms import current_platform
+
+    spec = config.speculative_config
+    rows = getattr(spec, "num_speculative_tokens_per_batch_size", None) or []
+    rule = rule_for(config, current_platform.device_type, {int(row[2]) for row in rows})
+    mode = getattr(config.compilation_config.cudagraph_mode, "name", "NONE")
+    widths = ", ".join(f"k={d} to batch {b}" for d, b in sorted((rule.full_batch or {}).items()))
+    return (
+        f"engine: {current_platform.device_type}, eager {config.model_config.enforce_eager}, "
+        f"cudagraph_mode {mode}, runner {'V2' if config.use_v2_model_runner else 'V1'}, "
+        f"async scheduling {config.scheduler_config.async_scheduling}, max_num_seqs "
+        f"{config.scheduler_config.max_num_seqs}, max_model_len "
+        f"{config.model_config.max_model_len}; batch-depth rule {rule.policy.value}, "
+        f"captured depths {list(rule.captured)}{'; FULL decode: ' + widths if widths else ''}"
+    )
+
+
 class VLLMEngine:
     """`Engine` on one `AsyncLLM`; build it with `VLLMEngine.started(...)`."""
 
@@ -96,6 +115,7 @@ class VLLMEngine:
                 quiet_step_lines()  # the scheduler times every step (`engine.vllm.step_clock`)
             llm = AsyncLLM.from_engine_args(args, stat_loggers=[activity.logger_factory()])
             k_max = settings.max_depth if args.speculative_config else 0
+            log.info("%s", describe_engine(llm.vllm_config))
             engine = cls(llm, settings, activity, k_max)
             engine._on_outcome = on_outcome
             try:

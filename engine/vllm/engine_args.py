@@ -107,6 +107,9 @@ def engine_args(
     if settings.max_model_len is not None:  # else vLLM's: the model's own length
         kwargs["max_model_len"] = settings.max_model_len
     eager = kwargs["enforce_eager"]
+    if device == "cuda" and not eager:
+        # Each step's graph mode, for the FULL-graph share (`specgw_engine_cudagraph_steps`).
+        kwargs["cudagraph_metrics"] = True
     extra_config: dict[str, Any] = {}
     own_schedule = bool(settings.spec_tokens_per_batch_size)
     if capture and speculative and device == "cuda" and not eager and not own_schedule:

@@ -75,8 +75,9 @@ class EngineActivity:
     def on_step(self, listener: StepListener | None) -> None:
         self._on_step = listener
 
-    def record_step(self, details: Any) -> None:
-        """One step's `SchedulerIterationDetails` (`engine.vllm.step_clock`) to the listener."""
+    def record_step(self, details: Any, graph_mode: str | None = None) -> None:
+        """One step's `SchedulerIterationDetails` (`engine.vllm.step_clock`) to the listener,
+        with how its forward ran (`CUDAGraphStat.runtime_mode`, where vLLM reports it)."""
         if self._on_step is None or details.is_dummy or details.elapsed_ms <= 0:
             return
         self._on_step(
@@ -86,6 +87,7 @@ class EngineActivity:
                 int(details.num_generation_tokens),
                 int(details.num_ctx_requests),
                 int(details.num_ctx_tokens),
+                graph_mode,
             )
         )
 
@@ -119,7 +121,9 @@ class SchedulerCountsLogger(StatLoggerBase):
             )
             details = getattr(scheduler_stats, "iteration_details", None)
             if details is not None:
-                self._activity.record_step(details)
+                graphs = getattr(scheduler_stats, "cudagraph_stats", None)
+                mode = None if graphs is None else str(graphs.runtime_mode)
+                self._activity.record_step(details, mode)
 
     def log_engine_initialized(self) -> None:
         return None

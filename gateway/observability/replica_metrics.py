@@ -27,6 +27,8 @@ from gateway.engine_watch import EngineState
 
 RedisState = Literal["up", "degraded", "disabled"]
 REDIS_STATES: tuple[RedisState, ...] = ("up", "degraded", "disabled")
+#: The runtime modes of vLLM's `CUDAGraphStat` (`vllm.config.compilation.CUDAGraphMode`).
+GRAPH_MODES = ("FULL", "PIECEWISE", "NONE")
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +101,16 @@ class ReplicaMetrics:
         #: Bound once, 0..K and `mixed`.
         self._step_depths = tuple(step_depth.labels(str(d)) for d in range(max_depth + 1))
         self._steps_mixed = step_depth.labels("mixed")
+        graph_steps = Counter(
+            "specgw_engine_cudagraph_steps",
+            "Timed engine steps by how the target's forward ran: FULL CUDA graph, PIECEWISE "
+            "(attention outside the graph) or NONE (eager); counted where vLLM reports it "
+            "(cudagraph_metrics, on with CUDA graphs).",
+            ["mode"],
+            registry=r,
+        )
+        #: Bound once, vLLM's `CUDAGraphMode` names a step can run under.
+        self._graph_steps = {m: graph_steps.labels(m) for m in GRAPH_MODES}
         self.engine_state = Gauge(
             "specgw_engine_state",
             "1 for the engine's current state as the gateway sees it (ready, starting, hung, "
@@ -143,15 +155,27 @@ class ReplicaMetrics:
         self.set_engine_state(EngineState.READY if ready else EngineState.STARTING)
 
     def record_engine_step(
-        self, filed: bool, depth: int | None = None, decoded: bool = False
+        self,
+        filed: bool,
+        depth: int | None = None,
+        decoded: bool = False,
+        graph_mode: str | None = None,
     ) -> None:
         """One timed engine step; the filed share says how well the cost model is fed::
 
         rate(specgw_engine_steps_total{filed="true"}[5m]) / rate(specgw_engine_steps_total[5m])
 
-        `decoded`: it had decoding requests, each verifying `depth` drafts (None: mixed).
+        `decoded`: it had decoding requests, each verifying `depth` drafts (None: mixed);
+        `graph_mode`: how its forward ran, where the engine reports it; the FULL-graph
+        share, what the one-depth-per-step rule is for::
+
+            rate(specgw_engine_cudagraph_steps_total{mode="FULL"}[5m])
+              / rate(specgw_engine_cudagraph_steps_total[5m])
         """
         (self._steps_filed if filed else self._steps_skipped).inc()
+        counter = self._graph_steps.get(graph_mode) if graph_mode is not None else None
+        if counter is not None:
+            counter.inc()
         if decoded:
             depths = self._step_depths
             if depth is not None and depth < len(depths):

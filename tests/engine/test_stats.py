@@ -41,6 +41,20 @@ def test_a_timed_step_reaches_the_listener_with_its_counts() -> None:
     assert len(steps) == 1
 
 
+def test_the_steps_cuda_graph_mode_goes_with_it() -> None:
+    """vLLM's `CUDAGraphStat` (with `cudagraph_metrics`) rides on the step's stats."""
+    from vllm.compilation.cuda_graph import CUDAGraphStat
+
+    activity = EngineActivity()
+    steps: list[EngineStep] = []
+    activity.on_step(steps.append)
+    stats = SchedulerStats(num_running_reqs=3)
+    stats.iteration_details = _details(10.0)
+    stats.cudagraph_stats = CUDAGraphStat(9, 10, 1, "FULL")
+    SchedulerCountsLogger(None, activity=activity).record(stats, None)
+    assert steps == [EngineStep(0.01, 3, 9, 1, 40, "FULL")]
+
+
 def test_vllm_per_step_lines_are_dropped_and_its_summaries_kept() -> None:
     quiet_step_lines()
     quiet_step_lines()  # idempotent: one filter

@@ -50,7 +50,7 @@ def test_every_gateway_family_is_prefixed_and_counters_end_in_total(
     families = list(text_string_to_metric_families(body.decode()))
     # prometheus-client also exposes a `<name>_created` gauge per counter/histogram.
     ours = [f for f in families if f.name.startswith("specgw_")]
-    assert len([f for f in ours if not f.name.endswith("_created")]) == 30
+    assert len([f for f in ours if not f.name.endswith("_created")]) == 31
     for family in ours:
         for sample in family.samples:
             if family.type == "counter":
@@ -218,6 +218,18 @@ def test_engine_steps_count_by_the_depth_every_decoder_verified() -> None:
     assert value("specgw_engine_step_depth_total", {"depth": "0"}) == 1
     assert value("specgw_engine_step_depth_total", {"depth": "mixed"}) == 1
     assert value("specgw_engine_steps_total", {"filed": "false"}) == 4
+
+
+def test_each_steps_graph_mode_is_counted_where_the_engine_reports_it() -> None:
+    """The FULL-graph share (`specgw_engine_cudagraph_steps_total`): vLLM's
+    `CUDAGraphStat.runtime_mode` per step, nothing where it is not reported."""
+    m = GatewayMetrics(CollectorRegistry(), max_depth=4)
+    for mode in ("FULL", "FULL", "PIECEWISE", "NONE", None):
+        m.record_engine_step(False, 2, True, mode)
+    value = m.registry.get_sample_value
+    assert value("specgw_engine_cudagraph_steps_total", {"mode": "FULL"}) == 2
+    assert value("specgw_engine_cudagraph_steps_total", {"mode": "PIECEWISE"}) == 1
+    assert value("specgw_engine_cudagraph_steps_total", {"mode": "NONE"}) == 1
 
 
 def test_class_reports_export_the_positions_each_class_measured() -> None:
