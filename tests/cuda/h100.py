@@ -15,8 +15,11 @@ its duration, with three things stood in, each because no GPU is here:
 * NVML (`pynvml` as `vllm.platforms.cuda` uses it): compute capability 9.0, the
   name and memory of an H100 80GB HBM3, NVLink between all GPUs, and the GPU count
   the pod is given (`_cuda_device_count_stateless`, which reads NVML too).
-* Triton's active driver: vLLM checks for one when it imports `vllm.triton_utils`
-  (`HAS_TRITON`, which Model Runner V2 requires) and finds none without a GPU.
+* Triton's active driver: vLLM looks for one when it imports `vllm.triton_utils` and,
+  finding none without a GPU, sets `HAS_TRITON` false and `triton` to a placeholder;
+  the config reads its own copy of the flag (Model Runner V2 requires Triton), which
+  is set true. The flag in `vllm.triton_utils` stays false, so a kernel module first
+  imported meanwhile sees a flag that matches the placeholder it gets.
 
 Modules bind `current_platform` when they import it, so the swap rebinds every
 module's reference to the CPU platform object and rebinds them back on exit
@@ -91,7 +94,8 @@ def load_driver_stand_in(workdir: Path) -> None:
         encoding="utf-8",
     )
     library = workdir / "libcuda.so.1"
-    command = [compiler, "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", library, source]
+    command = [compiler, "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(library)]
+    command.append(str(source))
     subprocess.run(command, check=True, capture_output=True)
     _driver = ctypes.CDLL(str(library), mode=os.RTLD_GLOBAL)
 
@@ -167,13 +171,11 @@ def cuda_platform(gpus: int, workdir: Path) -> Iterator[Any]:
     import vllm.config.vllm as config_module
     import vllm.platforms as platforms
     import vllm.platforms.cuda as cuda
-    import vllm.triton_utils as triton_utils
 
     cpu = platforms.current_platform
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(cuda, "pynvml", H100Nvml(cuda.pynvml, gpus))
         patch.setattr(cuda, "_cuda_device_count_stateless", lambda *_: gpus)
-        patch.setattr(triton_utils, "HAS_TRITON", True)
         patch.setattr(config_module, "HAS_TRITON", True)
         platform = cuda.NvmlCudaPlatform()
         _rebind(cpu, platform)
@@ -182,4 +184,4 @@ def cuda_platform(gpus: int, workdir: Path) -> Iterator[Any]:
         finally:
             _rebind(platform, cpu)
             # Cached per class: a later swap may answer for another GPU count.
-            cuda.NvmlCudaPlatform.get_device_capability.cache_clear()  # type: ignore[attr-defined]
+            cuda.NvmlCudaPlatform.get_device_capability.cache_clear()

@@ -17,6 +17,7 @@ point vLLM and torch at the pod's cache volume.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -105,10 +106,21 @@ def _environ(container: dict[str, Any], mounts: dict[str, Path]) -> dict[str, st
 
 
 def production_pod(
-    root: Path, monkeypatch: pytest.MonkeyPatch, *, external_services: bool = True
+    root: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    *,
+    external_services: bool = True,
+    extra_env: Mapping[str, str] | None = None,
 ) -> ProductionPod:
-    """Render the chart, replay its gateway container under `root`, resolve its settings."""
+    """Render the chart, replay its gateway container under `root`, resolve its settings.
+
+    `extra_env`: set as an operator would, through the chart's `gateway.extraEnv`.
+    """
     values = load_values(PRODUCTION_VALUES)
+    if extra_env:
+        gateway = values.setdefault("gateway", {})
+        added = [{"name": k, "value": v} for k, v in extra_env.items()]
+        gateway["extraEnv"] = [*gateway.get("extraEnv", []), *added]
     rendered = render(values)
     container = gateway_container(rendered)
     mounts, pair = _mount_points(rendered, root, values)

@@ -138,8 +138,9 @@ class ScriptedEngineClient:
             "priority": kwargs.get("priority", 0),
         }
         process = self.input_processor
-        if isinstance(prompt, dict) and "type" in prompt:
-            request = process.process_inputs(request_id, prompt, params, **options)
+        if isinstance(prompt, dict) and "type" in prompt:  # rendered by vLLM's renderer
+            rendered: Any = prompt
+            request = process.process_inputs(request_id, rendered, params, **options)
         else:
             request = await process.process_inputs_async(request_id, prompt, params, **options)
         prompt_text = kwargs.get("prompt_text")

@@ -35,6 +35,7 @@ import pytest
 import pytest_asyncio
 import torch
 from fastapi import FastAPI
+from openai.types.chat import ChatCompletionFunctionToolParam
 from vllm.config import CompilationMode, CUDAGraphMode
 from vllm.engine.arg_utils import AsyncEngineArgs
 from vllm.entrypoints.openai.chat_completion.serving import OpenAIServingChat
@@ -63,6 +64,10 @@ from tests.cuda.scripted_engine import ScriptedEngineClient
 BASE_URL = "http://gateway.test"
 #: The backend name the scripted-core backend is plugged in under (`gateway.plugins`).
 SCRIPTED = "vllm-scripted-core"
+#: Set on the served pod through the chart's `gateway.extraEnv`: start-up calibration at
+#: three batch sizes, not every power of two to `max_running` (15 s of scripted steps,
+#: whose times are no GPU's anyway).
+SERVED_ENV = {"SPECGW_CONTROL_CALIBRATE_BATCHES": "[1, 2, 4]"}
 #: Llama-3.1-8B-Instruct's config.json.
 MODEL_LENGTH, VOCAB = 131072, 128256
 
@@ -244,7 +249,10 @@ class Served:
 
     def client(self) -> openai.AsyncOpenAI:
         return openai.AsyncOpenAI(
-            base_url=f"{BASE_URL}/v1", api_key=USER_KEY, http_client=self.http, max_retries=0
+            base_url=f"{BASE_URL}/v1",
+            api_key=USER_KEY,
+            http_client=self.http,  # type: ignore[arg-type]  # openai types httpx2's client
+            max_retries=0,
         )
 
     def prompt(self, index: int = -1) -> str:
@@ -257,7 +265,12 @@ class Served:
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def served(tmp_path_factory: pytest.TempPathFactory, h100: Any) -> AsyncIterator[Served]:
     with pytest.MonkeyPatch.context() as patch:
-        pod = production_pod(tmp_path_factory.mktemp("served"), patch, external_services=False)
+        pod = production_pod(
+            tmp_path_factory.mktemp("served"),
+            patch,
+            external_services=False,
+            extra_env=SERVED_ENV,
+        )
         patch.setitem(gateway.plugins.PLUGINS, SCRIPTED, "tests.cuda.scripted_engine:BACKEND")
         settings = pod.settings
         factory = real_runtime_factory(settings.engine, settings.control, backend=SCRIPTED)
@@ -292,6 +305,7 @@ async def test_the_port_is_vllms_whole_serving_layer_with_llama3_json(served: Se
     assert isinstance(state.openai_serving_models, OpenAIServingModels)
     # The chat serving's parser, and the renderer's (which Responses renders through).
     for parser in (state.openai_serving_chat.parser_cls, state.online_renderer.parser):
+        assert parser is not None
         assert parser.tool_parser_cls is Llama3JsonToolParser
         assert parser.reasoning_parser_cls is None
     assert state.args.served_model_name == served.pod.settings.served_names
@@ -320,14 +334,16 @@ async def test_a_chat_completion_runs_through_the_llama_template(served: Served)
     assert prompt.endswith("<|start_header_id|>assistant<|end_header_id|>\n\n")
     request = served.core.requests[-1]
     assert reply.usage is not None
+    assert request.prompt_token_ids is not None
     assert reply.usage.prompt_tokens == len(request.prompt_token_ids)
     params = request.sampling_params
+    assert params is not None
     names = special_tokens()
     stops = {params.eos_token_id, *(params.stop_token_ids or ())}
     assert {names[i] for i in stops} == {EOT, EOM, END_OF_TEXT}  # generation_config.json
 
 
-WEATHER_TOOL = {
+WEATHER_TOOL: ChatCompletionFunctionToolParam = {
     "type": "function",
     "function": {
         "name": "get_weather",
@@ -347,7 +363,7 @@ async def test_a_streamed_tool_call_reaches_the_client_as_tool_calls(served: Ser
     stream = await served.client().chat.completions.create(
         model=served.model,
         messages=[{"role": "user", "content": "What is the weather in Paris?"}],
-        tools=[WEATHER_TOOL],  # type: ignore[list-item]
+        tools=[WEATHER_TOOL],
         tool_choice="auto",
         stream=True,
         temperature=0,
