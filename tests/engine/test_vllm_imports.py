@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from engine.vllm.compat import MOVED, SERVING_SYMBOLS, installed_vllm_version, resolve
 from tests.engine.vllm_imports import (
     VllmImport,
@@ -20,18 +22,23 @@ from tests.engine.vllm_imports import (
 )
 
 
-def test_every_vllm_import_in_the_tree_resolves() -> None:
-    found = vllm_imports()
-    assert unresolved(found) == [], f"vLLM {installed_vllm_version()}"
+@pytest.fixture(scope="module")
+def tree_imports() -> list[VllmImport]:
+    """Every `vllm` import of the repository (a few seconds to parse)."""
+    return vllm_imports()
 
 
-def test_the_sweep_reads_imports_inside_functions() -> None:
+def test_every_vllm_import_in_the_tree_resolves(tree_imports: list[VllmImport]) -> None:
+    assert unresolved(tree_imports) == [], f"vLLM {installed_vllm_version()}"
+
+
+def test_the_sweep_reads_imports_inside_functions(tree_imports: list[VllmImport]) -> None:
     """The imports that run only once the model has loaded are among those checked."""
     frontend = Path("engine/vllm/openai_frontend.py")
-    modules = {i.module for i in vllm_imports() if i.path == frontend}
+    modules = {i.module for i in tree_imports if i.path == frontend}
     assert "vllm.entrypoints.launchers.api_server.app_state" in modules  # in `create`
     assert "vllm.exceptions" in modules  # in `_client_errors`
-    assert len(vllm_imports()) > 100
+    assert len(tree_imports) > 100
 
 
 def test_an_import_the_installed_vllm_lacks_is_reported(tmp_path: Path) -> None:
