@@ -188,9 +188,16 @@ def build_app(settings: ServeSettings) -> FastAPI:
 
 def _settings_or_exit(args: list[str]) -> ServeSettings:
     """The resolved settings, or each mistake on one line (`spec-gateway: config: KEY: ...`)
-    and exit 2, before anything is imported that takes time or starts."""
-    from gateway.config import ConfigError, resolve
+    and exit 2, before anything is imported that takes time or starts. A `SPECGW_*`
+    variable nothing reads is named first, on stderr, and ignored (as vLLM does for
+    `VLLM_*`)."""
+    import os
 
+    from gateway.config import ConfigError, ServeSettings, resolve
+    from gateway.config.environment import unknown_variables
+
+    for line in unknown_variables(os.environ, ServeSettings):
+        typer.echo(f"spec-gateway: warning: {line}", err=True)
     try:
         return resolve(args)
     except ConfigError as exc:

@@ -8,6 +8,7 @@ An unknown key is an error (`extra="forbid"`), at every level.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any, ClassVar
 
@@ -25,6 +26,7 @@ from gateway.state.settings import ClassStateSettings
 from gateway.tenants.settings import TenantSettings
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+_DIGEST = re.compile(r"^[0-9a-f]{64}$")
 
 
 class GatewaySettings(BaseSettings):
@@ -38,6 +40,10 @@ class GatewaySettings(BaseSettings):
         "flags": ("flags_dir", "redis_url", "namespace"),
         "state": ("redis_url", "namespace"),
     }
+    #: Keys whose refused value is never echoed in an error: it may be a plaintext secret.
+    UNECHOED_KEYS: ClassVar[frozenset[str]] = frozenset(
+        {"api_keys", "admin_keys", "redis_password", "tenants"}
+    )
 
     host: str = Field("127.0.0.1", description="Address to bind.")
     port: int = Field(8000, ge=0, le=65535, description="Port to bind (0 = any free port).")
@@ -229,6 +235,20 @@ class GatewaySettings(BaseSettings):
         if isinstance(value, str):
             return [v.strip() for v in value.split(",") if v.strip()]
         return value
+
+    @field_validator("api_keys", "admin_keys")
+    @classmethod
+    def _digests_only(cls, values: list[str]) -> list[str]:
+        """A plaintext key would be hashed again at every request and never match: each
+        request would get 401. Refused here, by position only, so the key is never shown."""
+        clean = [value.strip().lower() for value in values]
+        for position, value in enumerate(clean, start=1):
+            if not _DIGEST.match(value):
+                raise ValueError(
+                    f"entry {position} of {len(clean)} is not a SHA-256 hex digest (64 hex "
+                    "characters): give `spec-gateway keys hash KEY`'s output, never the key"
+                )
+        return clean
 
     @model_validator(mode="before")
     @classmethod

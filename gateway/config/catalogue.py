@@ -14,8 +14,8 @@ from typing import Any, Union, get_args, get_origin
 from pydantic import BaseModel, SecretStr
 from pydantic.fields import FieldInfo
 
+from gateway.config.environment import ENV_PREFIX, SECTION_ENV, shared_keys
 from gateway.config.model import ServeSettings
-from gateway.config.sources import ENV_PREFIX, SECTION_ENV, shared_keys
 
 
 @dataclass(frozen=True)
@@ -67,13 +67,12 @@ def _leaf(path: tuple[str, ...], info: FieldInfo) -> SettingDoc:
 
 
 def env_names(path: tuple[str, ...]) -> tuple[str, ...]:
-    """The variables that set `path`, the one that wins first; a key nested deeper than a
-    section is set by its top-level block as JSON (`SPECGW_TENANTS`)."""
+    """The variable that sets `path`; a key nested deeper than a section is set by its
+    top-level block as JSON (`SPECGW_TENANTS`)."""
     if len(path) == 1:
         return (f"{ENV_PREFIX}{path[0]}".upper(),)
     if len(path) == 2 and path[0] in SECTION_ENV:
-        prefixes = reversed(SECTION_ENV[path[0]])
-        return tuple(f"{prefix}{path[1]}".upper() for prefix in prefixes)
+        return (f"{SECTION_ENV[path[0]]}{path[1]}".upper(),)
     return (f"{ENV_PREFIX}{path[0]}".upper(),)
 
 

@@ -25,14 +25,23 @@ class ConfigError(ValueError):
         self.lines = list(lines)
 
 
+def closest(name: str, known: Iterable[str]) -> str | None:
+    """The known name nearest to `name`, or None when none is near enough."""
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
 def suggestion(name: str, known: Iterable[str]) -> str:
     """` (did you mean X?)` for the closest known name, or nothing."""
-    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
-    return f" (did you mean {close[0]}?)" if close else ""
+    near = closest(name, known)
+    return f" (did you mean {near}?)" if near else ""
 
 
 def describe(error: ValidationError, root: type[BaseModel]) -> ConfigError:
-    """Each of pydantic's errors as `path: what is wrong` (value errors lose their prefix)."""
+    """Each of pydantic's errors as `path: what is wrong` (value errors lose their prefix).
+
+    The refused value is quoted, except under the root's `UNECHOED_KEYS`, where it may be
+    a secret (a plaintext API key where a digest belongs)."""
     lines: list[str] = []
     for item in error.errors(include_url=False):
         loc = tuple(item["loc"])
@@ -41,7 +50,8 @@ def describe(error: ValidationError, root: type[BaseModel]) -> ConfigError:
             message = "unknown setting" + suggestion(str(loc[-1]), known_keys(root, loc[:-1]))
         else:
             message = str(item["msg"]).removeprefix("Value error, ")
-            if loc and "input" in item and not isinstance(item["input"], dict | list):
+            echo = str(loc[0]) not in getattr(root, "UNECHOED_KEYS", ()) if loc else False
+            if echo and "input" in item and not isinstance(item["input"], dict | list):
                 message += f" (got {item['input']!r})"
         lines.append(f"{path}: {message}" if path else message)
     return ConfigError(lines)

@@ -15,8 +15,8 @@ from typing import Any
 import yaml
 
 from gateway.config.catalogue import setting_docs
+from gateway.config.environment import shared_keys
 from gateway.config.model import ServeSettings
-from gateway.config.sources import shared_keys
 
 REDACTED = "<redacted>"
 _URL_PASSWORD = re.compile(r"^(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^/@:]*:)[^/@]*(?P<at>@)")

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.config.environment import shared_keys
 from gateway.config.model import ServeSettings
-from gateway.config.sources import shared_keys
 
 DESCRIPTION = (
     "Settings written to the file `spec-gateway serve --config` reads: gateway keys at the "

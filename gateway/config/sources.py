@@ -8,9 +8,10 @@ wins; nested sections merge key by key):
    the short `serve` options (`--host`, `--max-depth`, ...) are spelt into the same flags.
 2. the environment: `SPECGW_<KEY>` at the top level and `SPECGW_<SECTION>_<KEY>` in a
    section (`SPECGW_ENGINE_MAX_DEPTH`, `SPECGW_CONTROL_HYSTERESIS`, `SPECGW_FLAGS_...`,
-   `SPECGW_STATE_...`); the flags and state sections also read the `SPECGW_<KEY>` names
-   they had before they were sections (a section's own name wins over the shared one).
-   A nested block (`tenants`) takes JSON under its top-level name (`SPECGW_TENANTS`).
+   `SPECGW_STATE_...`). The bare `SPECGW_<KEY>` names the flags and state sections read
+   before they were sections are refused, each with the name to use
+   (`gateway.config.environment`). A nested block (`tenants`) takes JSON under its
+   top-level name (`SPECGW_TENANTS`).
 3. the YAML file `config_file` names (`--config`, `SPECGW_CONFIG_FILE`): gateway keys at
    the top level, one mapping per section (`engine:`, `control:`, `flags:`, `state:`,
    `tenants:`), read by `YamlConfigSettingsSource`.
@@ -22,7 +23,8 @@ built (`gateway.config.resolve`).
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping, Sequence
+import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,53 +37,40 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from gateway.config.environment import (
+    ENV_PREFIX,
+    SECTION_ENV,
+    legacy_refusals,
+    section_model,
+    shared_keys,
+)
 from gateway.config.errors import ConfigError
-
-ENV_PREFIX = "SPECGW_"
-#: Section -> environment prefixes, the shared legacy one first (the last found wins).
-SECTION_ENV: dict[str, tuple[str, ...]] = {
-    "engine": ("SPECGW_ENGINE_",),
-    "control": ("SPECGW_CONTROL_",),
-    "flags": ("SPECGW_", "SPECGW_FLAGS_"),
-    "state": ("SPECGW_", "SPECGW_STATE_"),
-}
-
-
-def section_model(settings_cls: type[BaseSettings], section: str) -> type[BaseSettings]:
-    """The settings class of one section of the root model."""
-    annotation = settings_cls.model_fields[section].annotation
-    assert isinstance(annotation, type), section
-    assert issubclass(annotation, BaseSettings), section
-    return annotation
-
-
-def shared_keys(settings_cls: type[BaseSettings]) -> Mapping[str, tuple[str, ...]]:
-    """Section -> the keys it takes from the top level (`GatewaySettings.SHARED_KEYS`)."""
-    shared: Mapping[str, tuple[str, ...]] = getattr(settings_cls, "SHARED_KEYS", {})
-    return shared
 
 
 class SectionedEnvSource(PydanticBaseSettingsSource):
-    """`SPECGW_*` for the top level, each section's own prefixes for its keys.
+    """`SPECGW_*` for the top level, each section's own prefix for its keys.
 
     A section's model is a `BaseSettings` too and reads its own prefix again when it is
-    built, but only for keys no source gave it: the names it reads are among those read
-    here, so the two cannot disagree, and a file's value never beats the environment.
+    built, but only for keys no source gave it: the engine's and the controller's names
+    are those read here, and the bare `SPECGW_<KEY>` names the flags and state models read
+    are refused here first (a shared one is the top level's and is copied over), so the
+    two cannot disagree, and a file's value never beats the environment.
     """
 
     def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
         return None, field_name, False  # __call__ reads whole models, not single fields
 
     def __call__(self) -> dict[str, Any]:
+        refused = legacy_refusals(os.environ, self.settings_cls)
+        if refused:
+            raise ConfigError(refused)
         values: dict[str, Any] = EnvSettingsSource(self.settings_cls, env_prefix=ENV_PREFIX)()
         shared = shared_keys(self.settings_cls)
-        for section, prefixes in SECTION_ENV.items():
+        for section, prefix in SECTION_ENV.items():
             if section not in self.settings_cls.model_fields:
                 continue
             model = section_model(self.settings_cls, section)
-            found: dict[str, Any] = {}
-            for prefix in prefixes:
-                found.update(EnvSettingsSource(model, env_prefix=prefix)())
+            found: dict[str, Any] = EnvSettingsSource(model, env_prefix=prefix)()
             for key in shared.get(section, ()):
                 found.pop(key, None)  # the top level's (`SPECGW_REDIS_URL` is `redis_url`)
             if found:

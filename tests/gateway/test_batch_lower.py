@@ -135,7 +135,7 @@ def test_chat_at_k0_lowers_a_completion_streaming_at_k4(tmp_path: Path) -> None:
         {
             "SPECGW_FLAGS_DIR": str(flags),
             **PRICED,
-            "SPECGW_FILE_POLL_INTERVAL_S": "0.2",
+            "SPECGW_FLAGS_FILE_POLL_INTERVAL_S": "0.2",
         },
     )
     try:

@@ -63,7 +63,7 @@ def test_a_shallow_request_rides_at_the_depth_a_request_in_flight_chose(tmp_path
         {
             "SPECGW_FLAGS_DIR": str(flags),
             **NO_CALIBRATION,
-            "SPECGW_FILE_POLL_INTERVAL_S": "0.2",
+            "SPECGW_FLAGS_FILE_POLL_INTERVAL_S": "0.2",
         },
         ["--default-k", str(COLD_K)],
     )
