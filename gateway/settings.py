@@ -40,9 +40,12 @@ class GatewaySettings(BaseSettings):
         "flags": ("flags_dir", "redis_url", "namespace"),
         "state": ("redis_url", "namespace"),
     }
-    #: Keys whose refused value is never echoed in an error: it may be a plaintext secret.
-    UNECHOED_KEYS: ClassVar[frozenset[str]] = frozenset(
-        {"api_keys", "admin_keys", "redis_password", "tenants"}
+    #: Settings whose refused value is never echoed in an error: it may be a plaintext secret.
+    UNECHOED: ClassVar[tuple[tuple[str, ...], ...]] = (
+        ("api_keys",),
+        ("admin_keys",),
+        ("redis_password",),
+        ("tenants", "keys"),
     )
 
     host: str = Field("127.0.0.1", description="Address to bind.")

@@ -40,7 +40,7 @@ def suggestion(name: str, known: Iterable[str]) -> str:
 def describe(error: ValidationError, root: type[BaseModel]) -> ConfigError:
     """Each of pydantic's errors as `path: what is wrong` (value errors lose their prefix).
 
-    The refused value is quoted, except under the root's `UNECHOED_KEYS`, where it may be
+    The refused value is quoted, except under the root's `UNECHOED` paths, where it may be
     a secret (a plaintext API key where a digest belongs)."""
     lines: list[str] = []
     for item in error.errors(include_url=False):
@@ -50,11 +50,17 @@ def describe(error: ValidationError, root: type[BaseModel]) -> ConfigError:
             message = "unknown setting" + suggestion(str(loc[-1]), known_keys(root, loc[:-1]))
         else:
             message = str(item["msg"]).removeprefix("Value error, ")
-            echo = str(loc[0]) not in getattr(root, "UNECHOED_KEYS", ()) if loc else False
+            echo = bool(loc) and not _secret(root, loc)
             if echo and "input" in item and not isinstance(item["input"], dict | list):
                 message += f" (got {item['input']!r})"
         lines.append(f"{path}: {message}" if path else message)
     return ConfigError(lines)
+
+
+def _secret(root: type[BaseModel], loc: Sequence[Any]) -> bool:
+    paths: Sequence[tuple[str, ...]] = getattr(root, "UNECHOED", ())
+    parts = tuple(str(part) for part in loc)
+    return any(parts[: len(path)] == path for path in paths)
 
 
 def known_keys(root: type[BaseModel], loc: Sequence[Any]) -> list[str]:
