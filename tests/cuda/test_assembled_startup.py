@@ -45,15 +45,22 @@ from vllm.entrypoints.openai.responses.serving import OpenAIServingResponses
 from vllm.tool_parsers.llama_tool_parser import Llama3JsonToolParser
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+from vllm.v1.request import Request
 from vllm.v1.structured_output import StructuredOutputManager
 
 import gateway.plugins
+from engine.interface import GATEWAY_ID_ARG
+from engine.step_rule import SPEC_COSTS_ARG, SPEC_VOTE_ARG, StepCostTable, StepVote
 from engine.vllm.batch_depth import BatchDepthPolicy
 from engine.vllm.engine_args import checked_engine_args, engine_args
 from engine.vllm.openai_frontend import OpenAIFrontend
 from engine.vllm.parsers import resolved_parsers
 from engine.vllm.preflight import preflight
-from engine.vllm.scheduler import AsyncSpecDepthScheduler, AutoSpecDepthScheduler
+from engine.vllm.scheduler import (
+    AsyncSpecDepthScheduler,
+    AutoSpecDepthScheduler,
+    requested_depth,
+)
 from gateway.app import create_app
 from gateway.runtime import Runtime, real_runtime_factory
 from tests.cuda.h100 import CAPABILITY, NAME, cuda_platform
@@ -341,6 +348,16 @@ async def test_a_chat_completion_runs_through_the_llama_template(served: Served)
     names = special_tokens()
     stops = {params.eos_token_id, *(params.stop_token_ids or ())}
     assert {names[i] for i in stops} == {EOT, EOM, END_OF_TEXT}  # generation_config.json
+    # What the control plane sends reaches vLLM's scheduler through 0.33's serving layer
+    # (`vllm_xargs` -> `SamplingParams.extra_args`): under the step rule, the class's vote
+    # and the step costs, and a k the step's depth may reach (at most K).
+    extra = params.extra_args
+    assert extra is not None
+    assert StepVote.from_arg(extra[SPEC_VOTE_ARG]) is not None
+    assert StepCostTable.from_arg(extra[SPEC_COSTS_ARG]) is not None
+    k_max = served.pod.settings.engine.max_depth
+    assert requested_depth(Request.from_engine_core_request(request, None), k_max) == k_max
+    assert extra[GATEWAY_ID_ARG] in request.request_id  # the id the outcome tap files by
 
 
 WEATHER_TOOL: ChatCompletionFunctionToolParam = {
