@@ -203,8 +203,13 @@ class EngineSettings(BaseSettings):
 
     def default_served_name(self) -> str:
         """The model id as given (`--model`), as `vllm serve` names it; the embedded
-        model's own name without one."""
-        return EMBEDDED_SERVED_NAME if self.model is None else str(self.model)
+        model's own name without one, or where `--model` names its directory."""
+        if self.model is None:
+            return EMBEDDED_SERVED_NAME
+        from engine.model_paths import default_model_paths
+
+        embedded = default_model_paths().target.resolve()
+        return EMBEDDED_SERVED_NAME if self.model.resolve() == embedded else str(self.model)
 
     def served_names(self) -> list[str]:
         """The names vLLM serves the model under: the reported one first, then aliases."""

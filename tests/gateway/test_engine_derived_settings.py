@@ -46,3 +46,10 @@ def test_max_running_follows_max_num_seqs_unless_set(monkeypatch: pytest.MonkeyP
     assert resolve(["--engine.max-num-seqs", "48", "--max-running", "12"]).max_running == 12
     monkeypatch.setenv("SPECGW_MAX_RUNNING", "9")
     assert resolve(["--engine.max-num-seqs", "48"]).max_running == 9
+
+
+def test_the_embedded_model_named_by_its_directory_keeps_its_name() -> None:
+    from engine.model_paths import default_model_paths
+
+    settings = resolve(["--engine.model", str(default_model_paths().target)])
+    assert settings.served_names == ["specgw-default"]
