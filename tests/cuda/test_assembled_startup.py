@@ -32,6 +32,7 @@ from vllm.v1.structured_output import StructuredOutputManager
 from engine.vllm.batch_depth import BatchDepthPolicy
 from engine.vllm.engine_args import checked_engine_args, engine_args
 from engine.vllm.parsers import resolved_parsers
+from engine.vllm.plan import cuda_plan, render, startup_plan
 from engine.vllm.preflight import preflight
 from engine.vllm.scheduler import AsyncSpecDepthScheduler, AutoSpecDepthScheduler
 from tests.cuda.h100 import CAPABILITY, NAME, cuda_platform
@@ -57,6 +58,22 @@ def test_on_the_cpu_platform_the_same_pod_runs_eager(pod: ProductionPod) -> None
     assert config.model_config.enforce_eager is True
     assert config.compilation_config.cudagraph_mode == CUDAGraphMode.NONE
     assert config.scheduler_config.async_scheduling is False
+
+
+def test_the_start_up_plan_for_the_production_pod(pod: ProductionPod) -> None:
+    """`spec-gateway plan` for the chart's production values, printed here without a GPU
+    (`pytest -s` shows it): graphs, every width, V2, async, llama3_json, the model id."""
+    plan = startup_plan(pod.settings.engine, None, pod.environ)
+    text = render(plan, 80.0)
+    print(text)
+    cuda = text[text.index("[CUDA") :]
+    assert "torch.compile + CUDA graphs (cudagraph_mode FULL_AND_PIECEWISE)" in cuda
+    assert "model runner V2, async scheduling on" in cuda
+    assert "batch-depth rule: uniform; step depths: 0, 1, 2, 3, 4" in cuda
+    for k in range(pod.settings.engine.max_depth + 1):
+        assert f"k={k} (width {k + 1}) to batch" in cuda
+    assert "tool-call parser: llama3_json  reasoning parser: none" in text
+    assert f"served model names: {pod.settings.served_names[0]}" in text
 
 
 @pytest.fixture(scope="module")
@@ -166,6 +183,30 @@ def test_the_model_is_read_as_llama_31_8b_with_its_eagle3_head(
     assert draft.hf_config.draft_vocab_size == 32000
     # The head's rotary cache is lifted from its 2048 positions to the target's length.
     assert draft.hf_config.max_position_embeddings == model.max_model_len
+
+
+def test_the_plans_cuda_column_is_what_vllm_resolves_on_cuda(
+    pod: ProductionPod, config: Any
+) -> None:
+    """`engine.vllm.plan` writes vLLM 0.33's CUDA decisions out to plan without a GPU;
+    here they are set against the `VllmConfig` vLLM builds on its CUDA platform."""
+    from engine.vllm.batch_depth import rule_for
+    from engine.vllm.model_source import model_source, read_config
+
+    engine = pod.settings.engine
+    target = read_config(model_source(pod.models.target, "target"), None)
+    drafter = read_config(model_source(pod.models.drafter, "drafter"), None)
+    planned = cuda_plan(engine, target, drafter, 80.0)
+    rows = config.speculative_config.num_speculative_tokens_per_batch_size or []
+    real = rule_for(config, "cuda", {int(row[2]) for row in rows})
+    assert planned.eager is config.model_config.enforce_eager
+    assert planned.cudagraph_mode == config.compilation_config.cudagraph_mode.name
+    assert planned.async_scheduling is config.scheduler_config.async_scheduling
+    assert config.use_v2_model_runner
+    assert planned.max_num_seqs == config.scheduler_config.max_num_seqs
+    assert planned.max_model_len == config.model_config.max_model_len
+    assert planned.policy is real.policy
+    assert {d: b for d, b in planned.full_batch.items() if d > 0} == real.full_batch
 
 
 def test_the_engine_core_builds_the_gateways_async_scheduler(
