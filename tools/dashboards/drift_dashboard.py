@@ -210,6 +210,24 @@ def drift_dashboard() -> Dashboard:
                 min=0,
                 decimals=0,
             ),
+            Panel(
+                "Engine steps/s by CUDA graph mode",
+                "timeseries",
+                (
+                    Target(
+                        f"sum by (mode) (rate(specgw_engine_cudagraph_steps_total{S}{RI}))",
+                        "{{mode}}",
+                    ),
+                ),
+                (0, 65, 24, 7),
+                "How each step's target forward ran (vLLM's cudagraph_metrics, on with CUDA "
+                "graphs): FULL graph, PIECEWISE (attention outside the graph: a step mixing "
+                "k = 0 with drafting requests, or a width not captured at its batch size) or "
+                "NONE (eager). The one-depth-per-step rule is there to keep this FULL; empty "
+                "on the CPU engine, which reports no graph mode.",
+                unit="short",
+                min=0,
+            ),
         ),
         annotations=(
             Annotation(
