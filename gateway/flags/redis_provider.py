@@ -161,6 +161,10 @@ class RedisOverrideProvider(AbstractProvider):
             self._set_status("degraded")
             raise
         self._set_status("ok")
+        if _older(version, self._version):
+            # A reload that read before a newer one (the follower's, beside an admin write's
+            # read-back) finishing after it: its snapshot is stale, keep the newer one.
+            return
         self._version = version
         fresh: dict[str, FlagValue] = {}
         for field, text in raw.items():
@@ -210,3 +214,12 @@ class RedisOverrideProvider(AbstractProvider):
         if status != self._status and status == "ok":
             log.info("flag overrides: redis available")
         self._status = status
+
+
+def _older(version: Any, than: Any) -> bool:
+    """Whether one read of the version counter (the admin script's INCR) is older than
+    another; None or a value that is not a number (a counter reset by hand) is not."""
+    try:
+        return int(version) < int(than)
+    except (TypeError, ValueError):
+        return False
