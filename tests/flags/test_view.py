@@ -259,3 +259,31 @@ async def test_a_batch_floor_flag_reaches_the_plan_and_the_batch(tmp_path: Path)
     assert plane.batch.guarded == {(tool.plan.gains, 0.98): 1}
     tool.finish(None)
     assert plane.batch.guarded == {}
+
+
+async def test_a_reload_that_read_an_older_version_keeps_the_newer_snapshot(
+    redis_server: RedisServer,
+) -> None:
+    """Two reloads in flight (the follower's, woken by one write's notice, and an admin
+    write's read-back after the next): the one that read the older version counter must
+    not replace the newer snapshot when it finishes last."""
+    from gateway.flags.redis_provider import RedisOverrideProvider
+
+    settings = flag_settings(redis_url=redis_server.url)
+    provider = RedisOverrideProvider(settings)
+    client = aioredis.Redis.from_url(redis_server.url, decode_responses=True)
+    keys = provider.keys
+    try:
+        await client.hset(keys.hash, "speculation-enabled", json.dumps(False))
+        await client.set(keys.version, 8)
+        await provider.reload()
+        await client.hdel(keys.hash, "speculation-enabled")
+        await client.set(keys.version, 7)  # what a read that began before the write saw
+        await provider.reload()
+        assert provider._snapshot == {"speculation-enabled": False}
+        await client.set(keys.version, 9)
+        await provider.reload()
+        assert provider._snapshot == {}
+    finally:
+        await client.aclose()
+        await provider.close()
