@@ -120,20 +120,20 @@ _UNFAMILIAR = (
     "System policy v7.3: responses must be terse, in British English, no lists, and must "
     "mention the compliance code ZX-41 at least once. " * 4,
 )
-_TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "description": "Current weather for a city.",
-            "parameters": {
-                "type": "object",
-                "properties": {"city": {"type": "string"}},
-                "required": ["city"],
-            },
+#: The tool the tool-call family offers (and `bench.gpu_smoke`'s tool check).
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather for a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
         },
-    }
-]
+    },
+}
+_TOOLS = [WEATHER_TOOL]
 _CITIES = ("Paris", "Lagos", "Osaka", "Lima", "Oslo", "Perth")
 _CODE_HEADS = (
     "def fibonacci(n):\n    ",

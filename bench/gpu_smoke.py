@@ -45,7 +45,14 @@ from typing import Any
 import httpx
 import openai
 
-from bench.families import FAMILIES, SAMPLED_FAMILY, Prompt, fit_pool, load_pool
+from bench.families import (
+    FAMILIES,
+    SAMPLED_FAMILY,
+    WEATHER_TOOL,
+    Prompt,
+    fit_pool,
+    load_pool,
+)
 from bench.gateway_proc import (
     BENCH_KEY,
     REPO,
@@ -91,18 +98,6 @@ TOOL_MAX_TOKENS = 64
 #: calls a tool on some of its own, not on each.
 TOOL_PROMPTS = 4
 #: The one tool prompt a capable model cannot answer without calling the tool.
-WEATHER_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Current weather for a city.",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}},
-            "required": ["city"],
-        },
-    },
-}
 WEATHER_PROMPT = Prompt(
     "tool_call",
     messages=[{"role": "user", "content": "What is the weather in Paris right now?"}],
