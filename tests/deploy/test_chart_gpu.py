@@ -119,11 +119,13 @@ def test_production_pod_resolves_graphs_and_the_models_own_limits(
     assert settings.served_model_name == values["gateway"]["config"]["served_model_name"]
 
 
-def test_gateway_config_engine_keys_are_not_shadowed_by_the_chart(
+def test_engine_values_reach_the_pod_settings(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    config = {"engine": {"max_model_len": 4096, "max_num_seqs": 64, "enforce_eager": False}}
-    settings = _pod_settings(render({"gateway": {"config": config}}), tmp_path, monkeypatch)
+    """engine.* is the one place for these (gateway.config refuses them:
+    test_chart_precedence.py)."""
+    engine = {"maxModelLen": 4096, "maxNumSeqs": 64, "enforceEager": False}
+    settings = _pod_settings(render({"engine": engine}), tmp_path, monkeypatch)
     assert settings.engine.max_model_len == 4096
     assert settings.engine.max_num_seqs == 64
     assert settings.engine.enforce_eager is False
