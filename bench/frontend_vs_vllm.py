@@ -106,6 +106,14 @@ def vllm_command(settings: Any, port: int) -> list[str]:
     return [*head, "--host", "127.0.0.1", "--port", str(port), *cli_flags(changed)]
 
 
+def abba_order(alternations: int, names: list[str]) -> list[str]:
+    """A B B A A B ...: each pair of turns runs both, in alternating order."""
+    order: list[str] = []
+    for i in range(alternations):
+        order += names if i % 2 == 0 else names[::-1]
+    return order
+
+
 @dataclass
 class Turn:
     """What one turn of one server measured."""
@@ -448,7 +456,6 @@ async def measure(server: Server, args: argparse.Namespace) -> Turn:
 
 
 def run(args: argparse.Namespace) -> None:
-    from bench.floor_abba import abba_order
     from bench.gateway_proc import model_paths
     from engine.settings import EngineSettings
 

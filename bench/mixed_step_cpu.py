@@ -30,7 +30,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from bench.k0_overhead import PROMPTS
+from bench.engines import PROMPTS
 from engine.interface import EngineStep, GenerateRequest
 
 

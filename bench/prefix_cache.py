@@ -28,7 +28,7 @@ import random
 import statistics
 from typing import TYPE_CHECKING, Any
 
-from bench.k0_overhead import outcome_of
+from bench.engines import one_request
 
 if TYPE_CHECKING:
     from engine.interface import RequestOutcome
@@ -43,7 +43,7 @@ def document(seed: int, notes: int) -> str:
 
 
 async def one(engine: Any, prompt: str, k: int, max_tokens: int = 32) -> RequestOutcome:
-    return await outcome_of(engine, prompt, k, max_tokens)
+    return await one_request(engine, prompt, k, max_tokens, cold=False)
 
 
 async def repeated_ttft(engine: Any, prompt: str, k: int, times: int = 5) -> tuple[float, float]:

@@ -1,6 +1,6 @@
-"""The pure parts of `bench.floor_profile`, `bench.floor_abba` and `bench.frontend_vs_vllm`:
-step phases, the attribution table, A B B A order, CLI flags from engine arguments,
-the front-end table and verdict. No engine starts here."""
+"""The pure parts of `bench.floor_timers` and `bench.frontend_vs_vllm`: step phases, the
+attribution table, A B B A order, CLI flags from engine arguments, the front-end table and
+verdict. No engine starts here."""
 
 from __future__ import annotations
 
@@ -8,12 +8,11 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
-from bench.floor_abba import abba_order
-from bench.floor_profile import Case, table
-from bench.floor_timers import PhaseTimers, step_phase
+from bench.floor_timers import Case, PhaseTimers, step_phase, table
 from bench.frontend_vs_vllm import (
     Pairs,
     Turn,
+    abba_order,
     cli_flags,
     paired_verdict,
     pairs_summary,

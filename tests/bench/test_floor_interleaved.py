@@ -1,30 +1,48 @@
-"""The pure parts of `bench.floor_interleaved`: burst plans, per-request pairing, the
-burst bootstrap and the summary rows; `bench.stats.bootstrap_interval`. No engine starts."""
+"""The pure parts of `bench.floor_interleaved` and `bench.floor_summary`: burst plans, the
+variants and their engines, the seeded order, per-request pairing, the burst bootstrap, the
+summary rows and the timer table of a profiled run; the process CPU reading of
+`bench.engines`; `bench.stats`' intervals. No engine starts."""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
+import os
 import random
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from bench import floor_timers
+from bench.engines import cpu_seconds
 from bench.floor_interleaved import (
-    BurstRun,
+    SPEC,
     burst_plans,
+    engine_extras,
+    from_results,
+    parse_variant,
+    report,
+    turn_order,
+    variants,
+)
+from bench.floor_summary import (
+    BASE,
+    NULL,
+    BurstRun,
     by_family,
     family_table,
-    from_results,
     median_ratio,
     paired_ratios,
     plot,
-    report,
     summarise,
     table,
 )
-from bench.floor_resident import BASE, NULL
-from bench.stats import bootstrap_interval
+from bench.gateway_proc import descendants
+from bench.stats import bootstrap_interval, median_interval
 
 
 def _run(scale: float, n: int, rng: random.Random | None = None) -> BurstRun:
@@ -143,8 +161,9 @@ def test_a_results_file_summarises_again_with_its_plans(tmp_path: Path) -> None:
     }
     path = tmp_path / "results.json"
     path.write_text(json.dumps(body))
-    again, plans, read_names = from_results(path)
+    again, plans, read_names, profile = from_results(path)
     assert read_names == names
+    assert profile == {}
     assert again == runs
     assert plans == {c: burst_plans(c, 2, 8, seed=c) for c in (1, 4)}
     lines: list[str] = []
@@ -152,3 +171,104 @@ def test_a_results_file_summarises_again_with_its_plans(tmp_path: Path) -> None:
     assert len(rows) == 4
     assert families
     assert any(line.startswith("| 4 | k = 0 | 2 |") for line in lines)
+
+
+def test_variants_name_each_engine_and_depth() -> None:
+    assert variants([0, 4], null=True) == {
+        BASE: (BASE, 0),
+        NULL: (BASE, 0),
+        "k = 0": (SPEC, 0),
+        "k = 4": (SPEC, 4),
+    }
+    assert list(variants([4], null=False, labels=["cap"])) == [BASE, "k = 4", "cap k = 4"]
+
+
+def test_turns_run_in_a_seeded_random_order_that_favours_no_place() -> None:
+    names = list(variants([0, 4], null=True))
+    orders = [turn_order(a, names) for a in range(400)]
+    assert orders[:5] == [turn_order(a, names) for a in range(5)]  # seeded: the same again
+    assert all(sorted(o) == sorted(names) for o in orders)
+    for name in names:  # each place about a quarter of the time
+        for place in range(4):
+            share = sum(o[place] == name for o in orders) / len(orders)
+            assert 0.18 <= share <= 0.32, (name, place, share)
+
+
+def test_a_variant_is_a_label_and_a_json_object_of_engine_arguments() -> None:
+    label, extra = parse_variant('cap={"additional_config": {"specgw_prefill_step_depth": 1}}')
+    assert label == "cap"
+    assert extra == {"additional_config": {"specgw_prefill_step_depth": 1}}
+    for bad in ("cap", "cap={", "cap=[1]", '={"a": 1}', f"{SPEC}={{}}"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            parse_variant(bad)
+
+
+def test_a_profiled_run_loads_the_timers_into_every_engine_under_the_variants_own() -> None:
+    aux = {"worker_extension_cls": "bench.floor_timers.AuxKeptWorker"}
+    args = argparse.Namespace(profile=True, variant=[("aux kept", aux)])
+    engines = engine_extras(args)
+    assert engines[BASE] == (False, floor_timers.PROFILED)
+    assert engines[SPEC] == (True, floor_timers.PROFILED)
+    assert engines["aux kept"] == (True, {**floor_timers.PROFILED, **aux})
+    assert engine_extras(argparse.Namespace(profile=False, variant=[]))[SPEC] == (True, {})
+
+
+def test_a_profiled_results_file_prints_the_attribution_per_phase(tmp_path: Path) -> None:
+    names = [BASE, "k = 0"]
+    runs = {(1, n): [_run(1.0, 1)] for n in names}
+    worker = {"decode": {"execute_model": [0.06, 10], "sample_tokens": [0.01, 10]}}
+    core = {"decode": {"core.step": [0.1, 10], "core.schedule": [0.005, 10]}}
+    totals = {f"c1 {n}": {"decode": {**core["decode"], **worker["decode"]}} for n in names}
+    body = {
+        "args": {"depths": [0], "null": False, "bursts": [1], "concurrency": [1], "max_tokens": 8},
+        "bursts": {f"c{c} {n}": [dataclasses.asdict(r) for r in rs] for (c, n), rs in runs.items()},
+        "profile": totals,
+    }
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(body))
+    lines: list[str] = []
+    report(*from_results(path)[:3], lines.append, from_results(path)[3])
+    text = "\n".join(lines)
+    assert "concurrency 1, decode steps" in text
+    assert "execute_model" in text
+    assert "6.000" in text
+
+
+def test_the_medians_interval_is_the_sign_tests_order_statistics() -> None:
+    values = [float(v) for v in range(1, 21)]  # n = 20: ranks 6 and 15 (95.9 % coverage)
+    assert median_interval(values) == (10.5, 6.0, 15.0)
+    values = [float(v) for v in range(1, 31)]  # n = 30: ranks 10 and 21
+    assert median_interval(values)[1:] == (10.0, 21.0)
+    # Five values cannot reach 95 % (the range covers 93.75 %): the range is returned.
+    assert median_interval([3.0, 1.0, 2.0, 5.0, 4.0]) == (3.0, 1.0, 5.0)
+
+
+def test_the_interval_covers_the_true_median_about_as_often_as_it_says() -> None:
+    rng = random.Random(7)
+    trials, hits = 2000, 0
+    for _ in range(trials):
+        sample = [rng.lognormvariate(0.0, 0.3) for _ in range(20)]
+        _, low, high = median_interval(sample)
+        hits += low <= 1.0 <= high  # the lognormal's median is exp(0) = 1
+    assert 0.94 <= hits / trials <= 0.98  # 95.9 % by construction at n = 20
+
+
+def test_child_processes_and_their_cpu_are_read_from_proc() -> None:
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import time\nt = time.process_time()\n"
+            "while time.process_time() - t < 0.3: pass\ntime.sleep(30)",
+        ]
+    )
+    try:
+        assert child.pid in descendants(os.getpid())
+        deadline = time.monotonic() + 20
+        while cpu_seconds({child.pid}) < 0.25 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert 0.25 <= cpu_seconds({child.pid}) < 5.0
+    finally:
+        child.kill()
+        child.wait()
+    assert cpu_seconds({child.pid}) == 0.0  # gone: nothing to read
