@@ -26,8 +26,9 @@ from tests.deploy.chart import (
 from tests.deploy.chart import lint as helm_lint
 
 #: Custom resources kubernetes-validate has no schema for: test_chart_exposure.py checks the
-#: HTTPRoute's shape, test_chart_properties.py the Prometheus Operator's.
-CRD_KINDS = {"ServiceMonitor", "PrometheusRule", "HTTPRoute"}
+#: HTTPRoute's shape, test_chart_properties.py the Prometheus Operator's,
+#: test_chart_extensions.py the InferencePool (against its CRD) and the ScaledObject.
+CRD_KINDS = {"ServiceMonitor", "PrometheusRule", "HTTPRoute", "InferencePool", "ScaledObject"}
 
 # Value sets every test below renders: the defaults, the production-like file, and the
 # branches the defaults and production leave unrendered.
@@ -100,6 +101,21 @@ VALUE_SETS: dict[str, dict[str, Any] | None] = {
         },
         "flags": {"existingConfigMap": "my-flags"},
         "serviceAccount": {"create": False},
+    },
+    "host-path-pool-keda-extras": {
+        "models": {"source": "hostPath", "hostPath": {"path": "/mnt/models"}},
+        "engine": {"revision": "main"},
+        "scratch": {"cacheEphemeral": {"enabled": True, "size": "120Gi"}},
+        "runtimeClassName": "nvidia",
+        "extraVolumes": [{"name": "adapters", "persistentVolumeClaim": {"claimName": "lora"}}],
+        "extraVolumeMounts": [{"name": "adapters", "mountPath": "/adapters", "readOnly": True}],
+        "extraObjects": [
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}-x\n"
+            '  labels:\n    {{- include "spec-gateway.labels" . | nindent 4 }}\n'
+        ],
+        "inferencePool": {"enabled": True, "endpointPicker": {"name": "specgw-epp"}},
+        "httpRoute": {"enabled": True, "parentRefs": [{"name": "inference-gateway"}]},
+        "keda": {"enabled": True, "prometheus": {"serverAddress": "http://prometheus:9090"}},
     },
 }
 

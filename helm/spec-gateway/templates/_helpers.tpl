@@ -93,7 +93,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- define "spec-gateway.modelPath" -}}
 {{- if .Values.engine.model -}}
 {{- .Values.engine.model -}}
-{{- else if ne .Values.models.source "embedded" -}}
+{{- else if has .Values.models.source (list "pvc" "initContainer" "hostPath") -}}
 {{- printf "%s/%s" .Values.models.mountPath .Values.models.targetDir -}}
 {{- end -}}
 {{- end -}}
@@ -101,7 +101,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- define "spec-gateway.drafterPath" -}}
 {{- if .Values.engine.drafter -}}
 {{- .Values.engine.drafter -}}
-{{- else if ne .Values.models.source "embedded" -}}
+{{- else if has .Values.models.source (list "pvc" "initContainer" "hostPath") -}}
 {{- printf "%s/%s" .Values.models.mountPath .Values.models.drafterDir -}}
 {{- end -}}
 {{- end -}}
@@ -203,7 +203,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if and (eq .Values.models.source "embedded") (eq .Values.image.variant "cuda") (not .Values.engine.model) -}}
 {{- fail "the cuda image has no embedded model: set models.source to pvc or initContainer, or engine.model" -}}
 {{- end -}}
-{{- $own := dict "max_num_seqs" "engine.maxNumSeqs" "max_model_len" "engine.maxModelLen" "enforce_eager" "engine.enforceEager" "tensor_parallel_size" "engine.tensorParallelSize" "gpu_memory_utilization" "engine.gpuMemoryUtilization" "served_model_name" "gateway.config.served_model_name" -}}
+{{- $own := dict "revision" "engine.revision" "max_num_seqs" "engine.maxNumSeqs" "max_model_len" "engine.maxModelLen" "enforce_eager" "engine.enforceEager" "tensor_parallel_size" "engine.tensorParallelSize" "gpu_memory_utilization" "engine.gpuMemoryUtilization" "served_model_name" "gateway.config.served_model_name" -}}
 {{- range $argument, $value := $own -}}
 {{- if hasKey $.Values.engine.extraArgs $argument -}}
 {{- fail (printf "engine.extraArgs.%s: set %s instead (the gateway keeps its own copy of it)" $argument $value) -}}
@@ -214,5 +214,26 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 {{- if and (eq .Values.models.source "initContainer") (not .Values.models.initContainer.image.repository) -}}
 {{- fail "models.source=initContainer needs models.initContainer.image.repository" -}}
+{{- end -}}
+{{- if and (eq .Values.models.source "hostPath") (not .Values.models.hostPath.path) -}}
+{{- fail "models.source=hostPath needs models.hostPath.path (the node's directory holding the model and drafter)" -}}
+{{- end -}}
+{{- if and (eq .Values.models.source "image") (not (and .Values.engine.model .Values.engine.drafter)) -}}
+{{- fail "models.source=image needs engine.model and engine.drafter (their directories inside the image)" -}}
+{{- end -}}
+{{- if and .Values.scratch.cacheExistingClaim .Values.scratch.cacheEphemeral.enabled -}}
+{{- fail "set either scratch.cacheExistingClaim or scratch.cacheEphemeral.enabled, not both" -}}
+{{- end -}}
+{{- if and .Values.autoscaling.enabled .Values.keda.enabled -}}
+{{- fail "set either autoscaling.enabled (an HPA) or keda.enabled (a KEDA ScaledObject, which makes its own HPA), not both" -}}
+{{- end -}}
+{{- if and .Values.keda.enabled (eq .Values.autoscaling.metric "cpu") -}}
+{{- fail "keda.enabled scales on a gateway series: set autoscaling.metric to queueDepth or runningRequests" -}}
+{{- end -}}
+{{- if and .Values.keda.enabled (not .Values.keda.prometheus.serverAddress) -}}
+{{- fail "keda.enabled needs keda.prometheus.serverAddress (the Prometheus KEDA queries)" -}}
+{{- end -}}
+{{- if and .Values.inferencePool.enabled (not .Values.inferencePool.endpointPicker.name) -}}
+{{- fail "inferencePool.enabled needs inferencePool.endpointPicker.name (the endpoint picker's Service)" -}}
 {{- end -}}
 {{- end -}}
