@@ -12,13 +12,14 @@ from __future__ import annotations
 import logging
 
 from engine.interface import EngineStep
+from gateway.control.classify import RequestClass
 from gateway.errors import GatewayError
 from gateway.observability.metrics import GatewayMetrics
 from gateway.replies import Finished
 
 log = logging.getLogger("specgw.requests")
-#: The class label of requests refused before they were classified.
-UNCLASSIFIED = "unclassified"
+#: The class of requests refused before they were classified (its id is its label).
+UNCLASSIFIED = RequestClass("unclassified", "unclassified")
 
 
 class GatewayTelemetry:
@@ -28,19 +29,18 @@ class GatewayTelemetry:
 
     def request_finished(self, finished: Finished) -> None:
         plan, outcome, error = finished.plan, finished.outcome, finished.error
-        label = plan.label
         if error is not None:
-            self._metrics.record_request(label, error.status, error.kind.openai_type)
+            self._metrics.record_request(plan, error.status, error.kind.openai_type)
         elif finished.status == "complete":
-            self._metrics.record_request(label, 200)
+            self._metrics.record_request(plan, 200)
         else:
-            self._metrics.record_request(label, 499, "client_disconnected")
-        self._metrics.record_depth(label, plan.k)
+            self._metrics.record_request(plan, 499, "client_disconnected")
+        self._metrics.record_depth(plan, plan.k)
         if plan.cap is not None:
-            self._metrics.record_batch_lowered(label)
+            self._metrics.record_batch_lowered(plan)
         if outcome is not None:
-            self._metrics.record_outcome(label, outcome)
-        self._record_clock(label, finished)
+            self._metrics.record_outcome(plan, outcome)
+        self._record_clock(finished)
         if not log.isEnabledFor(logging.INFO):
             return  # what `log.info` checks first, before the record's fields are built
         spec = outcome.speculation if outcome is not None else None
@@ -48,7 +48,8 @@ class GatewayTelemetry:
             "request finished",
             extra={
                 "endpoint": finished.endpoint,
-                "class": label,
+                "class": plan.label,
+                "class_id": plan.class_id,
                 "k": plan.k,
                 "reason": plan.reason,
                 "status": finished.status,
@@ -58,15 +59,15 @@ class GatewayTelemetry:
             },
         )
 
-    def _record_clock(self, label: str, finished: Finished) -> None:
+    def _record_clock(self, finished: Finished) -> None:
         """The admission wait, and the first token's latency from arrival at the gateway:
         (admitted - arrived) + the engine's TTFT (`gateway.request_clock`)."""
-        clock, outcome = finished.clock, finished.outcome
+        plan, clock, outcome = finished.plan, finished.clock, finished.outcome
         if clock is None or clock.admission_wait_s is None or clock.before_engine_s is None:
             return
-        self._metrics.record_admission(label, clock.admission_wait_s)
+        self._metrics.record_admission(plan, clock.admission_wait_s)
         if outcome is not None and outcome.ttft_s > 0:
-            self._metrics.record_gateway_ttft(label, clock.before_engine_s + outcome.ttft_s)
+            self._metrics.record_gateway_ttft(plan, clock.before_engine_s + outcome.ttft_s)
 
     def engine_step(self, filed: bool, step: EngineStep) -> None:
         self._metrics.record_engine_step(
@@ -85,5 +86,11 @@ class GatewayTelemetry:
     def _unclassified(self, what: str, endpoint: str, error: GatewayError) -> None:
         self._metrics.record_request(UNCLASSIFIED, error.status, error.kind.openai_type)
         log.info(
-            what, extra={"endpoint": endpoint, "class": UNCLASSIFIED, "error": error.kind.label}
+            what,
+            extra={
+                "endpoint": endpoint,
+                "class": UNCLASSIFIED.label,
+                "class_id": UNCLASSIFIED.class_id,
+                "error": error.kind.label,
+            },
         )

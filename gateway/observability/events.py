@@ -27,15 +27,13 @@ class MetricsEvents:
         self._metrics = metrics
 
     def on_decision_change(self, change: DecisionChange) -> None:
-        self._metrics.record_decision_change(
-            change.label, change.old_k, change.new_k, change.reason
-        )
+        self._metrics.record_decision_change(change, change.old_k, change.new_k, change.reason)
 
     def on_drift(self, event: DriftEvent) -> None:
-        self._metrics.record_drift(event.label, event.direction)
+        self._metrics.record_drift(event, event.direction)
 
     def on_class_evicted(self, cls: RequestClass) -> None:
-        self._metrics.forget_class(cls.label)
+        self._metrics.forget_class(cls.class_id)
 
 
 class SpanEvents:
@@ -77,5 +75,5 @@ def export_class_reports(metrics: GatewayMetrics, reports: Iterable[ClassReport]
     `specgw_class_measured_positions` (call it from the periodic state flush, or before
     rendering `/metrics`, with `Controller.snapshot()`)."""
     for report in reports:
-        metrics.record_drift_score(report.label, report.drift_statistic)
-        metrics.record_measured_positions(report.label, report.measured_positions)
+        metrics.record_drift_score(report, report.drift_statistic)
+        metrics.record_measured_positions(report, report.measured_positions)

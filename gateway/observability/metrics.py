@@ -3,12 +3,34 @@
 Every family the gateway exports is declared here, on an injected
 `CollectorRegistry` (no module globals, so tests and replicas build their own).
 Conventions (DESIGN.md): prefix `specgw_`, base units (`_seconds`), `_total` only
-on counters (prometheus-client appends it), one `class` label bounded by the
-controller's class limit (it folds extras into `other`, so at most
-`max_classes + 1` values), draft `position` 0-indexed as vLLM labels it.
+on counters (prometheus-client appends it), draft `position` 0-indexed as vLLM labels it.
+
+Class identity: per-class series carry `class_id`, the class's stable id
+(`RequestClass.class_id`: 16 hex digits, `other` for the fold-in class, `unclassified`
+for requests refused before classification), never its human label, which two classes
+can share. One `specgw_class_info{class_id, label} 1` per class that has series carries
+the label (the kube-state-metrics `_info` convention); join it where a human reads::
+
+    sum by (class_id) (rate(specgw_output_tokens_total[5m]))
+      * on (class_id) group_left (label) specgw_class_info
+
+(over several replicas, join a `topk by (class_id) (1, specgw_class_info)`: one info
+series per id). Evicting a class removes exactly its series, its info series included.
+
+Cost: the controller folds classes beyond `max_classes` into `other`, so at most
+`max_classes + 1` ids (+ `unclassified`). A class that served one request has
+`class_series(K)` = 115 + 2 K series (K = 4: 123): six histograms (4 x 17 + 2 x 18
+buckets, sums and counts), seven counters, 2 K per-position counters, three gauges and
+its info series; plus one `specgw_requests_total` per (status, error type) it met, one
+`specgw_controller_decisions_total` per (old k, new k, reason) and at most two
+`specgw_drift_events_total`. At the default cap of 64 with K = 4 and one status each,
+a replica exports 65 x 124 = 8060 per-class series beside its own few dozen
+(`tests/observability/test_series_count.py` counts them from the exposition).
+prometheus-client's `_created` series are off (`GatewayMetrics`), vLLM's included: they
+would add 22 more per class.
 
 Derived figures, as the recording rules in `deploy/prometheus/rules.yml` compute them
-(`sum by (class)` implied):
+(`sum by (class_id)` implied):
 
 * acceptance length (vLLM's definition, bonus token included)::
 
@@ -30,12 +52,12 @@ Derived figures, as the recording rules in `deploy/prometheus/rules.yml` compute
 * output tokens/s: `rate(specgw_output_tokens_total[5m])`; TPOT p50::
 
       histogram_quantile(0.5,
-        sum by (class, le) (rate(specgw_time_per_output_token_seconds_bucket[5m])))
+        sum by (class_id, le) (rate(specgw_time_per_output_token_seconds_bucket[5m])))
 
 * time to first token as the client waits for it, and the part the gateway adds::
 
       histogram_quantile(0.95,
-        sum by (class, le) (rate(specgw_gateway_time_to_first_token_seconds_bucket[5m])))
+        sum by (class_id, le) (rate(specgw_gateway_time_to_first_token_seconds_bucket[5m])))
       rate(specgw_admission_wait_seconds_sum[5m])
         / (rate(specgw_admission_wait_seconds_count[5m]) > 0)
 
@@ -49,6 +71,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -57,6 +80,8 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
+    Info,
+    disable_created_metrics,
     generate_latest,
 )
 
@@ -78,6 +103,30 @@ ACCEPTANCE_LENGTH_BUCKETS: tuple[float, ...] = (
 
 #: `error_type` of a request that succeeded.
 NO_ERROR = "none"
+#: The per-class label: the class's id, never its human label (two classes can share one).
+CLASS_ID = "class_id"
+
+
+class NamedClass(Protocol):
+    """A request class as the catalogue names it: `RequestClass`, a `Plan`, the
+    controller's events and reports all carry both."""
+
+    @property
+    def class_id(self) -> str: ...
+
+    @property
+    def label(self) -> str: ...
+
+
+def class_series(max_depth: int) -> int:
+    """Series of a class that served one request, before the ones counted by status,
+    decision and drift (the module docstring lists them)."""
+    histograms = 4 * (len(LATENCY_BUCKETS_S) + 3) + (len(TOKEN_LATENCY_BUCKETS_S) + 3)
+    histograms += len(ACCEPTANCE_LENGTH_BUCKETS) + 3  # buckets, +Inf, sum, count
+    # prompt, output, draft and accepted tokens, verify steps, fallbacks, batch lowered;
+    # speculation depth, drift score, measured positions.
+    counters, gauges, info = 7, 3, 1
+    return histograms + counters + 2 * max_depth + gauges + info
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +158,7 @@ class GatewayMetrics(ReplicaMetrics):
 
     `max_depth` (K) bounds the `position` label; `flags` names the flags exported as
     `specgw_flag_state{flag}` (numeric value: 1/0 for booleans, the number otherwise).
+    Every `record_*` takes the class as a `NamedClass` and keeps its info series.
     """
 
     def __init__(
@@ -118,8 +168,20 @@ class GatewayMetrics(ReplicaMetrics):
         max_depth: int,
         flags: Sequence[str] = (),
     ) -> None:
+        # prometheus-client's `_created` switch is process-wide and read at each scrape, so
+        # turning it off where the catalogue is built also drops it from vLLM's families
+        # on the default REGISTRY: one series per counter and histogram child nobody reads.
+        disable_created_metrics()  # type: ignore[no-untyped-call]
         self.max_depth = max_depth
         self._classes: dict[str, _ClassChildren] = {}
+        #: class id -> the label its info series carries (one info series per id).
+        self._labels: dict[str, str] = {}
+        self.class_info = Info(
+            "specgw_class",
+            "1 per request class with series: its id and human label (join on class_id).",
+            [CLASS_ID],
+            registry=registry,
+        )
         self._declare_latencies(registry)
         self._declare_tokens(registry)
         self._declare_controller(registry)
@@ -130,13 +192,13 @@ class GatewayMetrics(ReplicaMetrics):
         self.requests = Counter(
             "specgw_requests",
             "Requests answered, by class, HTTP status code and OpenAI error type.",
-            ["class", "status", "error_type"],
+            [CLASS_ID, "status", "error_type"],
             registry=r,
         )
         self.ttft = Histogram(
             "specgw_time_to_first_token_seconds",
             "Seconds from engine arrival to the first output token, by class.",
-            ["class"],
+            [CLASS_ID],
             buckets=LATENCY_BUCKETS_S,
             registry=r,
         )
@@ -144,35 +206,35 @@ class GatewayMetrics(ReplicaMetrics):
             "specgw_gateway_time_to_first_token_seconds",
             "Seconds from arrival at the gateway to the first output token (admission wait "
             "included), by class.",
-            ["class"],
+            [CLASS_ID],
             buckets=LATENCY_BUCKETS_S,
             registry=r,
         )
         self.admission_wait = Histogram(
             "specgw_admission_wait_seconds",
             "Seconds an admitted request waited for its admission slot, by class.",
-            ["class"],
+            [CLASS_ID],
             buckets=LATENCY_BUCKETS_S,
             registry=r,
         )
         self.tpot = Histogram(
             "specgw_time_per_output_token_seconds",
             "Mean seconds per output token after the first, per request, by class.",
-            ["class"],
+            [CLASS_ID],
             buckets=TOKEN_LATENCY_BUCKETS_S,
             registry=r,
         )
         self.e2e = Histogram(
             "specgw_request_duration_seconds",
             "Seconds from engine arrival to the last token, by class.",
-            ["class"],
+            [CLASS_ID],
             buckets=LATENCY_BUCKETS_S,
             registry=r,
         )
         self.acceptance_length = Histogram(
             "specgw_acceptance_length",
             "Per-request acceptance length (1 + accepted / verify steps, vLLM's definition).",
-            ["class"],
+            [CLASS_ID],
             buckets=ACCEPTANCE_LENGTH_BUCKETS,
             registry=r,
         )
@@ -198,13 +260,13 @@ class GatewayMetrics(ReplicaMetrics):
         self.drafted_per_position = Counter(
             "specgw_draft_tokens_per_position",
             "Draft tokens proposed at each draft position (0-indexed), by class.",
-            ["class", "position"],
+            [CLASS_ID, "position"],
             registry=r,
         )
         self.accepted_per_position = Counter(
             "specgw_accepted_tokens_per_position",
             "Draft tokens accepted at each draft position (0-indexed), by class.",
-            ["class", "position"],
+            [CLASS_ID, "position"],
             registry=r,
         )
 
@@ -213,86 +275,96 @@ class GatewayMetrics(ReplicaMetrics):
         self.speculation_depth = Gauge(
             "specgw_speculation_depth",
             "Speculation depth k most recently given to a request of the class.",
-            ["class"],
+            [CLASS_ID],
             registry=r,
         )
         self.decisions = Counter(
             "specgw_controller_decisions",
             "Changes of a class's adaptive k, by class, old k, new k and reason.",
-            ["class", "from_k", "to_k", "reason"],
+            [CLASS_ID, "from_k", "to_k", "reason"],
             registry=r,
         )
         self.drift_score = Gauge(
             "specgw_drift_score",
             "Page-Hinkley statistic of the class's acceptance (0 = no evidence of change).",
-            ["class"],
+            [CLASS_ID],
             registry=r,
         )
         self.measured_positions = Gauge(
             "specgw_class_measured_positions",
             "Draft positions of the class's depth profile its own verify steps tried, from "
             "position 1 (0 = its acceptance is the prior's or a similar class's, unmeasured).",
-            ["class"],
+            [CLASS_ID],
             registry=r,
         )
         self.drift_events = Counter(
             "specgw_drift_events",
             "Change points detected in a class's acceptance, by direction (up/down).",
-            ["class", "direction"],
+            [CLASS_ID, "direction"],
             registry=r,
         )
 
     # ---- per class --------------------------------------------------------------------
-    def _children(self, cls: str) -> _ClassChildren:
-        children = self._classes.get(cls)
+    def _named(self, cls: NamedClass) -> str:
+        """The class's id, with its info series set on first sight (every record path
+        comes here, so no class has series without one)."""
+        cid = cls.class_id
+        if cid not in self._labels:
+            self._labels[cid] = cls.label
+            self.class_info.labels(cid).info({"label": cls.label})
+        return cid
+
+    def _children(self, cls: NamedClass) -> _ClassChildren:
+        cid = self._named(cls)
+        children = self._classes.get(cid)
         if children is None:
             positions = range(self.max_depth)
             children = _ClassChildren(
-                ttft=self.ttft.labels(cls),
-                gateway_ttft=self.gateway_ttft.labels(cls),
-                admission_wait=self.admission_wait.labels(cls),
-                tpot=self.tpot.labels(cls),
-                e2e=self.e2e.labels(cls),
-                acceptance_length=self.acceptance_length.labels(cls),
-                prompt_tokens=self.prompt_tokens.labels(cls),
-                output_tokens=self.output_tokens.labels(cls),
-                draft_tokens=self.draft_tokens.labels(cls),
-                accepted_tokens=self.accepted_tokens.labels(cls),
-                verify_steps=self.verify_steps.labels(cls),
-                fallback=self.fallback_requests.labels(cls),
-                batch_lowered=self.batch_lowered.labels(cls),
+                ttft=self.ttft.labels(cid),
+                gateway_ttft=self.gateway_ttft.labels(cid),
+                admission_wait=self.admission_wait.labels(cid),
+                tpot=self.tpot.labels(cid),
+                e2e=self.e2e.labels(cid),
+                acceptance_length=self.acceptance_length.labels(cid),
+                prompt_tokens=self.prompt_tokens.labels(cid),
+                output_tokens=self.output_tokens.labels(cid),
+                draft_tokens=self.draft_tokens.labels(cid),
+                accepted_tokens=self.accepted_tokens.labels(cid),
+                verify_steps=self.verify_steps.labels(cid),
+                fallback=self.fallback_requests.labels(cid),
+                batch_lowered=self.batch_lowered.labels(cid),
                 drafted_per_position=tuple(
-                    self.drafted_per_position.labels(cls, str(p)) for p in positions
+                    self.drafted_per_position.labels(cid, str(p)) for p in positions
                 ),
                 accepted_per_position=tuple(
-                    self.accepted_per_position.labels(cls, str(p)) for p in positions
+                    self.accepted_per_position.labels(cid, str(p)) for p in positions
                 ),
             )
-            self._classes[cls] = children
+            self._classes[cid] = children
         return children
 
-    def record_request(self, cls: str, status: int, error_type: str = NO_ERROR) -> None:
+    def record_request(self, cls: NamedClass, status: int, error_type: str = NO_ERROR) -> None:
         """One answered request: `status` is the HTTP status (an in-stream error counts
         with the status it would have had), `error_type` the OpenAI `error.type`."""
-        self.requests.labels(cls, str(status), error_type or NO_ERROR).inc()
+        self.requests.labels(self._named(cls), str(status), error_type or NO_ERROR).inc()
 
-    def record_admission(self, cls: str, wait_s: float) -> None:
+    def record_admission(self, cls: NamedClass, wait_s: float) -> None:
         """An admitted request of `cls` and how long it waited for its slot."""
         self._children(cls).admission_wait.observe(wait_s)
 
-    def record_gateway_ttft(self, cls: str, seconds: float) -> None:
+    def record_gateway_ttft(self, cls: NamedClass, seconds: float) -> None:
         """Arrival at the gateway to the first output token (`Finished.gateway_ttft_s`)."""
         self._children(cls).gateway_ttft.observe(seconds)
 
-    def record_depth(self, cls: str, k: int) -> None:
+    def record_depth(self, cls: NamedClass, k: int) -> None:
         """The k given to a request of `cls` (call once per request, after `decide`)."""
-        self.speculation_depth.labels(cls).set(k)
+        self.speculation_depth.labels(self._named(cls)).set(k)
 
-    def record_batch_lowered(self, cls: str) -> None:
+    def record_batch_lowered(self, cls: NamedClass) -> None:
         """A request of `cls` lowered the batch for its floor (`Plan.cap`)."""
         self._children(cls).batch_lowered.inc()
 
-    def record_outcome(self, cls: str, outcome: RequestOutcome) -> None:
+    def record_outcome(self, cls: NamedClass, outcome: RequestOutcome) -> None:
         """Fold one finished request's engine outcome in (latency, tokens, speculation).
 
         Per-position counts follow vLLM: position p counts steps that drafted (or
@@ -324,42 +396,39 @@ class GatewayMetrics(ReplicaMetrics):
             c.drafted_per_position[p].inc(drafted)
             c.accepted_per_position[p].inc(_at(spec.accepted_per_position, p))
 
-    def forget_class(self, cls: str) -> None:
-        """Drop every series of an evicted class, so label cardinality stays bounded.
+    def forget_class(self, class_id: str) -> None:
+        """Drop every series of an evicted class, its info series included, so label
+        cardinality stays bounded; other classes' series (a shared label or not) stay.
 
         Counters of a removed class restart from zero if it comes back; `rate()`
         treats that as a counter reset, which is what it is.
         """
-        self._classes.pop(cls, None)
+        self._classes.pop(class_id, None)
+        if self._labels.pop(class_id, None) is not None:
+            self.class_info.remove(class_id)
         for family in (
             self.ttft, self.gateway_ttft, self.admission_wait, self.tpot, self.e2e,
             self.acceptance_length, self.prompt_tokens, self.output_tokens, self.draft_tokens,
             self.accepted_tokens, self.verify_steps, self.fallback_requests,
             self.speculation_depth, self.drift_score, self.measured_positions,
-            self.batch_lowered,
+            self.batch_lowered, self.drafted_per_position, self.accepted_per_position,
+            self.requests, self.decisions, self.drift_events,
         ):  # fmt: skip
-            _remove_matching(family, {"class": cls})
-        for family in (
-            self.drafted_per_position,
-            self.accepted_per_position,
-            self.requests,
-            self.decisions,
-            self.drift_events,
-        ):
-            _remove_matching(family, {"class": cls})
+            _remove_matching(family, class_id)
 
     # ---- controller events (see `events.MetricsEvents`) ------------------------------
-    def record_decision_change(self, cls: str, old_k: int, new_k: int, reason: str) -> None:
-        self.decisions.labels(cls, str(old_k), str(new_k), _reason_label(reason)).inc()
+    def record_decision_change(self, cls: NamedClass, old_k: int, new_k: int, reason: str) -> None:
+        cid = self._named(cls)
+        self.decisions.labels(cid, str(old_k), str(new_k), _reason_label(reason)).inc()
 
-    def record_drift(self, cls: str, direction: int) -> None:
-        self.drift_events.labels(cls, "up" if direction > 0 else "down").inc()
+    def record_drift(self, cls: NamedClass, direction: int) -> None:
+        self.drift_events.labels(self._named(cls), "up" if direction > 0 else "down").inc()
 
-    def record_drift_score(self, cls: str, score: float) -> None:
-        self.drift_score.labels(cls).set(score)
+    def record_drift_score(self, cls: NamedClass, score: float) -> None:
+        self.drift_score.labels(self._named(cls)).set(score)
 
-    def record_measured_positions(self, cls: str, positions: int) -> None:
-        self.measured_positions.labels(cls).set(positions)
+    def record_measured_positions(self, cls: NamedClass, positions: int) -> None:
+        self.measured_positions.labels(self._named(cls)).set(positions)
 
 
 def render_metrics(registry: CollectorRegistry) -> tuple[bytes, str]:
@@ -373,7 +442,7 @@ def render_metrics(registry: CollectorRegistry) -> tuple[bytes, str]:
 
 
 def _counter(registry: CollectorRegistry, name: str, help_text: str) -> Counter:
-    return Counter(f"specgw_{name}", f"{help_text[:-1]}, by class.", ["class"], registry=registry)
+    return Counter(f"specgw_{name}", f"{help_text[:-1]}, by class.", [CLASS_ID], registry=registry)
 
 
 def _at(values: tuple[int, ...], index: int) -> int:
@@ -387,9 +456,9 @@ def _reason_label(reason: str) -> str:
     return head[:32]
 
 
-def _remove_matching(family: Counter | Gauge | Histogram, match: dict[str, str]) -> None:
-    names = family._labelnames
+def _remove_matching(family: Counter | Gauge | Histogram, class_id: str) -> None:
+    """Remove the family's children of one class (`class_id` is every family's first
+    label; prometheus-client has no public way to list a family's children)."""
     for values in list(family._metrics):
-        labels = dict(zip(names, values, strict=True))
-        if all(labels.get(k) == v for k, v in match.items()):
+        if values[0] == class_id:
             family.remove(*values)

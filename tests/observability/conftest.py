@@ -8,11 +8,14 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from engine.interface import RequestOutcome, SpeculationOutcome
+from gateway.control.classify import OTHER, RequestClass
 from gateway.engine_watch import EngineState
 from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.replica_metrics import BuildInfo
 
 FLAGS = ("speculation.enabled", "speculation.k_max")
+#: A class as the classifier names it: a 16-hex id and the label a human reads.
+CHAT = RequestClass("5f0c2a9e1b7d3c4a", "chat/len:512")
 
 
 @pytest.fixture(scope="module")
@@ -48,19 +51,19 @@ def sample_outcome(k: int, steps: int, accepted_per_position: tuple[int, ...]) -
 
 def populate(metrics: GatewayMetrics) -> None:
     """A fixed set of observations touching every family (for golden and promtool)."""
-    metrics.record_depth("chat/len:512", 3)
-    metrics.record_outcome("chat/len:512", sample_outcome(3, 10, (8, 5, 2)))
-    metrics.record_request("chat/len:512", 200)
-    metrics.record_admission("chat/len:512", 0.02)
-    metrics.record_gateway_ttft("chat/len:512", 0.1)
-    metrics.record_depth("other", 0)
-    metrics.record_outcome("other", sample_outcome(0, 0, ()))
-    metrics.record_request("other", 429, "rate_limit_exceeded")
-    metrics.record_decision_change("chat/len:512", 2, 3, "goodput +12% at k=3 over k=2")
-    metrics.record_drift("chat/len:512", -1)
-    metrics.record_drift_score("chat/len:512", 0.4)
-    metrics.record_measured_positions("chat/len:512", 3)
-    metrics.record_batch_lowered("other")
+    metrics.record_depth(CHAT, 3)
+    metrics.record_outcome(CHAT, sample_outcome(3, 10, (8, 5, 2)))
+    metrics.record_request(CHAT, 200)
+    metrics.record_admission(CHAT, 0.02)
+    metrics.record_gateway_ttft(CHAT, 0.1)
+    metrics.record_depth(OTHER, 0)
+    metrics.record_outcome(OTHER, sample_outcome(0, 0, ()))
+    metrics.record_request(OTHER, 429, "rate_limit_exceeded")
+    metrics.record_decision_change(CHAT, 2, 3, "goodput +12% at k=3 over k=2")
+    metrics.record_drift(CHAT, -1)
+    metrics.record_drift_score(CHAT, 0.4)
+    metrics.record_measured_positions(CHAT, 3)
+    metrics.record_batch_lowered(OTHER)
     metrics.set_flags([("speculation.enabled", 1.0), ("speculation.k_max", 4.0)])
     metrics.set_redis_state("up")
     metrics.set_load(waiting=2, running=5)

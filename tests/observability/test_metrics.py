@@ -10,13 +10,15 @@ from pathlib import Path
 from prometheus_client import REGISTRY, CollectorRegistry, Counter
 from prometheus_client.parser import text_string_to_metric_families
 
+from gateway.control.classify import RequestClass
 from gateway.control.report import ClassReport
 from gateway.engine_watch import EngineState
 from gateway.observability.events import export_class_reports
 from gateway.observability.metrics import GatewayMetrics, render_metrics
-from tests.observability.conftest import FLAGS, populate, sample_outcome
+from tests.observability.conftest import CHAT, FLAGS, populate, sample_outcome
 
 GOLDEN = Path(__file__).parent / "golden" / "metrics_exposition.txt"
+C = RequestClass("c0ffee00c0ffee00", "c")
 
 
 def exposition_schema(body: str) -> str:
@@ -48,13 +50,12 @@ def test_every_gateway_family_is_prefixed_and_counters_end_in_total(
 ) -> None:
     body, _ = render_metrics(metrics.registry)
     families = list(text_string_to_metric_families(body.decode()))
-    # prometheus-client also exposes a `<name>_created` gauge per counter/histogram.
     ours = [f for f in families if f.name.startswith("specgw_")]
-    assert len([f for f in ours if not f.name.endswith("_created")]) == 31
+    assert len(ours) == 32
     for family in ours:
         for sample in family.samples:
             if family.type == "counter":
-                assert sample.name.endswith(("_total", "_created")), sample.name
+                assert sample.name.endswith("_total"), sample.name
             else:
                 assert not sample.name.endswith("_total"), sample.name
 
@@ -97,10 +98,10 @@ def test_acceptance_length_reconciles_with_vllm_definition() -> None:
     m = GatewayMetrics(CollectorRegistry(), max_depth=4)
     a = sample_outcome(3, 10, (8, 5, 2))
     b = sample_outcome(2, 20, (10, 3))
-    m.record_outcome("c", a)
-    m.record_outcome("c", b)
-    accepted = sample_value(m, "specgw_accepted_tokens_total", **{"class": "c"})
-    steps = sample_value(m, "specgw_verify_steps_total", **{"class": "c"})
+    m.record_outcome(C, a)
+    m.record_outcome(C, b)
+    accepted = sample_value(m, "specgw_accepted_tokens_total", class_id=C.class_id)
+    steps = sample_value(m, "specgw_verify_steps_total", class_id=C.class_id)
     assert (accepted, steps) == (28, 30)
     assert accepted is not None
     assert steps is not None
@@ -109,13 +110,13 @@ def test_acceptance_length_reconciles_with_vllm_definition() -> None:
     assert abs(pooled - weighted) < 1e-12
     per_pos = [
         sample_value(m, "specgw_accepted_tokens_per_position_total", position=str(p),
-                     **{"class": "c"})
+                     class_id=C.class_id)
         for p in range(4)
     ]  # fmt: skip
     assert per_pos == [18, 8, 2, 0]
     drafted = [
         sample_value(m, "specgw_draft_tokens_per_position_total", position=str(p),
-                     **{"class": "c"})
+                     class_id=C.class_id)
         for p in range(4)
     ]  # fmt: skip
     assert drafted == [30, 30, 10, 0]
@@ -124,20 +125,23 @@ def test_acceptance_length_reconciles_with_vllm_definition() -> None:
 def test_fallback_and_histogram_count_share_a_denominator() -> None:
     m = GatewayMetrics(CollectorRegistry(), max_depth=4)
     for _ in range(3):
-        m.record_outcome("c", sample_outcome(0, 0, ()))
-    m.record_outcome("c", sample_outcome(2, 5, (3, 1)))
-    fallback = sample_value(m, "specgw_fallback_requests_total", **{"class": "c"})
-    finished = sample_value(m, "specgw_acceptance_length_count", **{"class": "c"})
+        m.record_outcome(C, sample_outcome(0, 0, ()))
+    m.record_outcome(C, sample_outcome(2, 5, (3, 1)))
+    fallback = sample_value(m, "specgw_fallback_requests_total", class_id=C.class_id)
+    finished = sample_value(m, "specgw_acceptance_length_count", class_id=C.class_id)
     assert (fallback, finished) == (3, 4)
 
 
 def test_forget_class_removes_every_series_of_the_class(metrics: GatewayMetrics) -> None:
-    metrics.forget_class("chat/len:512")
+    metrics.forget_class(CHAT.class_id)
     body = render_metrics(metrics.registry)[0].decode()
-    assert 'class="chat/len:512"' not in body
-    assert 'class="other"' in body
-    metrics.record_outcome("chat/len:512", sample_outcome(3, 4, (1,)))
-    assert sample_value(metrics, "specgw_verify_steps_total", **{"class": "chat/len:512"}) == 4
+    assert CHAT.class_id not in body
+    assert CHAT.label not in body  # its info series went with it
+    assert 'class_id="other"' in body
+    metrics.record_outcome(CHAT, sample_outcome(3, 4, (1,)))
+    assert sample_value(metrics, "specgw_verify_steps_total", class_id=CHAT.class_id) == 4
+    info = {"class_id": CHAT.class_id, "label": CHAT.label}
+    assert sample_value(metrics, "specgw_class_info", **info) == 1
 
 
 def test_decision_reasons_are_folded_to_a_bounded_label(metrics: GatewayMetrics) -> None:
@@ -189,10 +193,10 @@ def test_engine_state_is_one_hot_and_ready_only_in_ready() -> None:
 def test_admission_wait_and_gateway_ttft_are_their_own_series() -> None:
     """The engine-side TTFT keeps its own family; the gateway's adds what came before."""
     m = GatewayMetrics(CollectorRegistry(), max_depth=2)
-    m.record_outcome("c", sample_outcome(2, 5, (3, 1)))  # engine TTFT 0.08 s
-    m.record_admission("c", 1.5)
-    m.record_gateway_ttft("c", 1.5 + 0.08)
-    c = {"class": "c"}
+    m.record_outcome(C, sample_outcome(2, 5, (3, 1)))  # engine TTFT 0.08 s
+    m.record_admission(C, 1.5)
+    m.record_gateway_ttft(C, 1.5 + 0.08)
+    c = {"class_id": C.class_id}
     assert sample_value(m, "specgw_time_to_first_token_seconds_sum", **c) == 0.08
     assert sample_value(m, "specgw_gateway_time_to_first_token_seconds_sum", **c) == 1.58
     assert sample_value(m, "specgw_admission_wait_seconds_sum", **c) == 1.5
@@ -263,8 +267,8 @@ def test_class_reports_export_the_positions_each_class_measured() -> None:
     ]
     export_class_reports(metrics, reports)
     gauge = "specgw_class_measured_positions"
-    got = {r.label: metrics.registry.get_sample_value(gauge, {"class": r.label}) for r in reports}
+    got = {r.label: sample_value(metrics, gauge, class_id=r.class_id) for r in reports}
     assert got == {"borrowed": 0.0, "shallow": 2.0, "deep": 4.0}
-    assert metrics.registry.get_sample_value("specgw_drift_score", {"class": "deep"}) == 0.25
+    assert sample_value(metrics, "specgw_drift_score", class_id="deep") == 0.25
     metrics.forget_class("shallow")
-    assert metrics.registry.get_sample_value(gauge, {"class": "shallow"}) is None
+    assert sample_value(metrics, gauge, class_id="shallow") is None

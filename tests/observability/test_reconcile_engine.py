@@ -18,6 +18,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from engine.interface import GenerateRequest
 from engine.settings import EngineSettings
 from engine.vllm.engine import VLLMEngine
+from gateway.control.classify import RequestClass
 from gateway.observability.metrics import GatewayMetrics
 from tests.models import model_pair
 
@@ -52,7 +53,7 @@ def vllm_totals(max_depth: int) -> dict[str, float]:
 def gateway_totals(m: GatewayMetrics, classes: list[str]) -> dict[str, float]:
     def total(name: str, **labels: str) -> float:
         return sum(
-            m.registry.get_sample_value(name, {"class": c, **labels}) or 0.0 for c in classes
+            m.registry.get_sample_value(name, {"class_id": c, **labels}) or 0.0 for c in classes
         )
 
     out = {
@@ -86,7 +87,7 @@ async def test_gateway_acceptance_reconciles_with_vllm_counters() -> None:
             )
             async for chunk in engine.generate(request):
                 if chunk.outcome is not None:
-                    metrics.record_outcome(cls, chunk.outcome)
+                    metrics.record_outcome(RequestClass(cls, cls), chunk.outcome)
 
         await asyncio.gather(*(run(cls, k, i) for cls, k in classes.items() for i in range(4)))
         await asyncio.sleep(1.0)  # stats of the last step are logged after its outputs
@@ -97,7 +98,8 @@ async def test_gateway_acceptance_reconciles_with_vllm_counters() -> None:
     assert ours["steps"] > 0
     assert 0 < ours["accepted"] < ours["drafted"]
     assert ours == engine_delta
-    assert metrics.registry.get_sample_value("specgw_verify_steps_total", {"class": "off"}) == 0
+    assert metrics.registry.get_sample_value("specgw_verify_steps_total", {"class_id": "off"}) == 0
     assert (
-        metrics.registry.get_sample_value("specgw_fallback_requests_total", {"class": "off"}) == 4
+        metrics.registry.get_sample_value("specgw_fallback_requests_total", {"class_id": "off"})
+        == 4
     )

@@ -17,6 +17,7 @@ from gateway.telemetry import GatewayTelemetry
 from tests.observability.conftest import sample_outcome
 
 LABEL = "chat/len:512"
+CLASS_ID = "0123456789abcdef"
 
 
 def finish(telemetry: GatewayTelemetry, **fields: object) -> dict[str, object]:
@@ -24,7 +25,7 @@ def finish(telemetry: GatewayTelemetry, **fields: object) -> dict[str, object]:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    plan = fields.pop("plan", None) or Plan("0123456789abcdef", LABEL, 3, "goodput")
+    plan = fields.pop("plan", None) or Plan(CLASS_ID, LABEL, 3, "goodput")
     defaults: dict[str, object] = {"status": "complete", "error": None, "outcome": None}
     with provider.get_tracer("test").start_as_current_span("POST /v1/chat/completions"):
         telemetry.request_finished(
@@ -40,18 +41,25 @@ def test_a_finished_request_reaches_the_metrics_not_the_http_span() -> None:
     attrs = finish(GatewayTelemetry(metrics, "specgw-default"), outcome=outcome)
     assert attrs == {}  # the HTTP span carries no GenAI attributes
     value = metrics.registry.get_sample_value
-    assert value("specgw_requests_total", {"class": LABEL, "status": "200", "error_type": "none"})
-    assert value("specgw_verify_steps_total", {"class": LABEL}) == 10
-    assert value("specgw_speculation_depth", {"class": LABEL}) == 3
-    assert value("specgw_batch_lowered_requests_total", {"class": LABEL}) == 0
-    lowered = Plan("0123456789abcdef", LABEL, 0, "goodput; lowers the batch", cap=0)
+    assert value(
+        "specgw_requests_total", {"class_id": CLASS_ID, "status": "200", "error_type": "none"}
+    )
+    assert value("specgw_verify_steps_total", {"class_id": CLASS_ID}) == 10
+    assert value("specgw_speculation_depth", {"class_id": CLASS_ID}) == 3
+    assert value("specgw_batch_lowered_requests_total", {"class_id": CLASS_ID}) == 0
+    assert value("specgw_class_info", {"class_id": CLASS_ID, "label": LABEL}) == 1
+    lowered = Plan(CLASS_ID, LABEL, 0, "goodput; lowers the batch", cap=0)
     finish(GatewayTelemetry(metrics, "specgw-default"), plan=lowered)
-    assert value("specgw_batch_lowered_requests_total", {"class": LABEL}) == 1
+    assert value("specgw_batch_lowered_requests_total", {"class_id": CLASS_ID}) == 1
 
 
 def test_an_error_is_counted_with_its_status_and_type() -> None:
     metrics = GatewayMetrics(CollectorRegistry(), max_depth=4)
     error = GatewayError(ErrorKind.STREAM_STALLED, "no progress")
     assert finish(GatewayTelemetry(metrics, "m"), status="error", error=error) == {}
-    labels = {"class": LABEL, "status": str(error.status), "error_type": error.kind.openai_type}
+    labels = {
+        "class_id": CLASS_ID,
+        "status": str(error.status),
+        "error_type": error.kind.openai_type,
+    }
     assert metrics.registry.get_sample_value("specgw_requests_total", labels) == 1

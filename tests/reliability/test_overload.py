@@ -289,7 +289,7 @@ def test_after_the_overload_every_ticket_is_back_and_sheds_are_counted(
         line
         for line in metrics.splitlines()
         if line.startswith("specgw_requests_total{")
-        and 'class="unclassified"' in line
+        and 'class_id="unclassified"' in line
         and 'status="429"' in line
     ]
     assert counted, metrics[-2000:]
