@@ -8,7 +8,10 @@ contract tests as `VLLMEngine` (tests/engine/contract.py). What it simulates:
 * Each verify step drafts k tokens and accepts a prefix: position d+1 is
   accepted with probability `p[d]` given positions 1..d were, where `p` comes
   from the first `AcceptanceScript` whose marker occurs in the prompt. One step
-  yields accepted + 1 tokens. k = 0 steps record no verify step (vLLM's rule).
+  yields accepted + 1 tokens. k = 0 steps record no verify step (vLLM's rule). The
+  outcome carries vLLM's per-request counts as its scheduler keeps them: the acceptance
+  histogram over the engine's depth and, at `spec_decode_metrics: detailed`, each step's
+  accepted and drafted tokens (`engine.spec_decode_report` writes the response block).
 * Each step sleeps `StepTimeModel(k, batch)` seconds, batch = streams in flight.
   With `modelled_latency` the outcome's latencies are the sum of those seconds, not
   the wall clock's, so what the gateway learns from them is free of the host's stalls.
@@ -30,6 +33,7 @@ import random
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
+from typing import Literal
 
 from engine.interface import (
     GATEWAY_ID_ARG,
@@ -90,6 +94,9 @@ class FakeEngineConfig:
     #: a test of what the cost model learns from them, on a loaded host, where one
     #: scheduling stall in a 2 ms step would move a depth's price by a multiple.
     modelled_latency: bool = False
+    #: vLLM's per-request spec-decode metrics level (`engine.per_request_metrics`):
+    #: `detailed` also records each verify step's accepted and drafted tokens.
+    spec_decode_metrics: Literal["summary", "detailed"] = "detailed"
 
 
 @dataclass
@@ -102,23 +109,38 @@ class _Running:
 
 @dataclass
 class _Accounting:
+    """One request's verify steps, counted as vLLM's scheduler counts them: a histogram
+    over the engine's depth (`depth`: none without a drafter), per-step lists if
+    `detailed`."""
+
     k: int
+    depth: int = 0
+    detailed: bool = False
     steps: int = 0
     drafted: int = 0
     accepted: int = 0
     accepted_pos: list[int] = field(default_factory=list)
     drafted_pos: list[int] = field(default_factory=list)
     tried_pos: list[int] = field(default_factory=list)
+    histogram: list[int] = field(default_factory=list)
+    per_step_accepted: list[int] = field(default_factory=list)
+    per_step_drafted: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.accepted_pos = [0] * self.k
         self.drafted_pos = [0] * self.k
         self.tried_pos = [0] * self.k
+        self.histogram = [0] * (self.depth + 1) if self.depth else []
 
     def verify(self, k: int, accepted: int) -> None:
         self.steps += 1
         self.drafted += k
         self.accepted += accepted
+        if self.histogram:
+            self.histogram[accepted] += 1
+        if self.detailed:
+            self.per_step_accepted.append(accepted)
+            self.per_step_drafted.append(k)
         for d in range(k):
             self.drafted_pos[d] += 1
             if d <= accepted:
@@ -135,6 +157,9 @@ class _Accounting:
             accepted_per_position=tuple(self.accepted_pos),
             drafted_per_position=tuple(self.drafted_pos) if self.steps else (),
             tried_per_position=tuple(self.tried_pos) if self.steps else (),
+            acceptance_histogram=tuple(self.histogram),
+            per_step_accepted=tuple(self.per_step_accepted),
+            per_step_drafted=tuple(self.per_step_drafted),
         )
 
 
@@ -217,7 +242,8 @@ class FakeEngine:
         k = state.k
         rng = random.Random(f"{request.request_id}/{prompt}")
         probs = self.acceptance_for(prompt)
-        acct = _Accounting(k)
+        config = self.config
+        acct = _Accounting(k, config.max_depth, config.spec_decode_metrics == "detailed")
         start = time.monotonic()
         first_token_at = last_token_at = start
         modelled_s = 0.0

@@ -3,11 +3,12 @@
 Real code, not a mock: it answers OpenAI chat and completion requests with vLLM's
 own wire models, in vLLM's SSE framing (`engine.fake_wire`), from what
 `FakeEngine` generates (tokens a deterministic function of the prompt, acceptance
-scripted per prompt marker). The gateway's id, k and cap reach the engine as
-vLLM's do (`GenerateRequest.k`, `extra` keyed like `vllm_xargs`), and the engine
-hands each outcome to the `on_outcome` callback it was built with. It lets the
-whole gateway serve `/v1` in process, with no vLLM engine: the unit test tier and
-`spec-gateway serve --backend fake`.
+scripted per prompt marker), with vLLM's per-request `metrics.speculative_decoding`
+block on a reply and on a stream's usage chunk, as vLLM's serving writes it. The
+gateway's id, k and cap reach the engine as vLLM's do (`GenerateRequest.k`, `extra`
+keyed like `vllm_xargs`), and the engine hands each outcome to the `on_outcome`
+callback it was built with. It lets the whole gateway serve `/v1` in process, with no
+vLLM engine: the unit test tier and `spec-gateway serve --backend fake`.
 
 What differs from vLLM, on purpose: the chat template is `role: text` lines
 (`fake_wire.chat_prompt`), a token is a whitespace-separated word, and a request
@@ -44,6 +45,7 @@ from engine.interface import (
     SPEC_DEPTH_ARG,
     GenerateRequest,
     InvalidRequestError,
+    RequestOutcome,
 )
 from engine.port import ChatResult, CompletionResult, ResponsesResult, SampledRequest
 from engine.protocol import (
@@ -63,9 +65,12 @@ from engine.protocol import (
     DeltaToolCall,
     ModelCard,
     ModelList,
+    PerRequestMetrics,
     ResponsesRequest,
+    SpeculativeDecodingMetrics,
     ToolCall,
 )
+from engine.spec_decode_report import speculative_decoding
 from engine.step_rule import StepArgs
 
 
@@ -92,6 +97,16 @@ class _Run:
     text: str
     tokens: int
     finish: str | None
+    outcome: RequestOutcome | None = None
+
+
+def _metrics(outcome: RequestOutcome | None) -> PerRequestMetrics | None:
+    """vLLM's per-request `metrics`: its `speculative_decoding` block, on an engine with
+    a drafter (vLLM's serving writes it from the same counts, `engine.spec_decode_report`)."""
+    block = speculative_decoding(outcome.speculation) if outcome is not None else None
+    if block is None:
+        return None
+    return PerRequestMetrics(speculative_decoding=SpeculativeDecodingMetrics(**block))
 
 
 def _is_stream_request(request: ChatCompletionRequest | CompletionRequest) -> bool:
@@ -179,6 +194,7 @@ class FakeFrontend:
             model=self.served_model_name,
             choices=[choice],
             usage=usage(self.count_tokens(prompt), run.tokens),
+            metrics=_metrics(run.outcome),
         )
 
     async def completion(
@@ -205,6 +221,7 @@ class FakeFrontend:
             model=self.served_model_name,
             choices=[choice],
             usage=usage(self.count_tokens(prompt), run.tokens),
+            metrics=_metrics(run.outcome),
         )
 
     async def responses(
@@ -297,12 +314,14 @@ class FakeFrontend:
         parts: list[str] = []
         tokens = 0
         finish: str | None = None
+        outcome: RequestOutcome | None = None
         async with aclosing(self._engine.generate(job)) as chunks:
             async for chunk in chunks:
                 parts.append(chunk.text_delta)
                 tokens += len(chunk.token_ids_delta)
                 finish = chunk.finish_reason if chunk.finished else finish
-        return _Run("".join(parts), tokens, finish)
+                outcome = chunk.outcome or outcome
+        return _Run("".join(parts), tokens, finish, outcome)
 
     @staticmethod
     def _finish(request: ChatCompletionRequest, call: ToolCall | None, finish: str | None) -> str:
@@ -330,8 +349,10 @@ class FakeFrontend:
             return sse(chunk.model_dump_json(exclude_unset=True))
 
         tokens = 0
+        outcome: RequestOutcome | None = None
         async with aclosing(self._engine.generate(job)) as chunks:
             async for chunk in chunks:
+                outcome = chunk.outcome or outcome
                 if tokens == 0:  # vLLM's first chunk: the role, before any text
                     yield line(DeltaMessage(role="assistant", content=""))
                 tokens += len(chunk.token_ids_delta)
@@ -351,6 +372,7 @@ class FakeFrontend:
                 model=self.served_model_name,
                 choices=[],
                 usage=usage(self.count_tokens(job.prompt or ""), tokens),
+                metrics=_metrics(outcome),
             )
             yield sse(last.model_dump_json(exclude_unset=True, exclude_none=True))
         yield DONE
@@ -361,8 +383,10 @@ class FakeFrontend:
         created = int(time.time())
         reply_id = job.request_id.removesuffix("-0")
         tokens = 0
+        outcome: RequestOutcome | None = None
         async with aclosing(self._engine.generate(job)) as chunks:
             async for chunk in chunks:
+                outcome = chunk.outcome or outcome
                 tokens += len(chunk.token_ids_delta)
                 finish = chunk.finish_reason if chunk.finished else None
                 choice = CompletionResponseStreamChoice(
@@ -383,6 +407,7 @@ class FakeFrontend:
                 model=self.served_model_name,
                 choices=[],
                 usage=usage(self.count_tokens(job.prompt or ""), tokens),
+                metrics=_metrics(outcome),
             )
             yield sse(last.model_dump_json(exclude_none=True))
         yield DONE

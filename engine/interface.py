@@ -74,6 +74,13 @@ class SpeculationOutcome:
     accepted_per_position: tuple[int, ...] = ()
     drafted_per_position: tuple[int, ...] = ()
     tried_per_position: tuple[int, ...] = ()
+    #: vLLM's `acceptance_histogram`: verify steps that accepted exactly j drafts, j = 0
+    #: .. the engine's configured depth (empty: the engine has no drafter).
+    acceptance_histogram: tuple[int, ...] = ()
+    #: Accepted and drafted tokens of each verify step in order (vLLM's `detailed` level;
+    #: empty at `summary`).
+    per_step_accepted: tuple[int, ...] = ()
+    per_step_drafted: tuple[int, ...] = ()
 
     @property
     def acceptance_length(self) -> float:

@@ -16,6 +16,8 @@ from vllm.entrypoints.generate.base.protocol import (
     DeltaMessage,
     DeltaToolCall,
     FunctionCall,
+    PerRequestMetrics,
+    SpeculativeDecodingMetrics,
     ToolCall,
 )
 from vllm.entrypoints.openai.chat_completion.protocol import (
@@ -83,6 +85,7 @@ __all__ = [
     "ModelCard",
     "ModelList",
     "OutputTokensDetails",
+    "PerRequestMetrics",
     "PromptTokenUsageInfo",
     "ResponseCompletedEvent",
     "ResponseCreatedEvent",
@@ -91,6 +94,7 @@ __all__ = [
     "ResponsesRequest",
     "ResponsesResponse",
     "SimpleStreamingEventProcessor",
+    "SpeculativeDecodingMetrics",
     "ToolCall",
     "UsageInfo",
     "construct_input_messages",

@@ -1,5 +1,5 @@
-"""What the service hands the routes and the telemetry: replies, a request's end, the
-`speculation` object every answer carries."""
+"""What the service hands the routes and the telemetry: replies, a request's end, a whole
+answer with its speculation report (`gateway.speculation_report`)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from engine.protocol import ResponsesResponse
 from gateway.control.plane import Plan
 from gateway.errors import ErrorKind, GatewayError, from_engine
 from gateway.request_clock import RequestClock
+from gateway.speculation_report import SpeculationReport
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,18 +60,6 @@ class StreamReply:
     finalize: Callable[[], Awaitable[None]] = field(repr=False)
 
 
-def speculation_object(plan: Plan, outcome: RequestOutcome | None) -> dict[str, Any]:
-    spec = outcome.speculation if outcome is not None else None
-    return {
-        "class": plan.label,
-        "k": plan.k,
-        "draft_tokens": spec.draft_tokens if spec else 0,
-        "accepted_tokens": spec.accepted_tokens if spec else 0,
-        "verify_steps": spec.verify_steps if spec else 0,
-        "acceptance_length": round(spec.acceptance_length, 4) if spec else 1.0,
-    }
-
-
 def json_body(result: Any) -> dict[str, Any]:
     """A reply as JSON: a Responses answer as vLLM's route writes it (by alias, nulls kept,
     as OpenAI's API does); chat and completions without nulls."""
@@ -100,16 +89,14 @@ async def engine_reply(call: Callable[[str], Awaitable[Any]], gid: str, span: An
 async def whole_answer(
     wait: Callable[[str, float], Awaitable[RequestOutcome | None]],
     gid: str,
-    plan: Plan,
+    report: SpeculationReport,
     result: Any,
 ) -> tuple[dict[str, Any], RequestOutcome | None]:
-    """A whole (not streamed) answer's body with its speculation object, and the request's
+    """A whole (not streamed) answer's body with its speculation report, and the request's
     outcome (`wait`: the outcome board's); an aborted answer is an error."""
     if any(c.finish_reason == "abort" for c in getattr(result, "choices", ())):
         raise GatewayError(ErrorKind.ENGINE_ERROR, ABORTED)
     outcome = await wait(gid, 1.0)
     if outcome is not None and outcome.finish_reason == "abort":
         raise GatewayError(ErrorKind.ENGINE_ERROR, ABORTED)  # a Responses answer
-    body = json_body(result)
-    body["speculation"] = speculation_object(plan, outcome)
-    return body, outcome
+    return report.write(json_body(result), outcome), outcome

@@ -1,8 +1,9 @@
 """Relays a Responses API event stream under the nothing-lost contract.
 
 As for chat (`gateway.streaming.relay`), every stream ends in exactly one terminal
-state: vLLM's `response.completed` event, whose `response` gains the `speculation`
-object (OpenAI's clients keep a field they do not know: `Response.model_extra`), or
+state: vLLM's `response.completed` event, whose `response` carries the speculation
+report (`gateway.speculation_report`; OpenAI's clients keep a field they do not know:
+`Response.model_extra`), or
 one `error` event in OpenAI's shape (`ResponseErrorEvent`; its `code` is the
 gateway's error label), so no client takes a cut stream for an answer. A Responses
 stream has no `[DONE]`: `response.completed` is its end.
@@ -23,7 +24,7 @@ from typing import Any
 
 from engine.responses_wire import error_sse
 from gateway.errors import ErrorKind, GatewayError
-from gateway.streaming import IdleWatch, StreamEnd, next_or_end, relay
+from gateway.streaming import IdleWatch, ReportWriter, StreamEnd, next_or_end, relay
 
 _COMPLETED = "event: response.completed\n"
 #: Events sent before the engine produced anything: not the first answer chunk.
@@ -42,10 +43,10 @@ def error_event(error: GatewayError, sequence_number: int) -> str:
     )
 
 
-def with_speculation(event: str, speculation: dict[str, Any]) -> str:
-    """`response.completed` with the speculation object on its `response`."""
+async def with_report(event: str, report: ReportWriter) -> str:
+    """`response.completed` with the speculation report on its `response`."""
     payload = _payload(event)
-    payload["response"]["speculation"] = speculation
+    payload["response"] = await report(payload["response"])
     data = json.dumps(payload, separators=(",", ":"))
     return f"{_COMPLETED}data: {data}\n\n"
 
@@ -54,11 +55,11 @@ async def relay_events(
     source: AsyncIterator[str],
     *,
     idle_timeout_s: float,
-    speculation: Callable[[], Awaitable[dict[str, Any]]],
+    report: ReportWriter,
     aborted: Callable[[], bool],
     on_end: Callable[[StreamEnd], Awaitable[None]],
 ) -> AsyncGenerator[str, None]:
-    """`aborted` is asked after `speculation` (which waits for the request's outcome)."""
+    """`aborted` is asked after `report` (which waits for the request's outcome)."""
     end = StreamEnd()
     loop = asyncio.get_running_loop()
     started = loop.time()
@@ -74,14 +75,14 @@ async def relay_events(
             if end.first_chunk_s is None and not event.startswith(_OPENING):
                 end.first_chunk_s = loop.time() - started
             if event.startswith(_COMPLETED):
-                spec = await speculation()
+                completed = await with_report(event, report)
                 if aborted():
                     message = "The request was aborted before it finished."
                     end.status, end.error = "error", GatewayError(ErrorKind.ENGINE_ERROR, message)
                     yield error_event(end.error, sent)
                     return
                 end.status = "complete"
-                yield with_speculation(event, spec)
+                yield completed
                 return
             yield event
             sent += 1
@@ -101,7 +102,7 @@ def relay_for(
     source: AsyncIterator[str],
     *,
     idle_timeout_s: float,
-    speculation: Callable[[], Awaitable[dict[str, Any]]],
+    report: ReportWriter,
     aborted: Callable[[], bool],
     on_end: Callable[[StreamEnd], Awaitable[None]],
 ) -> AsyncGenerator[str, None]:
@@ -111,8 +112,8 @@ def relay_for(
         return relay_events(
             source,
             idle_timeout_s=idle_timeout_s,
-            speculation=speculation,
+            report=report,
             aborted=aborted,
             on_end=on_end,
         )
-    return relay(source, idle_timeout_s=idle_timeout_s, speculation=speculation, on_end=on_end)
+    return relay(source, idle_timeout_s=idle_timeout_s, report=report, on_end=on_end)

@@ -32,13 +32,13 @@ from gateway.replies import (
     StreamReply,
     Telemetry,
     engine_reply,
-    speculation_object,
     whole_answer,
 )
 from gateway.request_clock import RequestClock, stamp_arrival
 from gateway.responses_request import chat_reading, refuse_unserved, text_format_schema
 from gateway.responses_stream import relay_for
 from gateway.settings import GatewaySettings
+from gateway.speculation_report import ReportLevel, SpeculationReport, requested_level
 from gateway.streaming import StreamEnd
 from gateway.tenants import Grant, KeyLimiter, Tenant
 from gateway.tenants.admit import admit
@@ -162,6 +162,7 @@ class InferenceService:
     ) -> JsonReply | StreamReply:
         with self._refusing("chat"):
             await self._served(request)
+            report = requested_level(request, self._settings.speculation_report)
             messages, view = chat_intake(request, self._frontend.harmony_messages, self._settings)
             planned, tokens = self._plan_chat_view(view, messages, request)
         asked = request.max_completion_tokens or _chat_max_tokens(request)
@@ -176,6 +177,7 @@ class InferenceService:
             request,
             tenant=tenant,
             reserve=tokens + self._max_tokens(asked),
+            report=report,
         )
 
     async def responses(
@@ -185,6 +187,7 @@ class InferenceService:
         (`gateway.responses_request`)."""
         with self._refusing("responses"):
             await self._served(request)
+            report = requested_level(request, self._settings.speculation_report)
             limits.reject_reserved_xargs(request.vllm_xargs, RESERVED_XARGS)
             refuse_unserved(request)
             # Never kept: vLLM's opt-in store holds every response in memory for good.
@@ -206,6 +209,7 @@ class InferenceService:
             request,
             tenant=tenant,
             reserve=tokens + self._max_tokens(request.max_output_tokens),
+            report=report,
             engine_suffix="_0",  # vLLM's first (and, without built-in tools, only) sub-request
         )
 
@@ -242,6 +246,7 @@ class InferenceService:
     ) -> JsonReply | StreamReply:
         with self._refusing("completions"):
             await self._served(request)
+            report = requested_level(request, self._settings.speculation_report)
             text = completion_intake(request, self._settings)
         tokens = approx_tokens(len(text))
         sampling = sampling_bucket(self._frontend.temperature_of(request))
@@ -266,6 +271,7 @@ class InferenceService:
             request,
             tenant=tenant,
             reserve=tokens + self._max_tokens(request.max_tokens),
+            report=report,
             engine_suffix="-0",  # vLLM runs prompt i of a completion as `cmpl-<id>-<i>`
         )
 
@@ -284,12 +290,15 @@ class InferenceService:
         *,
         tenant: Tenant = UNLIMITED_ANONYMOUS,
         reserve: int = 0,
+        report: ReportLevel = "summary",
         engine_suffix: str = "",
     ) -> JsonReply | StreamReply:
         """`request`, the parsed body, gives the inference span its sampling parameters;
         `reserve` is what the request may cost its `tenant` in tokens (prompt + max_tokens);
-        the engine runs it as `id_prefix + gateway id + engine_suffix`."""
+        `report` is its speculation report's level; the engine runs it as
+        `id_prefix + gateway id + engine_suffix`."""
         plan = planned.plan
+        spec_report = SpeculationReport(report, plan)
         headers = planned.headers()
         gid = uuid.uuid4().hex
         started = RequestClock.start()
@@ -309,13 +318,13 @@ class InferenceService:
             self._inflight[gid] = id_prefix + gid + engine_suffix
             result = await engine_reply(call, gid, span)
             if not stream:
-                body, outcome = await whole_answer(self._board.wait, gid, plan, result)
+                body, outcome = await whole_answer(self._board.wait, gid, spec_report, result)
                 released = True
                 self._release(gid, planned, outcome, span)
                 self._report(endpoint, plan, "complete", None, outcome, started, None, False, span)
                 return JsonReply(body, headers)
             released = True  # by the stream's end
-            return self._stream(endpoint, planned, gid, result, headers, started, span)
+            return self._stream(endpoint, planned, gid, result, headers, started, spec_report, span)
         except GatewayError as exc:
             if not released:
                 released = True
@@ -358,6 +367,7 @@ class InferenceService:
         source: AsyncIterator[str],
         headers: dict[str, str],
         started: RequestClock,
+        spec_report: SpeculationReport,
         span: InferenceSpan = UNTRACED,
     ) -> StreamReply:
         plan = planned.plan
@@ -383,8 +393,8 @@ class InferenceService:
                 span,
             )
 
-        async def speculation() -> dict[str, Any]:
-            return speculation_object(plan, await self._board.wait(gid, 1.0))
+        async def report(body: dict[str, Any]) -> dict[str, Any]:
+            return spec_report.write(body, await self._board.wait(gid, 1.0))
 
         def aborted() -> bool:
             outcome = self._board.peek(gid)
@@ -394,7 +404,7 @@ class InferenceService:
             endpoint,
             source,
             idle_timeout_s=self._settings.stream_idle_timeout_s,
-            speculation=speculation,
+            report=report,
             aborted=aborted,
             on_end=finalize,
         )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
@@ -164,6 +164,13 @@ class GatewaySettings(BaseSettings):
         False,
         description="Read control-token strings (<|im_start|>, ...) in /v1/completions prompts "
         "as text, as chat input always is; off = completion prompts are raw, as in vLLM.",
+    )
+    speculation_report: Literal["none", "summary", "detailed"] = Field(
+        "summary",
+        description="Each answer's speculation report: vLLM's `metrics.speculative_decoding` "
+        "beside the gateway's `speculation` (class, k, reason). `summary` = vLLM's block "
+        "without its per-step lists, `detailed` = with them, `none` = neither. A request "
+        "may lower it with the body field `speculation_report`.",
     )
     # Integrations.
     redis_url: str | None = Field(

@@ -6,8 +6,9 @@ truncated answer for a complete one); the backend raises its failures from the
 stream (`engine.port`). A stream with no chunk for
 `idle_timeout_s` ends with a `stream_stalled` error. Closing this generator
 (client disconnect, timeout, error) closes vLLM's generator, which aborts the
-engine request. The final usage chunk (`choices: []`) gains the `speculation`
-object.
+engine request. The final usage chunk (`choices: []`), where vLLM writes its
+`metrics.speculative_decoding` block, carries the speculation report
+(`gateway.speculation_report`).
 """
 
 from __future__ import annotations
@@ -37,12 +38,13 @@ class StreamEnd:
     first_chunk_s: float | None = None
 
 
-def with_speculation(chunk: str, speculation: dict[str, Any] | None) -> str:
-    """Add the speculation object to the usage chunk (the one with empty choices)."""
-    if speculation is None:
-        return chunk
-    payload = json.loads(chunk[len("data: ") :])
-    payload["speculation"] = speculation
+#: Writes the speculation report into a JSON payload (edited in place and returned).
+ReportWriter = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+async def with_report(chunk: str, report: ReportWriter) -> str:
+    """The usage chunk (the one with empty choices) with the speculation report."""
+    payload = await report(json.loads(chunk[len("data: ") :]))
     return f"data: {json.dumps(payload, separators=(',', ':'))}\n\n"
 
 
@@ -127,7 +129,7 @@ async def relay(
     source: AsyncIterator[str],
     *,
     idle_timeout_s: float,
-    speculation: Callable[[], Awaitable[dict[str, Any] | None]],
+    report: ReportWriter,
     on_end: Callable[[StreamEnd], Awaitable[None]],
 ) -> AsyncGenerator[str, None]:
     end = StreamEnd()
@@ -159,7 +161,7 @@ async def relay(
             if _FINISHED in chunk:
                 finished = True
             elif '"choices":[]' in chunk and '"usage"' in chunk:
-                chunk = with_speculation(chunk, await speculation())
+                chunk = await with_report(chunk, report)
             yield chunk
         end.status, end.error = "error", GatewayError(ErrorKind.ENGINE_ERROR, _UNFINISHED)
         yield end.error.sse_event()

@@ -8,7 +8,10 @@ capped to 0 by `engine.vllm.scheduler` has no drafts scheduled, so it records no
 step at all: draft tokens 0, histogram empty, acceptance length 1.0 (vLLM's
 definition, 1 + accepted / steps, with 1.0 for no steps). The engine's
 Prometheus counters (`vllm:spec_decode_num_draft_tokens_total`, ...) are fed
-from the same per-step numbers, which is why per-request sums equal their deltas.
+from the same per-step numbers, which is why per-request sums equal their deltas. The
+outcome keeps vLLM's histogram and per-step lists too, so the response's
+`metrics.speculative_decoding` block can be written from it where vLLM writes none
+(`engine.spec_decode_report`).
 
 Timings come from `RequestOutput.metrics` (`RequestStateStats`): engine-core
 timestamps for first and last token, and the frontend's first-token latency.
@@ -59,6 +62,9 @@ def speculation_outcome(k: int, metrics: Any | None) -> SpeculationOutcome:
         accepted_per_position=_trim(accepted_per_position, depth_seen),
         drafted_per_position=_trim(drafted_per_position, depth_seen),
         tried_per_position=_trim(tried_per_position, depth_seen),
+        acceptance_histogram=tuple(histogram),
+        per_step_accepted=tuple(per_step_accepted),
+        per_step_drafted=tuple(drafted),
     )
 
 

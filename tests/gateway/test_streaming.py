@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -27,15 +28,16 @@ async def _source(items: list[str], hang: bool = False) -> AsyncIterator[str]:
 def _relay(
     source: AsyncIterator[str], idle_timeout_s: float, ends: list[StreamEnd]
 ) -> AsyncGenerator[str, None]:
-    """`relay` with a fixed speculation object; each stream's end lands in `ends`."""
+    """`relay` with a fixed speculation report; each stream's end lands in `ends`."""
 
-    async def speculation() -> dict[str, object]:
-        return {"k": 2}
+    async def report(body: dict[str, Any]) -> dict[str, Any]:
+        body["speculation"] = {"k": 2}
+        return body
 
     async def on_end(end: StreamEnd) -> None:
         ends.append(end)
 
-    return relay(source, idle_timeout_s=idle_timeout_s, speculation=speculation, on_end=on_end)
+    return relay(source, idle_timeout_s=idle_timeout_s, report=report, on_end=on_end)
 
 
 async def _collect(items: list[str], hang: bool = False) -> tuple[list[str], StreamEnd]:

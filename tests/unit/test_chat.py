@@ -8,6 +8,7 @@ import pytest
 
 from engine.fake_wire import chat_prompt
 from engine.protocol import ChatCompletionRequest
+from tests.spec_report import check_report
 from tests.unit.conftest import MESSAGES, MODEL, InProcessGateway
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -18,16 +19,6 @@ def expected_text(gw: InProcessGateway, messages: list[dict[str, Any]], tokens: 
     request = ChatCompletionRequest.model_validate({"model": MODEL, "messages": messages})
     prompt = chat_prompt(request)
     return "".join(f" t{gw.engine.token_at(prompt, i)}" for i in range(tokens))
-
-
-def check_speculation(spec: dict[str, Any], k: int, label: str) -> None:
-    """The `speculation` object agrees with the headers and with itself."""
-    assert spec["k"] == k
-    assert spec["class"] == label
-    assert spec["accepted_tokens"] <= spec["draft_tokens"] <= k * spec["verify_steps"]
-    steps = spec["verify_steps"]
-    expected = 1 + spec["accepted_tokens"] / steps if steps else 1.0
-    assert spec["acceptance_length"] == pytest.approx(expected, abs=1e-3)
 
 
 async def test_non_streaming_reply_headers_and_speculation(gateway: InProcessGateway) -> None:
@@ -49,8 +40,7 @@ async def test_non_streaming_reply_headers_and_speculation(gateway: InProcessGat
     assert completion.usage.prompt_tokens == len(chat_prompt_words(MESSAGES))
     assert completion.model == MODEL
     assert completion.id.startswith("chatcmpl-")
-    assert completion.model_extra is not None
-    check_speculation(completion.model_extra["speculation"], k, label)
+    check_report(completion.model_extra, k, label)
 
 
 def chat_prompt_words(messages: list[dict[str, Any]]) -> list[str]:
@@ -85,8 +75,7 @@ async def test_stream_says_what_the_reply_says_and_ends_with_usage(
     assert last.choices == []
     assert last.usage is not None
     assert last.usage.completion_tokens == 20
-    assert last.model_extra is not None
-    check_speculation(last.model_extra["speculation"], k, label)
+    check_report(last.model_extra, k, label)
 
 
 async def test_raw_stream_is_sse_ending_with_done(gateway: InProcessGateway) -> None:

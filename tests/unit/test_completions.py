@@ -5,6 +5,7 @@ from __future__ import annotations
 import openai
 import pytest
 
+from tests.spec_report import check_report, vllm_block
 from tests.unit.conftest import MODEL, InProcessGateway
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -33,9 +34,9 @@ async def test_completion_reply(gateway: InProcessGateway) -> None:
     assert completion.usage is not None
     assert completion.usage.prompt_tokens == len(PROMPT.split())
     assert completion.usage.completion_tokens == 16
-    spec = completion.model_extra["speculation"]
-    assert spec["k"] == int(raw.headers["x-specgw-k"])
-    assert spec["class"] == raw.headers["x-specgw-class"]
+    check_report(
+        completion.model_extra, int(raw.headers["x-specgw-k"]), raw.headers["x-specgw-class"]
+    )
 
 
 async def test_completion_stream(gateway: InProcessGateway) -> None:
@@ -53,6 +54,7 @@ async def test_completion_stream(gateway: InProcessGateway) -> None:
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
     assert chunks[-1].usage is not None
     assert chunks[-1].usage.completion_tokens == 12
+    vllm_block(chunks[-1].model_extra or {})
     assert "speculation" in (chunks[-1].model_extra or {})
 
 

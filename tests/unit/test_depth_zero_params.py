@@ -13,6 +13,7 @@ from engine.fake_frontend import FakeFrontend, FakeFrontendConfig
 from engine.interface import InvalidRequestError
 from engine.protocol import ChatCompletionRequest, CompletionRequest
 from engine.vllm.depth_zero_params import VLLM_REFUSAL
+from tests.spec_report import vllm_block
 from tests.unit.conftest import MESSAGES, MODEL, InProcessGateway, serve_in_process
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -65,8 +66,8 @@ async def test_the_gateway_plans_them_at_k0_with_its_reason(
     )
     assert biased.headers["x-specgw-k"] == "0"
     assert biased.headers["x-specgw-class"] == plain.headers["x-specgw-class"]
-    speculation = (biased.parse().model_extra or {})["speculation"]
-    assert (speculation["k"], speculation["draft_tokens"]) == (0, 0)
+    extra = biased.parse().model_extra or {}
+    assert (extra["speculation"]["k"], vllm_block(extra)["num_draft_tokens"]) == (0, 0)
     finished = [r for r in caplog.records if r.getMessage() == "request finished"]
     assert finished[-1].reason.startswith("unserved logit_bias:")  # type: ignore[attr-defined]
     sampled = await client.completions.with_raw_response.create(

@@ -10,6 +10,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.control.settings import ControllerSettings
+from tests.spec_report import vllm_block
 from tests.unit.conftest import (
     ADMIN_KEY,
     MESSAGES,
@@ -35,7 +36,7 @@ def samples(exposition: str, name: str) -> dict[tuple[tuple[str, str], ...], flo
 
 async def test_health_and_readiness(gateway: InProcessGateway) -> None:
     health = await gateway.http.get("/health")
-    assert health.json() == {"status": "ok"}
+    assert health.json() == {"status": "ok", "phase": "ready"}
     ready = await gateway.http.get("/ready")
     assert ready.status_code == 200
     body = ready.json()
@@ -52,9 +53,9 @@ async def test_metrics_reconcile_with_the_replies(gateway: InProcessGateway) -> 
         reply = await client.chat.completions.create(
             model=MODEL, messages=MESSAGES, max_tokens=10 + i, temperature=0
         )
-        spec = reply.model_extra["speculation"]
-        drafted += spec["draft_tokens"]
-        accepted += spec["accepted_tokens"]
+        block = vllm_block(reply.model_extra or {})
+        drafted += block["num_draft_tokens"]
+        accepted += block["num_accepted_draft_tokens"]
         assert reply.usage is not None
         output += reply.usage.completion_tokens
     with pytest.raises(openai.NotFoundError):

@@ -15,6 +15,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from engine.fake_responses import responses_prompt
 from engine.protocol import ResponsesRequest
+from tests.spec_report import check_report
 from tests.unit.conftest import (
     MESSAGES,
     MODEL,
@@ -23,7 +24,6 @@ from tests.unit.conftest import (
     gateway_settings,
     serve_in_process,
 )
-from tests.unit.test_chat import check_speculation
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -67,8 +67,7 @@ async def test_a_plain_response_with_headers_and_speculation(gateway: InProcessG
     assert response.incomplete_details.reason == "max_output_tokens"
     assert response.usage is not None
     assert response.usage.output_tokens == 12
-    assert response.model_extra is not None
-    check_speculation(response.model_extra["speculation"], k, label)
+    check_report(response.model_extra, k, label)
 
 
 async def test_its_inference_span_is_a_chat_span_with_its_sampling(
@@ -136,8 +135,7 @@ async def test_a_streamed_response_ends_with_completed_and_speculation(
     assert final.output_text == deltas
     assert final.usage is not None
     assert final.usage.output_tokens == 10
-    assert final.model_extra is not None
-    check_speculation(final.model_extra["speculation"], k, label)
+    check_report(final.model_extra, k, label)
 
 
 async def test_a_function_tool_is_called(gateway: InProcessGateway) -> None:
@@ -153,9 +151,8 @@ async def test_a_function_tool_is_called(gateway: InProcessGateway) -> None:
     assert call.call_id
     assert response.status == "completed"
     assert "/tools:required/" in raw.headers["x-specgw-class"]  # classified as a tool call
-    assert response.model_extra is not None
-    check_speculation(
-        response.model_extra["speculation"],
+    check_report(
+        response.model_extra,
         int(raw.headers["x-specgw-k"]),
         raw.headers["x-specgw-class"],
     )
