@@ -7,11 +7,15 @@ through `collective_rpc` after start (`engine.vllm.engine.VLLMEngine.started`).
 from __future__ import annotations
 
 from engine.vllm.depth_zero_params import DepthZeroParamsExtension
+from engine.vllm.draft_confidence import DraftConfidenceExtension
 from engine.vllm.draft_skip import DraftSkipExtension
 from engine.vllm.expand_fix import ExpandFixExtension
 
 
-class SpecGatewayWorker(DraftSkipExtension, ExpandFixExtension, DepthZeroParamsExtension):
+class SpecGatewayWorker(
+    DraftSkipExtension, ExpandFixExtension, DepthZeroParamsExtension, DraftConfidenceExtension
+):
     """Draft skip at depth 0 (`engine.vllm.draft_skip`), the CPU sampler's expand fix
-    (`engine.vllm.expand_fix`) and min-p / logit-bias at depth 0
-    (`engine.vllm.depth_zero_params`)."""
+    (`engine.vllm.expand_fix`), min-p / logit-bias at depth 0
+    (`engine.vllm.depth_zero_params`) and, installed on request, the drafter's confidence
+    per draft (`engine.vllm.draft_confidence`)."""
