@@ -13,6 +13,12 @@ under `helm/spec-gateway/files/`. The sources stay where their owners keep them:
 Run `python deploy/sync_chart_assets.py` after changing a source, and
 `python deploy/sync_chart_assets.py --check` in CI (exit 1 when the chart is stale);
 tests/deploy/test_chart_assets.py asserts the same byte identity.
+
+The rules carry each runbook as its path in the repository (`deploy/runbooks/x.md`), which
+promtool's tests and the repository's own checks read; Alertmanager wants an absolute URL.
+The chart makes them absolute under `metrics.prometheusRule.runbookBaseUrl`, and
+`--runbook-base-url URL` prints the rules file the same way for a Prometheus that loads it
+directly (`rules_with_runbook_base`, one rule for both).
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ CHART_FILES = Path("helm/spec-gateway/files")
 RULES_SOURCE = Path("deploy/prometheus/rules.yml")
 DASHBOARDS_SOURCE = Path("grafana/dashboards")
 VALUES_SCHEMA = Path("helm/spec-gateway/values.schema.json")
+#: How each alert names its runbook in the rules file (a path in this repository).
+RUNBOOK_PREFIX = "runbook_url: deploy/runbooks/"
 #: Where the settings file's schema sits in the values schema.
 CONFIG_SCHEMA_PATH = ("properties", "gateway", "properties", "config")
 
@@ -49,6 +57,14 @@ def values_schema(path: Path) -> bytes:
         node = node[key]
     node[CONFIG_SCHEMA_PATH[-1]] = chart_schema()
     return (json.dumps(schema, indent=2) + "\n").encode("utf-8")
+
+
+def rules_with_runbook_base(rules: str, base: str) -> str:
+    """The rules text with every `runbook_url` absolute: `base` is where the repository's
+    `deploy/runbooks/` directory is browsable (e.g.
+    https://github.com/<org>/spec-gateway/blob/v0.1.0/deploy/runbooks). The chart's
+    PrometheusRule template applies the same replacement."""
+    return rules.replace(RUNBOOK_PREFIX, f"runbook_url: {base.rstrip('/')}/")
 
 
 def expected_assets(root: Path = REPO_ROOT) -> dict[Path, bytes]:
@@ -91,7 +107,17 @@ def sync(root: Path = REPO_ROOT) -> list[Path]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--check", action="store_true", help="Only report stale files (exit 1).")
+    parser.add_argument(
+        "--runbook-base-url",
+        metavar="URL",
+        help="Print deploy/prometheus/rules.yml with absolute runbook_urls under URL (where "
+        "deploy/runbooks/ is browsable) and exit; nothing is synced.",
+    )
     args = parser.parse_args(argv)
+    if args.runbook_base_url:
+        rules = (REPO_ROOT / RULES_SOURCE).read_text(encoding="utf-8")
+        sys.stdout.write(rules_with_runbook_base(rules, args.runbook_base_url))
+        return 0
     # Run as a script, Python puts deploy/ on the path, not the repository root.
     if str(REPO_ROOT) not in sys.path:
         sys.path.insert(0, str(REPO_ROOT))

@@ -8,8 +8,11 @@ binary, with no binary, cluster or network. `lookup` returns nothing offline, as
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import helm_python
@@ -81,3 +84,16 @@ def gateway_container(rendered: Rendered) -> dict[str, Any]:
 
 def env_of(container: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {e["name"]: e for e in container.get("env", [])}
+
+
+def sync_module() -> ModuleType:
+    """deploy/sync_chart_assets.py, a script outside any package, imported by path."""
+    spec = importlib.util.spec_from_file_location(
+        "sync_chart_assets", REPO_ROOT / "deploy" / "sync_chart_assets.py"
+    )
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("sync_chart_assets", module)
+    spec.loader.exec_module(module)
+    return module

@@ -6,31 +6,17 @@ generated from gateway.flags. `python deploy/sync_chart_assets.py` refreshes the
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-from tests.deploy.chart import CHART_DIR, REPO_ROOT
-
-
-def _sync_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "sync_chart_assets", REPO_ROOT / "deploy" / "sync_chart_assets.py"
-    )
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("sync_chart_assets", module)
-    spec.loader.exec_module(module)
-    return module
+from tests.deploy.chart import CHART_DIR, REPO_ROOT, sync_module
 
 
 @pytest.fixture(scope="module")
 def sync() -> ModuleType:
-    return _sync_module()
+    return sync_module()
 
 
 def test_rules_in_chart_are_byte_identical() -> None:

@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import helm_python
 import pytest
 import yaml
 
@@ -16,11 +17,13 @@ from tests.deploy.chart import (
     CHART_DIR,
     PRODUCTION_VALUES,
     RELEASE,
+    REPO_ROOT,
     Rendered,
     env_of,
     gateway_container,
     load_values,
     render,
+    sync_module,
 )
 
 FULLNAME = f"{RELEASE}-spec-gateway"
@@ -47,8 +50,11 @@ def test_probes_target_ready_and_health_with_a_generous_startup(default: Rendere
     assert container["readinessProbe"]["httpGet"] == {"path": "/ready", "port": "http"}
     assert container["livenessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
     startup = container["startupProbe"]
-    # Model load and warm-up: at least 20 minutes before the kubelet gives up.
-    assert startup["periodSeconds"] * startup["failureThreshold"] >= 20 * 60
+    # The first model load and calibration: 30 minutes before the kubelet gives up.
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 30 * 60
+    # The port binds at once and /health is green through loads and in-process restarts
+    # (gateway/api/ops_routes.py), so liveness needs no head start.
+    assert "initialDelaySeconds" not in container["livenessProbe"]
     assert container["ports"] == [{"name": "http", "containerPort": 8000, "protocol": "TCP"}]
 
 
@@ -278,10 +284,16 @@ def test_service_monitor_scrapes_the_http_port(production: Rendered) -> None:
     assert endpoint["path"] == "/metrics"
 
 
+def _alerts(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    return [r for group in spec["groups"] for r in group["rules"] if "alert" in r]
+
+
 def test_prometheus_rule_spec_is_the_rules_file(production: Rendered, tmp_path: Path) -> None:
+    """The rules file, its runbooks made absolute by the sync tool's own rule."""
     rule = production.one("PrometheusRule", FULLNAME)
-    source = yaml.safe_load((CHART_DIR / "files/prometheus/rules.yml").read_text(encoding="utf-8"))
-    assert rule["spec"] == source
+    base = load_values(PRODUCTION_VALUES)["metrics"]["prometheusRule"]["runbookBaseUrl"]
+    text = (CHART_DIR / "files/prometheus/rules.yml").read_text(encoding="utf-8")
+    assert rule["spec"] == yaml.safe_load(sync_module().rules_with_runbook_base(text, base))
     assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     promtool = shutil.which("promtool")
     if promtool is None:
@@ -366,3 +378,30 @@ def test_notes_render_with_instructions(default: Rendered, production: Rendered)
     warned = render({"replicaCount": 2}).templates["spec-gateway/templates/NOTES.txt"]
     assert "no Redis" in warned
     assert "GPU" in production.templates["spec-gateway/templates/NOTES.txt"]
+
+
+def test_every_runbook_url_is_absolute_under_the_one_base() -> None:
+    base = "https://git.example.com/ml/spec-gateway/-/blob/v0.1.0/deploy/runbooks/"
+    values = {"metrics": {"prometheusRule": {"enabled": True, "runbookBaseUrl": base}}}
+    alerts = _alerts(render(values).one("PrometheusRule")["spec"])
+    assert alerts
+    for alert in alerts:
+        url = alert["annotations"]["runbook_url"]
+        assert url.startswith(base), url  # one slash: the base's trailing one is trimmed
+        assert (REPO_ROOT / "deploy/runbooks" / url.removeprefix(base)).is_file(), url
+
+
+def test_the_rule_needs_a_runbook_base() -> None:
+    with pytest.raises(helm_python.HelmError) as exc:
+        render({"metrics": {"prometheusRule": {"enabled": True}}})
+    assert "runbookBaseUrl" in str(exc.value)
+
+
+def test_the_sync_tool_prints_the_standalone_rules_with_absolute_runbooks(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    base = "https://example.org/spec-gateway/deploy/runbooks"
+    assert sync_module().main(["--runbook-base-url", base]) == 0
+    alerts = _alerts(yaml.safe_load(capsys.readouterr().out))
+    assert alerts
+    assert all(a["annotations"]["runbook_url"].startswith(base + "/") for a in alerts)

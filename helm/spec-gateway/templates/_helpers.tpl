@@ -233,6 +233,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if and .Values.keda.enabled (not .Values.keda.prometheus.serverAddress) -}}
 {{- fail "keda.enabled needs keda.prometheus.serverAddress (the Prometheus KEDA queries)" -}}
 {{- end -}}
+{{- if and .Values.metrics.prometheusRule.enabled (not .Values.metrics.prometheusRule.runbookBaseUrl) -}}
+{{- fail "metrics.prometheusRule.enabled needs metrics.prometheusRule.runbookBaseUrl: where the repository's deploy/runbooks/ is browsable, e.g. https://github.com/<org>/spec-gateway/blob/v0.1.0/deploy/runbooks" -}}
+{{- end -}}
 {{- if and .Values.inferencePool.enabled (not .Values.inferencePool.endpointPicker.name) -}}
 {{- fail "inferencePool.enabled needs inferencePool.endpointPicker.name (the endpoint picker's Service)" -}}
 {{- end -}}
