@@ -59,20 +59,24 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import floor_timers
 from bench.engines import add_model_options, cpu_seconds, family_prompts, models, one_request
 from bench.floor_summary import (
     BASE,
     METRICS,
     NULL,
+    PHASES,
+    PROFILED,
     BurstRun,
+    Case,
     Plan,
+    Totals,
     by_family,
     cell,
     family_table,
     plot,
     summarise,
     table,
+    timer_table,
 )
 from bench.gateway_proc import descendants
 
@@ -157,7 +161,7 @@ def parse_variant(text: str) -> tuple[str, dict[str, Any]]:
 
 def engine_extras(args: argparse.Namespace) -> dict[str, tuple[bool, dict[str, Any]]]:
     """Each resident engine -> (with the drafter, its extra engine arguments)."""
-    timed = dict(floor_timers.PROFILED) if args.profile else {}
+    timed = dict(PROFILED) if args.profile else {}
     engines = {BASE: (False, timed), SPEC: (True, timed)}
     engines.update({label: (True, {**timed, **extra}) for label, extra in args.variant})
     return engines
@@ -165,6 +169,19 @@ def engine_extras(args: argparse.Namespace) -> dict[str, tuple[bool, dict[str, A
 
 def print_now(line: str) -> None:
     print(line, flush=True)
+
+
+async def install_timers(engine: Any) -> None:
+    """Wrap the runner's methods in every worker of a profiled engine (`bench.floor_timers`)."""
+    await engine._llm.collective_rpc("specgw_floor_install")
+
+
+async def take_timers(engine: Any) -> list[Totals]:
+    """The engine core's and each worker's totals since the last take, then cleared."""
+    llm = engine._llm  # the bench reads the engine core's utility, not part of the seam
+    core: Totals = await llm.engine_core.call_utility_async("specgw_floor_profile")
+    workers: list[Totals] = await llm.collective_rpc("specgw_floor_take")
+    return [core, *workers]
 
 
 @contextlib.asynccontextmanager
@@ -193,8 +210,8 @@ async def resident_engines(
             engines[name] = await stack.enter_async_context(VLLMEngine.started(settings))
             pids[name] = set(descendants(os.getpid())) - before
             if args.profile:
-                await floor_timers.install(engines[name])
-                await floor_timers.take(engines[name])  # drop what the warm-up left
+                await install_timers(engines[name])
+                await take_timers(engines[name])  # drop what the warm-up left
             log(f"{name}: engine processes {sorted(pids[name])}")
         yield engines, pids, described
 
@@ -205,7 +222,7 @@ async def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> d
     runs: dict[tuple[int, str], list[BurstRun]] = {
         (c, n): [] for c in args.concurrency for n in names
     }
-    cases = {key: floor_timers.Case(key[1]) for key in runs}
+    cases = {key: Case(key[1]) for key in runs}
     all_plans = {c: burst_plans(c, bursts[c], args.max_tokens, seed=c) for c in args.concurrency}
     async with resident_engines(args, log) as (engines, pids, described):
         started = time.perf_counter()
@@ -220,7 +237,7 @@ async def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> d
                     burst = await run_burst(engines[which], pids[which], plan, k)
                     runs[(conc, name)].append(burst)
                     if args.profile:  # read after the burst, outside its timing
-                        cases[(conc, name)].absorb(await floor_timers.take(engines[which]))
+                        cases[(conc, name)].absorb(await take_timers(engines[which]))
                 if (b + 1) % max(1, len(plans) // 4) == 0 or b + 1 == len(plans):
                     so_far = summarise(
                         {key: v for key, v in runs.items() if key[0] == conc}, [conc], list(names)
@@ -251,7 +268,7 @@ def report(
     plans: dict[int, list[Plan]],
     names: Sequence[str],
     log: Callable[[str], None],
-    profile: dict[str, floor_timers.Totals] | None = None,
+    profile: dict[str, Totals] | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The summary rows and the family rows, both tables logged; with timer totals, the
     attribution table per concurrency and phase."""
@@ -260,10 +277,10 @@ def report(
     for line in [*table(rows), "", *family_table(families)]:
         log(line)
     for conc in plans if profile else ():
-        cases = [floor_timers.Case(n, (profile or {}).get(f"c{conc} {n}", {})) for n in names]
-        for phase in floor_timers.PHASES:
+        cases = [Case(n, (profile or {}).get(f"c{conc} {n}", {})) for n in names]
+        for phase in PHASES:
             log(f"\nconcurrency {conc}, {phase} steps")
-            log(floor_timers.table(cases, phase))
+            log(timer_table(cases, phase))
     return rows, families
 
 

@@ -1,12 +1,13 @@
 """The statistics and tables of a `bench.floor_interleaved` run: each request paired with
 the same request of the no-drafter engine's run of its burst, medians of the ratios with a
-bootstrap over whole bursts, per concurrency and per prompt family, and the k = 0 plot."""
+bootstrap over whole bursts, per concurrency and per prompt family, the k = 0 plot, and the
+attribution table of a profiled run (`bench.floor_timers`' totals)."""
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,36 @@ from bench.stats import bootstrap_interval
 
 BASE = "no drafter"
 NULL = "no drafter (again)"
+#: Timer totals of a profiled engine: {phase: {component: [seconds, calls]}}.
+Totals = dict[str, dict[str, list[float]]]
+#: What vLLM loads for a profiled engine (`EngineSettings.extra_args`).
+PROFILED = {
+    "worker_extension_cls": "bench.floor_timers.FloorProfileWorker",
+    "scheduler_cls": "bench.floor_timers.FloorProfileScheduler",
+}
+#: Rows of the table, in order: (component, what it is).
+ROWS: tuple[tuple[str, str], ...] = (
+    ("core.step", "engine core step, all of it"),
+    ("core.schedule", "scheduler (depth cap) schedule()"),
+    ("core.update_from_output", "update_from_output (+ step clock, per-request metrics)"),
+    ("core.post_step", "draft pickup after the step"),
+    ("executor+ipc", "core.step - schedule - update - worker calls"),
+    ("execute_model", "worker: execute_model"),
+    ("_update_states", "  persistent batch update"),
+    ("_prepare_inputs", "  input preparation"),
+    ("_calc_spec_decode_metadata", "    spec-decode metadata"),
+    ("_get_slot_mappings", "  slot mappings"),
+    ("_build_attention_metadata", "  attention metadata"),
+    ("_preprocess", "  input ids / embeddings"),
+    ("_model_forward", "  target forward"),
+    ("aux_hidden_capture", "    EAGLE-3 aux hidden-state capture"),
+    ("sample_tokens", "worker: sample_tokens"),
+    ("_sample", "  sampler / rejection sampler"),
+    ("_bookkeeping_sync", "  output bookkeeping"),
+    ("propose_draft_token_ids", "  drafter (prefill KV pass and drafts)"),
+    ("take_draft_token_ids", "worker: take_draft_token_ids"),
+)
+PHASES = ("prefill", "decode")
 
 #: The figures read per request (seconds), and per burst.
 METRICS = ("ttft_start", "ttft_join", "tpot", "cpu_per_token")
@@ -221,3 +252,55 @@ def plot(rows: Sequence[dict[str, Any]], path: Path, target: float = 1.03) -> Pa
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+@dataclass
+class Case:
+    """One column of the table: a variant, with its timers summed over its bursts."""
+
+    name: str
+    totals: Totals = field(default_factory=dict)
+
+    def absorb(self, totals: Iterable[Totals]) -> None:
+        for part in totals:
+            for phase, components in part.items():
+                mine = self.totals.setdefault(phase, {})
+                for name, (seconds, calls) in components.items():
+                    cell = mine.setdefault(name, [0.0, 0.0])
+                    cell[0] += seconds
+                    cell[1] += calls
+
+    def steps(self, phase: str) -> int:
+        return int(self.totals.get(phase, {}).get("core.step", [0.0, 0.0])[1])
+
+    def ms_per_step(self, phase: str, component: str) -> float | None:
+        """Milliseconds per step of `phase` spent in `component` (None: never called)."""
+        steps = self.steps(phase)
+        cells = self.totals.get(phase, {})
+        if steps == 0:
+            return None
+        if component == "executor+ipc":
+            if "core.step" not in cells:
+                return None
+            parts = ("core.schedule", "core.update_from_output", "execute_model", "sample_tokens")
+            rest = cells["core.step"][0] - sum(cells.get(p, [0.0])[0] for p in parts)
+            return 1e3 * rest / steps
+        if component not in cells:
+            return None
+        return 1e3 * cells[component][0] / steps
+
+
+def timer_table(cases: list[Case], phase: str) -> str:
+    """The attribution table of one phase: a row per component, a column per case."""
+    width = max(12, *(len(c.name) + 1 for c in cases))
+    head = f"{'component (' + phase + ', ms/step)':<34}" + "".join(
+        f"{c.name:>{width}}" for c in cases
+    )
+    lines = [head, f"{'steps':<34}" + "".join(f"{c.steps(phase):>{width}}" for c in cases)]
+    for component, _ in ROWS:
+        values = [c.ms_per_step(phase, component) for c in cases]
+        if all(v is None for v in values):
+            continue
+        cells = "".join(f"{'-':>{width}}" if v is None else f"{v:>{width}.3f}" for v in values)
+        lines.append(f"{component:<34}{cells}")
+    return "\n".join(lines)

@@ -1,6 +1,4 @@
-"""Per-component step timers inside a running engine, and their table.
-
-Loaded by `python -m bench.floor_interleaved --profile`.
+"""Per-component step timers inside a running engine (`bench.floor_interleaved --profile`).
 
 Two halves, both loaded into vLLM through its own extension points and nothing else:
 
@@ -16,16 +14,17 @@ Each step is filed under its phase: `prefill` when it schedules any prompt token
 Timers are inclusive: `core.step` (the engine core's whole step) holds `core.schedule`,
 `core.update_from_output` and the round trip to the worker process, which holds
 `execute_model` (itself holding `_prepare_inputs`, which holds `_calc_spec_decode_metadata`)
-and `sample_tokens`; the table's `executor+ipc` row is `core.step` less those four.
+and `sample_tokens`; `bench.floor_summary.Case` reads `core.step` less those four as
+`executor+ipc`.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
+from bench.floor_summary import Totals
 from engine.vllm.scheduler import SpecDepthScheduler
 from engine.vllm.worker import SpecGatewayWorker
 
@@ -45,37 +44,6 @@ RUNNER_TIMED: tuple[str, ...] = (
     "propose_draft_token_ids",
     "take_draft_token_ids",
 )
-
-Totals = dict[str, dict[str, list[float]]]
-
-#: Rows of the table, in order: (component, what it is).
-ROWS: tuple[tuple[str, str], ...] = (
-    ("core.step", "engine core step, all of it"),
-    ("core.schedule", "scheduler (depth cap) schedule()"),
-    ("core.update_from_output", "update_from_output (+ step clock, per-request metrics)"),
-    ("core.post_step", "draft pickup after the step"),
-    ("executor+ipc", "core.step - schedule - update - worker calls"),
-    ("execute_model", "worker: execute_model"),
-    ("_update_states", "  persistent batch update"),
-    ("_prepare_inputs", "  input preparation"),
-    ("_calc_spec_decode_metadata", "    spec-decode metadata"),
-    ("_get_slot_mappings", "  slot mappings"),
-    ("_build_attention_metadata", "  attention metadata"),
-    ("_preprocess", "  input ids / embeddings"),
-    ("_model_forward", "  target forward"),
-    ("aux_hidden_capture", "    EAGLE-3 aux hidden-state capture"),
-    ("sample_tokens", "worker: sample_tokens"),
-    ("_sample", "  sampler / rejection sampler"),
-    ("_bookkeeping_sync", "  output bookkeeping"),
-    ("propose_draft_token_ids", "  drafter (prefill KV pass and drafts)"),
-    ("take_draft_token_ids", "worker: take_draft_token_ids"),
-)
-PHASES = ("prefill", "decode")
-#: What vLLM loads for a profiled engine (`EngineSettings.extra_args`).
-PROFILED = {
-    "worker_extension_cls": "bench.floor_timers.FloorProfileWorker",
-    "scheduler_cls": "bench.floor_timers.FloorProfileScheduler",
-}
 
 
 def step_phase(scheduler_output: Any) -> str:
@@ -222,68 +190,3 @@ class AuxKeptWorker(FloorProfileWorker):
 
         engine.vllm.draft_skip._aux_capture = lambda runner: None
         return super().specgw_install_draft_skip()
-
-
-async def install(engine: Any) -> None:
-    """Wrap the runner's methods in every worker of a started, profiled engine."""
-    await engine._llm.collective_rpc("specgw_floor_install")
-
-
-async def take(engine: Any) -> list[Totals]:
-    """The engine core's and each worker's totals since the last take, then cleared."""
-    llm = engine._llm  # the bench reads the engine core's utility, not part of the seam
-    core: Totals = await llm.engine_core.call_utility_async("specgw_floor_profile")
-    workers: list[Totals] = await llm.collective_rpc("specgw_floor_take")
-    return [core, *workers]
-
-
-@dataclass
-class Case:
-    """One column of the table: a variant, with its timers summed over its bursts."""
-
-    name: str
-    totals: Totals = field(default_factory=dict)
-
-    def absorb(self, totals: Iterable[Totals]) -> None:
-        for part in totals:
-            for phase, components in part.items():
-                mine = self.totals.setdefault(phase, {})
-                for name, (seconds, calls) in components.items():
-                    cell = mine.setdefault(name, [0.0, 0.0])
-                    cell[0] += seconds
-                    cell[1] += calls
-
-    def steps(self, phase: str) -> int:
-        return int(self.totals.get(phase, {}).get("core.step", [0.0, 0.0])[1])
-
-    def ms_per_step(self, phase: str, component: str) -> float | None:
-        """Milliseconds per step of `phase` spent in `component` (None: never called)."""
-        steps = self.steps(phase)
-        cells = self.totals.get(phase, {})
-        if steps == 0:
-            return None
-        if component == "executor+ipc":
-            if "core.step" not in cells:
-                return None
-            parts = ("core.schedule", "core.update_from_output", "execute_model", "sample_tokens")
-            rest = cells["core.step"][0] - sum(cells.get(p, [0.0])[0] for p in parts)
-            return 1e3 * rest / steps
-        if component not in cells:
-            return None
-        return 1e3 * cells[component][0] / steps
-
-
-def table(cases: list[Case], phase: str) -> str:
-    """The attribution table of one phase: a row per component, a column per case."""
-    width = max(12, *(len(c.name) + 1 for c in cases))
-    head = f"{'component (' + phase + ', ms/step)':<34}" + "".join(
-        f"{c.name:>{width}}" for c in cases
-    )
-    lines = [head, f"{'steps':<34}" + "".join(f"{c.steps(phase):>{width}}" for c in cases)]
-    for component, _ in ROWS:
-        values = [c.ms_per_step(phase, component) for c in cases]
-        if all(v is None for v in values):
-            continue
-        cells = "".join(f"{'-':>{width}}" if v is None else f"{v:>{width}.3f}" for v in values)
-        lines.append(f"{component:<34}{cells}")
-    return "\n".join(lines)

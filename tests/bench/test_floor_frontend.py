@@ -1,6 +1,6 @@
-"""The pure parts of `bench.floor_timers` and `bench.frontend_vs_vllm`: step phases, the
-attribution table, A B B A order, CLI flags from engine arguments, the front-end table and
-verdict. No engine starts here."""
+"""The pure parts of `bench.floor_timers`, the timer table of `bench.floor_summary` and
+`bench.frontend_vs_vllm`: step phases, the attribution table, A B B A order, CLI flags
+from engine arguments, the front-end table and verdict. No engine starts here."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
-from bench.floor_timers import Case, PhaseTimers, step_phase, table
+from bench.floor_summary import Case, timer_table
+from bench.floor_timers import PhaseTimers, step_phase
 from bench.frontend_vs_vllm import (
     Pairs,
     Turn,
@@ -63,7 +64,7 @@ def test_the_table_gives_ms_per_step_and_the_rest_of_the_step() -> None:
     assert abs((case.ms_per_step("decode", "executor+ipc") or 0) - 2.5) < 1e-9
     assert case.ms_per_step("decode", "propose_draft_token_ids") is None
     assert case.ms_per_step("prefill", "execute_model") is None
-    text = table([case, Case("no-spec")], "decode")
+    text = timer_table([case, Case("no-spec")], "decode")
     assert "execute_model" in text
     assert "6.000" in text
     assert "propose" not in text

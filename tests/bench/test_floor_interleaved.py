@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-from bench import floor_timers
 from bench.engines import cpu_seconds
 from bench.floor_interleaved import (
     SPEC,
@@ -32,6 +31,7 @@ from bench.floor_interleaved import (
 from bench.floor_summary import (
     BASE,
     NULL,
+    PROFILED,
     BurstRun,
     by_family,
     family_table,
@@ -207,9 +207,9 @@ def test_a_profiled_run_loads_the_timers_into_every_engine_under_the_variants_ow
     aux = {"worker_extension_cls": "bench.floor_timers.AuxKeptWorker"}
     args = argparse.Namespace(profile=True, variant=[("aux kept", aux)])
     engines = engine_extras(args)
-    assert engines[BASE] == (False, floor_timers.PROFILED)
-    assert engines[SPEC] == (True, floor_timers.PROFILED)
-    assert engines["aux kept"] == (True, {**floor_timers.PROFILED, **aux})
+    assert engines[BASE] == (False, PROFILED)
+    assert engines[SPEC] == (True, PROFILED)
+    assert engines["aux kept"] == (True, {**PROFILED, **aux})
     assert engine_extras(argparse.Namespace(profile=False, variant=[]))[SPEC] == (True, {})
 
 
