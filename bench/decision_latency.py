@@ -24,6 +24,7 @@ import statistics
 import time
 from typing import Any
 
+from engine.interface import RequestOutcome, SpeculationOutcome
 from gateway.control.controller import Controller
 from gateway.control.decision import LoadSnapshot
 from gateway.control.features import IdentityCache, features_from_chat
@@ -32,7 +33,6 @@ from gateway.control.settings import ControllerSettings
 from gateway.flags.settings import FlagSettings
 from gateway.flags.view import FlagView
 from gateway.planner import FlagOverrides
-from tests.control.simulator import simulate
 
 
 def _bodies(classes: int, rng: random.Random) -> list[dict[str, Any]]:
@@ -57,6 +57,37 @@ def _bodies(classes: int, rng: random.Random) -> list[dict[str, Any]]:
     return bodies
 
 
+def outcome(rng: random.Random, p: float, k: int, output_tokens: int) -> RequestOutcome:
+    """A finished request at depth k whose drafts are accepted with probability p per
+    position, the chain stopping at the first rejection (what `observe` is handed)."""
+    accepted_at, steps, produced = [0] * k, 0, 0
+    while produced < output_tokens:
+        steps += 1
+        n = 0
+        while n < k and rng.random() < p:
+            accepted_at[n] += 1
+            n += 1
+        produced += n + 1
+    return RequestOutcome(
+        request_id=f"bench-{rng.random():.12f}",
+        prompt_tokens=200,
+        output_tokens=produced,
+        finish_reason="length",
+        speculation=SpeculationOutcome(
+            k=k,
+            verify_steps=steps if k > 0 else 0,
+            draft_tokens=k * steps,
+            accepted_tokens=sum(accepted_at),
+            accepted_per_position=tuple(accepted_at),
+            drafted_per_position=(steps,) * k,
+        ),
+        ttft_s=0.05,
+        tpot_s=0.02,
+        e2e_s=0.05 + 0.02 * steps,
+        decode_steps=steps,
+    )
+
+
 def _pct(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100)[int(q) - 1] if len(values) > 1 else values[0]
 
@@ -70,7 +101,7 @@ def run(requests: int, classes: int, seed: int, load_mode: str) -> dict[str, lis
         controller, overrides=FlagOverrides(flags.overrides_for), identities=identities
     )
     bodies = _bodies(classes, rng)
-    profiles = [tuple([rng.uniform(0.2, 0.95)] * 6) for _ in bodies]
+    acceptance = [rng.uniform(0.2, 0.95) for _ in bodies]
     out: dict[str, list[float]] = {
         "features": [],
         "classify+flags+decide": [],
@@ -103,10 +134,10 @@ def run(requests: int, classes: int, seed: int, load_mode: str) -> dict[str, lis
         t1 = clock()
         planned = plane.plan_features(features, body["prompt_tokens"], load)
         t2 = clock()
-        outcome = simulate(rng, profiles[i], planned.k, load.batch, output_tokens=32)
+        finished = outcome(rng, acceptance[i], planned.k, output_tokens=32)
         t3 = clock()
         planned.enter()
-        planned.finish(outcome)
+        planned.finish(finished)
         t4 = clock()
         out["features"].append((t1 - t0) / 1000)
         out["classify+flags+decide"].append((t2 - t1) / 1000)
