@@ -12,6 +12,7 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from gateway.observability.metrics import GatewayMetrics
+from gateway.observability.promql import CLASS_INFO, CLASS_LEGEND
 from tools.dashboards.build import (
     DASHBOARD_DIR,
     DASHBOARDS,
@@ -76,8 +77,30 @@ def test_every_series_in_every_query_carries_namespace_job_and_instance() -> Non
         for metric, matchers in selectors:
             for scope in SCOPE:
                 assert f'{scope}=~"${scope}"' in matchers, (e.source, metric)
-        if "specgw_" in e.expr and "specgw_build_info" not in e.expr and "by (class" in e.expr:
-            assert all('class=~"$class"' in m for _, m in selectors), e.source
+
+
+def test_every_per_class_query_keeps_the_selected_classes_and_shows_their_label(
+    metrics: GatewayMetrics,
+) -> None:
+    """A query over per-class series by class (or over the selected classes) joins
+    `specgw_class_info` on `class_id`: the join keeps the classes the `class` variable
+    picks by label, and names them. Totals over every class (requests by status) need
+    no join."""
+    per_class = {
+        sample.name
+        for family in metrics.registry.collect()
+        for sample in family.samples
+        if "class_id" in sample.labels and sample.name != "specgw_class_info"
+    }
+    assert 'label=~"$class"' in CLASS_INFO
+    joins = (f"group_left (label) {CLASS_INFO}", f"group_left () {CLASS_INFO}")
+    checked = 0
+    for e in dashboard_expressions():
+        reads = {metric for metric, _ in SELECTOR.findall(e.expr)} & per_class
+        if reads and "class_id" in e.expr:
+            assert any(join in e.expr for join in joins), e.source
+            checked += 1
+    assert checked >= 20
 
 
 def test_vllm_dashboard_reads_vllms_own_series() -> None:
@@ -104,8 +127,9 @@ def test_drift_dashboard_sets_drafters_side_by_side_per_class() -> None:
     panel = panels["Acceptance length by drafter and class, over the time range"]
     (target,) = panel["targets"]
     assert "group_left (drafter) specgw_build_info" in target["expr"]
-    assert "sum by (drafter, class)" in target["expr"]
-    assert target["legendFormat"] == "{{class}} · {{drafter}}"
+    assert "sum by (drafter, class_id)" in target["expr"]
+    assert "group_left (label) topk by (class_id) (1, specgw_class_info" in target["expr"]
+    assert target["legendFormat"] == f"{CLASS_LEGEND} · {{{{drafter}}}}"
     assert target["instant"] is True
 
 

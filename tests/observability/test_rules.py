@@ -76,6 +76,6 @@ def test_every_alert_links_a_runbook_that_exists_and_names_it() -> None:
 def test_aggregations_keep_namespace_and_job() -> None:
     """Two deployments in one Prometheus are never summed together by a rule."""
     for rule in load_rules():
-        for by in re.findall(r"\b(?:sum|max|min|avg) by \(([^)]*)\)", rule["expr"]):
+        for by in re.findall(r"\b(?:sum|max|min|avg|topk) by \(([^)]*)\)", rule["expr"]):
             labels = {label.strip() for label in by.split(",")}
             assert {"namespace", "job"} <= labels, (rule.get("record") or rule["alert"], by)

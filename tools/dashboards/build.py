@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from gateway.observability.promql import RI, S, quantile
+from gateway.observability.promql import CLASS_LEGEND, RI, S, quantile
 from tools.dashboards.drift_dashboard import drift_dashboard
 from tools.dashboards.grafana import Dashboard, Panel, Target
 from tools.dashboards.vllm_dashboard import vllm_dashboard
@@ -37,6 +37,7 @@ def serving_dashboard() -> Dashboard:
         "  / on () group_left ()"
         f" (sum(rate(specgw_requests_total{S}{RI})) > 0)"
     )
+    tpot = "specgw_time_per_output_token_seconds"
     gw_ttft, engine_ttft = (
         "specgw_gateway_time_to_first_token_seconds",
         ("specgw_time_to_first_token_seconds"),
@@ -53,23 +54,23 @@ def serving_dashboard() -> Dashboard:
                   (12, 0, 12, 8), "Share of all requests, by OpenAI error type.",
                   unit="percentunit", min=0),
             Panel("Time to first token: at the gateway and at the engine", "timeseries", (
-                Target(quantile(0.5, gw_ttft), "gateway p50 {{class}}"),
-                Target(quantile(0.95, gw_ttft), "gateway p95 {{class}}"),
-                Target(quantile(0.95, engine_ttft), "engine p95 {{class}}"),
+                Target(quantile(0.5, gw_ttft), f"gateway p50 {CLASS_LEGEND}"),
+                Target(quantile(0.95, gw_ttft), f"gateway p95 {CLASS_LEGEND}"),
+                Target(quantile(0.95, engine_ttft), f"engine p95 {CLASS_LEGEND}"),
             ), (0, 8, 8, 8), "From the request's arrival at the gateway (parsing, "
                 "classification and the admission wait included), and from vLLM's own "
                 "arrival stamp; the gap is what the gateway and its queue add.", unit="s"),
             Panel("End-to-end latency", "timeseries", (
-                Target(quantile(0.5, "specgw_request_duration_seconds"), "p50 {{class}}"),
-                Target(quantile(0.95, "specgw_request_duration_seconds"), "p95 {{class}}"),
+                Target(quantile(0.5, "specgw_request_duration_seconds"), f"p50 {CLASS_LEGEND}"),
+                Target(quantile(0.95, "specgw_request_duration_seconds"), f"p95 {CLASS_LEGEND}"),
             ), (8, 8, 8, 8), "From the engine's arrival stamp to the last token.", unit="s"),
             Panel("Time per output token", "timeseries", (
-                Target(quantile(0.5, "specgw_time_per_output_token_seconds"), "p50 {{class}}"),
-                Target(quantile(0.95, "specgw_time_per_output_token_seconds"), "p95 {{class}}"),
+                Target(quantile(0.5, tpot), f"p50 {CLASS_LEGEND}"),
+                Target(quantile(0.95, tpot), f"p95 {CLASS_LEGEND}"),
             ), (16, 8, 8, 8), unit="s"),
             Panel("Admission wait", "timeseries", (
-                Target(quantile(0.5, "specgw_admission_wait_seconds"), "p50 {{class}}"),
-                Target(quantile(0.95, "specgw_admission_wait_seconds"), "p95 {{class}}"),
+                Target(quantile(0.5, "specgw_admission_wait_seconds"), f"p50 {CLASS_LEGEND}"),
+                Target(quantile(0.95, "specgw_admission_wait_seconds"), f"p95 {CLASS_LEGEND}"),
             ), (0, 16, 8, 8), "Seconds an admitted request waited for its running slot, by "
                 "class (0 while fewer than max_running run).", unit="s", min=0),
             Panel("Admission", "timeseries", (

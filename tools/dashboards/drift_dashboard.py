@@ -1,17 +1,28 @@
 """The drift dashboard: per class, what speculation does now and when it changed.
 
 Every expression reads raw `specgw_*` series in the dashboard's scope (`promql`), so it
-works without the recording rules. The drafter panel joins each replica's series with
-its `specgw_build_info`, so replicas running different drafters compare class by class.
+works without the recording rules; per-class panels sum by `class_id` and show each
+class's label through `specgw_class_info` (`promql.labelled`). The drafter panel joins
+each replica's series with its `specgw_build_info`, so replicas running different
+drafters compare class by class.
 """
 
 from __future__ import annotations
 
-from gateway.observability.promql import RI, C, S, by_drafter, quantile, rate, ratio
+from gateway.observability.promql import (
+    CLASS_LEGEND,
+    RI,
+    S,
+    by_drafter,
+    labelled,
+    quantile,
+    rate,
+    ratio,
+)
 from tools.dashboards.grafana import Annotation, Dashboard, Panel, Target
 
-ACCEPTANCE_LENGTH = "1 + " + ratio(
-    rate("specgw_accepted_tokens_total"), rate("specgw_verify_steps_total")
+ACCEPTANCE_LENGTH = labelled(
+    "1 + " + ratio(rate("specgw_accepted_tokens_total"), rate("specgw_verify_steps_total"))
 )
 VLLM_ACCEPTANCE_LENGTH = "1 + " + ratio(
     f"sum(rate(vllm:spec_decode_num_accepted_tokens_total{S}{RI}))",
@@ -21,14 +32,22 @@ DEPTH_PROFILE = ratio(
     rate("specgw_accepted_tokens_per_position_total", by="position"),
     rate("specgw_draft_tokens_per_position_total", by="position"),
 )
-FALLBACK_SHARE = ratio(
-    rate("specgw_fallback_requests_total"), rate("specgw_acceptance_length_count")
+FALLBACK_SHARE = labelled(
+    ratio(rate("specgw_fallback_requests_total"), rate("specgw_acceptance_length_count"))
 )
 #: 1 + accepted / verify steps per (drafter, class), pooled over the dashboard's range.
-ACCEPTANCE_BY_DRAFTER = "1 + " + ratio(
-    by_drafter("specgw_accepted_tokens_total", "[$__range]"),
-    by_drafter("specgw_verify_steps_total", "[$__range]"),
+ACCEPTANCE_BY_DRAFTER = labelled(
+    "1 + "
+    + ratio(
+        by_drafter("specgw_accepted_tokens_total", "[$__range]"),
+        by_drafter("specgw_verify_steps_total", "[$__range]"),
+    )
 )
+
+
+def _gauge(metric: str) -> str:
+    """A per-class gauge, its largest value over the scope's replicas, labelled."""
+    return labelled(f"max by (class_id) ({metric}{S})")
 
 
 def drift_dashboard() -> Dashboard:
@@ -43,7 +62,7 @@ def drift_dashboard() -> Dashboard:
                 "Acceptance length by class",
                 "timeseries",
                 (
-                    Target(ACCEPTANCE_LENGTH, "{{class}}"),
+                    Target(ACCEPTANCE_LENGTH, CLASS_LEGEND),
                     Target(VLLM_ACCEPTANCE_LENGTH, "engine (vllm:*)"),
                 ),
                 (0, 0, 12, 9),
@@ -55,7 +74,7 @@ def drift_dashboard() -> Dashboard:
             Panel(
                 "Speculation depth k by class",
                 "timeseries",
-                (Target(f"max by (class) (specgw_speculation_depth{C})", "{{class}}"),),
+                (Target(_gauge("specgw_speculation_depth"), CLASS_LEGEND),),
                 (12, 0, 12, 9),
                 "k given to the most recent request of each class (0 = no drafts).",
                 decimals=0,
@@ -76,7 +95,7 @@ def drift_dashboard() -> Dashboard:
             Panel(
                 "Fallback (k = 0) share by class",
                 "timeseries",
-                (Target(FALLBACK_SHARE, "{{class}}"),),
+                (Target(FALLBACK_SHARE, CLASS_LEGEND),),
                 (12, 9, 12, 8),
                 "Share of finished requests that ran without drafts.",
                 unit="percentunit",
@@ -86,14 +105,14 @@ def drift_dashboard() -> Dashboard:
             Panel(
                 "Output tokens/s by class",
                 "timeseries",
-                (Target(rate("specgw_output_tokens_total"), "{{class}}"),),
+                (Target(labelled(rate("specgw_output_tokens_total")), CLASS_LEGEND),),
                 (0, 17, 8, 8),
                 unit="short",
             ),
             Panel(
                 "TPOT p50 by class",
                 "timeseries",
-                (Target(quantile(0.5, "specgw_time_per_output_token_seconds"), "{{class}}"),),
+                (Target(quantile(0.5, "specgw_time_per_output_token_seconds"), CLASS_LEGEND),),
                 (8, 17, 8, 8),
                 "Median time per output token after the first.",
                 unit="s",
@@ -101,7 +120,7 @@ def drift_dashboard() -> Dashboard:
             Panel(
                 "Drift score by class",
                 "timeseries",
-                (Target(f"max by (class) (specgw_drift_score{C})", "{{class}}"),),
+                (Target(_gauge("specgw_drift_score"), CLASS_LEGEND),),
                 (16, 17, 8, 8),
                 "Page-Hinkley statistic; the controller calls a drift above its threshold.",
             ),
@@ -119,7 +138,7 @@ def drift_dashboard() -> Dashboard:
             Panel(
                 "Batch lowered for a class's floor",
                 "timeseries",
-                (Target(rate("specgw_batch_lowered_requests_total"), "{{class}}"),),
+                (Target(labelled(rate("specgw_batch_lowered_requests_total")), CLASS_LEGEND),),
                 (0, 33, 8, 8),
                 "Requests/s that lowered the deeper requests in flight to keep their class's "
                 "batch floor (flag batch-floor); 0 while the floor is off.",
@@ -129,7 +148,7 @@ def drift_dashboard() -> Dashboard:
             Panel(
                 "Prompt tokens/s by class",
                 "timeseries",
-                (Target(rate("specgw_prompt_tokens_total"), "{{class}}"),),
+                (Target(labelled(rate("specgw_prompt_tokens_total")), CLASS_LEGEND),),
                 (8, 33, 8, 8),
                 "Prefill load by class: long prompts make every batch-mate's steps longer.",
                 unit="short",
@@ -138,12 +157,14 @@ def drift_dashboard() -> Dashboard:
                 "Draft tokens/s by class: proposed and rejected",
                 "timeseries",
                 (
-                    Target(rate("specgw_draft_tokens_total"), "proposed {{class}}"),
+                    Target(labelled(rate("specgw_draft_tokens_total")), f"proposed {CLASS_LEGEND}"),
                     Target(
-                        rate("specgw_draft_tokens_total")
-                        + "\n  - "
-                        + rate("specgw_accepted_tokens_total"),
-                        "rejected {{class}}",
+                        labelled(
+                            rate("specgw_draft_tokens_total")
+                            + "\n  - "
+                            + rate("specgw_accepted_tokens_total")
+                        ),
+                        f"rejected {CLASS_LEGEND}",
                         "B",
                     ),
                 ),
@@ -189,7 +210,7 @@ def drift_dashboard() -> Dashboard:
             Panel(
                 "Acceptance length by drafter and class, over the time range",
                 "bargauge",
-                (Target(ACCEPTANCE_BY_DRAFTER, "{{class}} · {{drafter}}", instant=True),),
+                (Target(ACCEPTANCE_BY_DRAFTER, f"{CLASS_LEGEND} · {{{{drafter}}}}", instant=True),),
                 (0, 48, 24, 10),
                 "Each class's acceptance length on the replicas of each drafter "
                 "(specgw_build_info's drafter label), pooled over the dashboard's time range: "
@@ -201,7 +222,7 @@ def drift_dashboard() -> Dashboard:
             Panel(
                 "Draft positions measured by class",
                 "timeseries",
-                (Target(f"max by (class) (specgw_class_measured_positions{C})", "{{class}}"),),
+                (Target(_gauge("specgw_class_measured_positions"), CLASS_LEGEND),),
                 (0, 58, 24, 7),
                 "Positions of each class's depth profile its own drafts have tried, from "
                 "position 1. 0 with traffic: the class has never drafted (k = 0 from its start, "
@@ -232,17 +253,21 @@ def drift_dashboard() -> Dashboard:
         annotations=(
             Annotation(
                 "k decisions",
-                "sum by (class, from_k, to_k, reason) "
-                f"(increase(specgw_controller_decisions_total{C}{RI})) > 0",
+                labelled(
+                    "sum by (class_id, from_k, to_k, reason) "
+                    f"(increase(specgw_controller_decisions_total{S}{RI})) > 0"
+                ),
                 "k {{from_k}} → {{to_k}}",
-                "{{class}}: {{reason}}",
+                "{{label}}: {{reason}}",
                 "blue",
             ),
             Annotation(
                 "drift events",
-                f"sum by (class, direction) (increase(specgw_drift_events_total{C}{RI})) > 0",
+                labelled(
+                    f"sum by (class_id, direction) (increase(specgw_drift_events_total{S}{RI})) > 0"
+                ),
                 "drift {{direction}}",
-                "{{class}}",
+                "{{label}}",
                 "red",
             ),
         ),

@@ -109,7 +109,7 @@ class Annotation:
             "iconColor": self.color,
             "name": self.name,
             "step": "1m",
-            "tagKeys": "class",
+            "tagKeys": "label",
             "textFormat": self.text,
             "titleFormat": self.title,
             "useValueForTime": False,
@@ -148,8 +148,10 @@ class Dashboard:
             variables.append(_label_variable(name, label, f"{self.scope_metric}{selector}"))
             chosen.append(f'{name}=~"${name}"')
         if self.class_variable:
-            series = "specgw_acceptance_length_count{" + ", ".join(chosen) + "}"
-            variables.append(_label_variable("class", "Request class", series))
+            # Classes are picked by their human label (`specgw_class_info`); the panels
+            # join the info series, so a label two classes share picks both.
+            series = "specgw_class_info{" + ", ".join(chosen) + "}"
+            variables.append(_label_variable("class", "Request class", series, "label"))
         builtin = {
             "builtIn": 1,
             "datasource": {"type": "grafana", "uid": "-- Grafana --"},
@@ -183,10 +185,13 @@ class Dashboard:
         return [t.expr for p in self.panels for t in p.targets] + [a.expr for a in self.annotations]
 
 
-def _label_variable(name: str, label: str, series: str) -> dict[str, Any]:
-    """A multi-valued query variable over one label's values, `All` = `.*` (which also
-    matches series without the label, e.g. `namespace` outside Kubernetes)."""
-    definition = f"label_values({series}, {name})"
+def _label_variable(
+    name: str, label: str, series: str, series_label: str | None = None
+) -> dict[str, Any]:
+    """A multi-valued query variable over the values of one label of `series` (its own
+    name unless `series_label`), `All` = `.*` (which also matches series without the
+    label, e.g. `namespace` outside Kubernetes)."""
+    definition = f"label_values({series}, {series_label or name})"
     return {
         "name": name,
         "label": label,
