@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.markup import escape as rich_escape
 
 from gateway.auth import digest
 
@@ -66,22 +65,24 @@ def _main(
 
 
 def _settings_epilog() -> str:
-    """Every setting: YAML key, flag, environment variables, default, description.
+    """The common settings of each section (`gateway.config.help`), read from the settings
+    models' fields, not from the environment."""
+    from gateway.config.help import settings_help
 
-    Read from the settings models' fields (`gateway.config.setting_docs`), not from the
-    environment.
-    """
-    from gateway.config import setting_docs
+    return settings_help(every=False)
 
-    lines = [
-        "Every setting, as a YAML key (--config), a flag and environment variables "
-        "(the first listed wins). Precedence: flags > environment > YAML file > defaults; "
-        "an unknown key is an error. Nested blocks (tenants) take JSON in the environment."
-    ]
-    for doc in setting_docs():
-        names = ", ".join(doc.env)
-        lines.append(f"{doc.key}: {doc.flag}, {names} (default {doc.default!r}). {doc.description}")
-    return rich_escape("\n\n".join(lines))
+
+def _help_all(ctx: typer.Context, value: bool) -> None:
+    """`serve --help-all`: the options and every setting, by section, then exit."""
+    if not value or ctx.resilient_parsing:
+        return
+    from gateway.config.help import settings_help
+
+    ctx.command.epilog = settings_help(every=True)
+    text = ctx.get_help()  # typer's rich formatter prints the help itself and returns ""
+    if text:
+        typer.echo(text)
+    raise typer.Exit()
 
 
 #: `serve` option -> the setting flag it is short for.
@@ -131,6 +132,16 @@ def serve(
     backend: Annotated[
         str | None, typer.Option(help="Engine backend: vllm (default) or fake (no model).")
     ] = None,
+    help_all: Annotated[
+        bool,
+        typer.Option(
+            "--help-all",
+            is_eager=True,
+            expose_value=False,
+            callback=_help_all,
+            help="Show this message with every setting (by section), and exit.",
+        ),
+    ] = False,
     check_config: Annotated[
         bool,
         typer.Option(
@@ -142,9 +153,9 @@ def serve(
 ) -> None:
     """Start the gateway with its embedded vLLM engine (or the backend `--backend` names).
 
-    Any setting has a flag of its own too (listed below): `--max-running 8`,
-    `--engine.max-depth 2`, `--control.hysteresis 0.1`. The options above are short
-    forms of some of them; given twice, the last one wins.
+    Any setting has a flag of its own too: `--max-running 8`, `--engine.max-depth 2`.
+    Below are the common ones by section; `--help-all` lists every one.
+    The options above are short forms of some; given twice, the last one wins.
     """
     short = {"host": host, "port": port, "config": config, "model": model}
     short |= {"drafter": drafter, "max_depth": max_depth, "default_k": default_k}

@@ -1,7 +1,8 @@
 """`spec-gateway serve`: help for every option, settings precedence, the loopback rule.
 
-Flags, YAML config, environment overrides (gateway.config), `--help` that explains each
-setting, and no keys = loopback only. No engine is started.
+Flags, YAML config, environment overrides (gateway.config), `--help` with the common
+settings of each section and `--help-all` that explains every one, and no keys = loopback
+only. No engine is started.
 """
 
 from __future__ import annotations
@@ -16,22 +17,54 @@ from typer.testing import CliRunner
 
 from gateway.app import create_app
 from gateway.cli import app
-from gateway.config import resolve, setting_docs
+from gateway.config import SettingDoc, resolve, setting_docs
+from gateway.config.help import COMMON, SECTIONS, by_section, section_of
 from gateway.settings import GatewaySettings
 
 
-def test_serve_help_explains_every_setting() -> None:
-    """Each setting's YAML key, flag, environment names and description are in --help."""
-    result = CliRunner().invoke(app, ["serve", "--help"], env={"COLUMNS": "200"})
+def _help(*args: str) -> str:
+    result = CliRunner().invoke(app, ["serve", *args], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
-    text = " ".join(result.output.replace("│", " ").split())
+    return " ".join(result.output.replace("│", " ").split())
+
+
+def _entry(doc: SettingDoc) -> str:
+    return f"{doc.key}: {doc.flag}, {', '.join(doc.env)} (default"
+
+
+def test_serve_help_all_explains_every_setting_by_section() -> None:
+    """Each setting's YAML key, flag, environment names and description are in
+    --help-all, under its section's heading, sections in order."""
+    text = _help("--help-all")
     assert "flags > environment > YAML file > defaults" in text
+    assert "--check-config" in text, "the options come first, as in --help"
     docs = setting_docs()
     assert {d.path[0] for d in docs} >= {"engine", "control", "flags", "state", "tenants"}
+    headings = [text.index(f"{section.upper()} (") for section in SECTIONS]
+    assert headings == sorted(headings)
     for doc in docs:
         assert doc.description, f"{doc.key} has no help text"
-        entry = f"{doc.key}: {doc.flag}, {', '.join(doc.env)} (default"
-        assert entry in text, entry
+        at = text.index(_entry(doc))
+        section = list(SECTIONS).index(section_of(doc))
+        assert headings[section] < at, doc.key
+        assert section + 1 == len(headings) or at < headings[section + 1], doc.key
+
+
+def test_serve_help_shows_the_common_settings_of_each_section() -> None:
+    """--help: every section's heading with its count, the settings `COMMON` names and no
+    others; at most a third of --help-all."""
+    text = _help("--help")
+    docs = {doc.key: doc for doc in setting_docs()}
+    common = {key for keys in COMMON.values() for key in keys}
+    assert common <= set(docs), f"not settings: {sorted(common - set(docs))}"
+    for section, members in by_section(docs.values()).items():
+        assert f"{section.upper()} (" in text
+        assert f"; {len(members)} settings" in text, section
+        assert all(section_of(docs[key]) == section for key in COMMON[section]), section
+    for key, doc in docs.items():
+        assert (_entry(doc) in text) == (key in common), key
+    assert f"({len(docs)} with --help-all)" in text
+    assert len(text) * 3 < len(_help("--help-all"))
 
 
 def test_flags_beat_environment_beat_yaml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
