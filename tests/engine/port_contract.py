@@ -27,6 +27,7 @@ from engine.protocol import (
     ResponsesRequest,
     ResponsesResponse,
 )
+from engine.spec_decode_report import speculative_decoding
 
 MESSAGES = [{"role": "user", "content": "Name three rivers of Europe."}]
 PROMPT = "def fibonacci(n):\n    if n < 2:\n        return n\n    return"
@@ -88,6 +89,13 @@ async def chat_reply_carries_usage_and_its_outcome(h: PortHarness) -> None:
     assert reply.usage.completion_tokens == outcome.output_tokens <= 8
     assert reply.usage.prompt_tokens > 0
     assert outcome.speculation.k == h.max_depth
+    # vLLM's per-request `metrics.speculative_decoding` block, the outcome's counts.
+    assert reply.metrics is not None
+    assert reply.metrics.speculative_decoding is not None
+    block = reply.metrics.speculative_decoding.model_dump(exclude_none=True)
+    assert block == speculative_decoding(outcome.speculation)
+    assert block["num_spec_tokens"] == h.max_depth
+    assert block["num_draft_tokens"] == outcome.speculation.draft_tokens
 
 
 async def chat_stream_is_openai_sse_and_says_what_the_reply_says(h: PortHarness) -> None:
@@ -109,6 +117,11 @@ async def chat_stream_is_openai_sse_and_says_what_the_reply_says(h: PortHarness)
     usage_chunk = chunks[-1]
     assert usage_chunk["choices"] == []
     assert usage_chunk["usage"]["completion_tokens"] == h.outcomes[gid].output_tokens
+    # vLLM's block rides on the usage chunk alone; at k = 0 it counts no verify step.
+    assert [c for c in chunks if "metrics" in c] == [usage_chunk]
+    block = usage_chunk["metrics"]["speculative_decoding"]
+    assert block == speculative_decoding(h.outcomes[gid].speculation)
+    assert (block["num_spec_steps"], block["num_draft_tokens"]) == (0, 0)
 
 
 async def completion_reply_and_stream_agree(h: PortHarness) -> None:

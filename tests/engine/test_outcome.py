@@ -11,6 +11,8 @@ from vllm.outputs import CompletionOutput, RequestOutput
 from vllm.v1.metrics.stats import RequestSpecDecodeMetrics, RequestStateStats
 
 from engine.interface import token_steps
+from engine.protocol import SpeculativeDecodingMetrics
+from engine.spec_decode_report import speculative_decoding
 from engine.vllm.outcome import request_outcome, speculation_outcome
 
 
@@ -131,3 +133,33 @@ def test_a_request_verified_deeper_than_its_k_reports_those_positions() -> None:
     assert spec.accepted_per_position == (2, 2, 1)
     assert spec.drafted_per_position == (3, 3, 3)
     assert spec.tried_per_position == (3, 2, 2)
+
+
+@pytest.mark.parametrize(
+    "metrics",
+    [
+        RequestSpecDecodeMetrics(num_spec_tokens=2, histogram=[1, 1, 2], num_draft_tokens=8),
+        RequestSpecDecodeMetrics(
+            num_spec_tokens=4,
+            histogram=[1, 0, 1, 1, 0],
+            num_draft_tokens=9,
+            per_step_accepted=[3, 0, 2],
+            per_step_drafted=[3, 3, 3],
+        ),
+        RequestSpecDecodeMetrics.new(3),  # a k = 0 request: no verify step
+    ],
+    ids=["summary", "detailed", "no-step"],
+)
+def test_the_response_block_from_the_outcome_is_vllms_own(
+    metrics: RequestSpecDecodeMetrics,
+) -> None:
+    """Where vLLM's serving writes no `metrics.speculative_decoding` (its Responses API),
+    the block written from the outcome is the one vLLM writes for chat, to the bit."""
+    block = speculative_decoding(speculation_outcome(1, metrics))
+    assert block == metrics.to_dict()
+    assert block is not None
+    SpeculativeDecodingMetrics.model_validate(block)
+
+
+def test_an_engine_without_spec_decode_metrics_has_no_block() -> None:
+    assert speculative_decoding(speculation_outcome(0, None)) is None
