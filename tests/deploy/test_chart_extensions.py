@@ -18,6 +18,7 @@ from typing import Any
 import helm_python
 import jsonschema
 import pytest
+import yaml
 
 from tests.deploy.chart import RELEASE, Rendered, gateway_container, render
 
@@ -218,3 +219,28 @@ def test_a_hugging_face_source_pins_a_revision_on_an_ephemeral_cache() -> None:
     assert "engine.revision" in _refused({"engine": {"extraArgs": {"revision": "main"}}})
     both = {"scratch": {"cacheExistingClaim": "c", "cacheEphemeral": {"enabled": True}}}
     assert "not both" in _refused(both)
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """A YAML loader that refuses a repeated mapping key, as the API server's decoder does."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        keys = [self.construct_object(k, deep=deep) for k, _ in node.value]
+        repeated = {k for k in keys if keys.count(k) > 1}
+        assert not repeated, f"repeated keys {repeated} at {node.start_mark}"
+        return super().construct_mapping(node, deep=deep)
+
+
+def test_no_template_repeats_a_key(pooled: Rendered) -> None:
+    for path, text in pooled.templates.items():
+        if path.endswith((".yaml", ".yml")):
+            list(yaml.load_all(text, Loader=_UniqueKeyLoader))
+
+
+def test_the_service_leaves_the_test_pod_out(pooled: Rendered) -> None:
+    selector = pooled.one("Service", FULLNAME)["spec"]["selector"]
+    pod = pooled.one("Pod")["metadata"]["labels"]
+    assert pod["app.kubernetes.io/component"] == "test"
+    assert not selector.items() <= pod.items()
+    gateway = pooled.one("Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert selector.items() <= gateway.items()
