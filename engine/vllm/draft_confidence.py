@@ -35,11 +35,12 @@ from __future__ import annotations
 
 import inspect
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:  # the records are read torch-free (`bench.confidence`)
+    import torch
 
 #: vLLM 0.33's clamp on the feature (`acceptance_estimator._MAX_LOG_ODDS`): a row with all
 #: of its mass on one token has infinite log-odds.
@@ -95,6 +96,8 @@ class ConfidenceLog:
     #: Per-position features of the `propose` call in progress (None outside one).
     positions: list[torch.Tensor] | None = None
     temperature: torch.Tensor | None = None
+    #: Undoes the install (set by it).
+    restore: Callable[[], bool] | None = None
 
     def verify(
         self,
@@ -133,6 +136,8 @@ class ConfidenceLog:
         positions, self.positions, self.temperature = self.positions, None, None
         if not positions or not token_ids:
             return
+        import torch
+
         k = len(token_ids[0])
         feats = torch.stack(positions[:k], dim=1).tolist() if len(positions) >= k else None
         if feats is None:
@@ -144,6 +149,8 @@ class ConfidenceLog:
 def log_odds_of_max(logits: torch.Tensor, temperature: torch.Tensor | None) -> torch.Tensor:
     """logit(max q) per row of `logits` (the module's docstring), scaled by each row's
     temperature (<= 0 or None: 1, as vLLM's sampler and estimator treat greedy rows)."""
+    import torch
+
     x = logits.float()
     if temperature is not None:
         t = temperature[: x.shape[0]].float().to(x.device)
@@ -205,6 +212,13 @@ class DraftConfidenceExtension:
         _install(runner, log)
         return True
 
+    def specgw_remove_draft_confidence(self) -> bool:
+        """Put back what the install wrapped, where nothing has wrapped it since."""
+        log = _log(self)
+        if log is None or log.restore is None:
+            return False
+        return log.restore()
+
     def specgw_draft_confidence_records(self, clear: bool = True) -> list[Row]:
         """Graded records so far (oldest first), emptied when `clear`."""
         log = _log(self)
@@ -231,6 +245,8 @@ def _log(worker: Any) -> ConfidenceLog | None:
 
 
 def _install(runner: Any, log: ConfidenceLog) -> None:
+    import torch
+
     drafter = runner.drafter
     model = drafter.model
     propose = drafter.propose
@@ -274,10 +290,30 @@ def _install(runner: Any, log: ConfidenceLog) -> None:
             log.graded(_sampled_counts(output))
         return output
 
-    drafter.propose = propose_noting
-    model.compute_logits = logits_noting
-    runner.execute_model = execute_noting
-    runner.sample_tokens = sample_noting
+    wrapped = (
+        (drafter, "propose", propose_noting),
+        (model, "compute_logits", logits_noting),
+        (runner, "execute_model", execute_noting),
+        (runner, "sample_tokens", sample_noting),
+    )
+    # What each name was on its instance before (another hook's wrapper, e.g. the draft
+    # skip's), or None where the class's method showed through.
+    before = [vars(owner).get(name) for owner, name, _ in wrapped]
+    for owner, name, wrapper in wrapped:
+        setattr(owner, name, wrapper)
+
+    def restore() -> bool:
+        if any(getattr(owner, name, None) is not wrapper for owner, name, wrapper in wrapped):
+            return False  # wrapped again since: removing this layer would drop the other
+        for (owner, name, _), old in zip(wrapped, before, strict=True):
+            if old is None:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, old)
+        runner._specgw_confidence = None
+        return True
+
+    log.restore = restore
     runner._specgw_confidence = log
 
 
