@@ -9,6 +9,8 @@ EXTRA ?= cpu
 # tooling on top without reinstalling the runtime. tools/install.py says where torch comes from
 # (PyTorch's CPU wheel index, or the default index where that one is unreachable) and announces
 # each step with its download size.
+# CPU_INDEX: PyTorch's CPU wheel index, or a mirror of it.
+CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 STAMP := $(VENV)/.specgw-runtime-$(EXTRA)
 DEV_STAMP := $(VENV)/.specgw-dev-$(EXTRA)
 HOST ?= 127.0.0.1
@@ -18,7 +20,7 @@ PORT ?= 8000
 
 $(STAMP): pyproject.toml tools/install.py
 	@test -x $(BIN)/python || { echo "[install] creating $(VENV) with $(PY)"; $(PY) -m venv $(VENV); }
-	$(BIN)/python -m tools.install runtime --extra $(EXTRA)
+	$(BIN)/python -m tools.install runtime --extra $(EXTRA) --cpu-index $(CPU_INDEX)
 	@touch $@
 
 $(DEV_STAMP): $(STAMP)

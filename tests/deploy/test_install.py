@@ -50,7 +50,7 @@ def test_torch_comes_from_the_cpu_index_when_it_answers(
     cpu_index: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     step = install.torch_step(cpu_index)
-    assert step.pip_args == ("torch==2.13.0+cpu", "--index-url", cpu_index)
+    assert step.pip_args == ("torch==2.13.0+cpu", "--extra-index-url", cpu_index)
     assert (
         f"torch source: PyTorch's CPU wheel index {cpu_index} (reachable)"
         in capsys.readouterr().out
