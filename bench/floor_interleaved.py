@@ -3,46 +3,25 @@
     python -m bench.floor_interleaved [--bursts 80 48 32] [--concurrency 1 4 16] [--depths 0 4]
         [--variant LABEL=JSON ...] [--profile]
 
-The unit is one burst of requests, run on every variant back to back with an idle gap
-before each: the same prompts, reply lengths and order on the engine without a drafter
-(A), on it again (A', the A/A null: the method's own resolution), on the speculative
-engine (EAGLE 3.1, K = --max-depth) at each depth in --depths, and on each `--variant`
-engine at each depth; the order of the variants is shuffled per burst (seeded). Each
-request's figure is set against the same request of A's run of that burst, a few seconds
-apart, so the host's drift slower than that cancels. Every engine is started once and
-held; one serves at a time.
+Every engine is started once and held, one serving at a time: A (no drafter), the
+speculative engine (EAGLE 3.1, K = --max-depth) and one per `--variant` (extra engine
+arguments, for the A/B of one engine change). The unit is a burst at concurrency c: c - 1
+requests start together and, once each has a token, one joins the batch they decode in
+(at c = 1 one request alone). Each burst runs on every variant back to back, in a seeded
+random order with an idle gap before each: A, A again (A', the A/A null: the method's own
+resolution), and each engine at each depth in --depths. Each request's TTFT and TPOT
+(vLLM's per-request figures) and the burst's engine CPU per output token are set against
+the same request of A's run of that burst, seconds apart, so the host's slower drift
+cancels. Printed per concurrency and variant, then per prompt family: the median ratio
+over requests and its 95 % interval from a bootstrap over whole bursts (a burst's requests
+share a batch). Targets: k = 0 within 1.03x on TTFT and TPOT, k > 0 TTFT within 1.2x.
 
-A burst at concurrency c: c - 1 requests start together and, once each has its first
-token, one more joins the batch they decode in (at c = 1: one request alone). Read per
-request: TTFT of the starters (a batch's prefill), TTFT of the joiner (a newcomer that
-waits for a decoding batch's step, as under steady traffic), TPOT of all (vLLM's
-per-request figures from engine-core timestamps), and the engine's CPU seconds per output
-token over the burst (its processes from /proc).
-
-Printed per concurrency and variant: the median over requests of B / A, and its 95 %
-interval from a bootstrap that resamples whole bursts (a burst's requests share a batch,
-so they are not independent); then the same per prompt family, every concurrency pooled
-(long context among them). Targets: k = 0 within 1.03x on TTFT and TPOT, k > 0 TTFT
-within 1.2x.
-
-Options beyond the floor itself:
-
-* `--variant LABEL=JSON` (repeatable): one more resident speculative engine, built with
-  these extra engine arguments (`EngineSettings.extra_args`), for the A/B of one engine
-  change: e.g. `prefill steps at depth 1={"additional_config":
-  {"specgw_prefill_step_depth": 1}}`, `first step at full depth={"additional_config":
-  {"specgw_first_step_depth": null}}`, or `aux kept={"worker_extension_cls":
-  "bench.floor_timers.AuxKeptWorker"}` (depth-0 steps still capture EAGLE-3's aux
-  hidden states);
-* `--profile`: every engine loads the per-component step timers of `bench.floor_timers`
-  (vLLM's `worker_extension_cls` and `scheduler_cls`), and the run also prints, per
-  concurrency and phase (prefill steps, decode steps), each variant's milliseconds per
-  step in each component. The timers cost a little of every step, so read the ratios of
-  a profiled run as the attribution's context, not as the floor.
-
-Written: the results (--out, raw bursts and timer totals included) and a PNG of the k = 0
-rows; `--summarise-only FILE` prints the tables again from a results file, `--plot-only
-FILE...` redraws the PNG. A benchmark, not a test: it prints figures and asserts nothing.
+`--profile` loads `bench.floor_timers` into every engine and also prints each variant's
+milliseconds per step in each component, per phase (the timers cost a little of every
+step: read that run's ratios as context only). Written: the results (--out, raw bursts and
+timer totals included) and a PNG of the k = 0 rows; `--summarise-only FILE` prints the
+tables again, `--plot-only FILE...` redraws the PNG. The manual: `bench/README.md`. A
+benchmark, not a test: it prints figures and asserts nothing.
 """
 
 from __future__ import annotations

@@ -84,6 +84,17 @@ def median_ratio(bursts: Sequence[list[float]]) -> float:
     return statistics.median(pooled) if pooled else math.nan
 
 
+def ratio_cell(per_burst: Sequence[list[float]]) -> dict[str, Any]:
+    """The median ratio over the bursts' requests, its 95 % interval from a bootstrap over
+    whole bursts, and the number of requests."""
+    low, high = bootstrap_interval(per_burst, median_ratio)
+    return {
+        "ratio": round(median_ratio(per_burst), 4),
+        "ci95": [round(low, 4), round(high, 4)],
+        "n": sum(len(r) for r in per_burst),
+    }
+
+
 def summarise(
     runs: dict[tuple[int, str], list[BurstRun]], concurrency: Sequence[int], names: Sequence[str]
 ) -> list[dict[str, Any]]:
@@ -103,16 +114,12 @@ def summarise(
                     for a, b in zip(base, mine, strict=True)
                 ]
                 per_burst = [r for r in per_burst if r]
-                if not per_burst:
-                    continue
-                low, high = bootstrap_interval(per_burst, median_ratio)
-                row[metric] = {
-                    "ratio": round(median_ratio(per_burst), 4),
-                    "ci95": [round(low, 4), round(high, 4)],
-                    "n": sum(len(r) for r in per_burst),
-                    "a_ms": _median_ms(base, metric),
-                    "b_ms": _median_ms(mine, metric),
-                }
+                if per_burst:
+                    row[metric] = {
+                        **ratio_cell(per_burst),
+                        "a_ms": _median_ms(base, metric),
+                        "b_ms": _median_ms(mine, metric),
+                    }
             rows.append(row)
     return rows
 
@@ -160,12 +167,7 @@ def by_family(
                         if ratios:
                             per_burst.append(ratios)
                 if per_burst:
-                    low, high = bootstrap_interval(per_burst, median_ratio)
-                    row[metric] = {
-                        "ratio": round(median_ratio(per_burst), 4),
-                        "ci95": [round(low, 4), round(high, 4)],
-                        "n": sum(len(r) for r in per_burst),
-                    }
+                    row[metric] = ratio_cell(per_burst)
             rows.append(row)
     return rows
 

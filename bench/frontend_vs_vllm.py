@@ -46,6 +46,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import functools
 import json
 import os
 import statistics
@@ -331,23 +332,15 @@ class Server:
 
 
 def start_vllm(settings: Any, workdir: Path) -> Server:
-    from bench.gateway_proc import free_port
+    from bench.gateway_proc import free_port, stop_process, wait_ready
 
     port = free_port()
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(settings.kv_cache_gib)}
     log = (workdir / f"vllm-{port}.log").open("wb")
     proc = subprocess.Popen(vllm_command(settings, port), env=env, stdout=log, stderr=log)
     base = f"http://127.0.0.1:{port}"
-    _wait_ready(proc, f"{base}/health", workdir / f"vllm-{port}.log")
-
-    def stop() -> None:
-        proc.terminate()
-        try:
-            proc.wait(90)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-
+    wait_ready(proc, f"{base}/health", workdir / f"vllm-{port}.log")
+    stop = functools.partial(stop_process, proc)
     return Server("vllm", base, proc, settings.served_names()[0], {}, stop)
 
 
@@ -376,22 +369,6 @@ def start_server(name: str, max_depth: int, settings: Any, workdir: Path) -> Ser
     if name == "gateway":
         return start_gateway(max_depth, workdir)
     return start_vllm(settings, workdir)
-
-
-def _wait_ready(proc: subprocess.Popen[bytes], url: str, log: Path) -> None:
-    import httpx
-
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited early:\n{log.read_text()[-3000:]}")
-        try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(1)
-    raise RuntimeError(f"server not ready:\n{log.read_text()[-3000:]}")
 
 
 async def ttft(

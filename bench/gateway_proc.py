@@ -83,13 +83,7 @@ class GatewayProcess:
     model: str = "specgw-default"
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(90)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
+        stop_process(self.process)
 
     def stop_all(self, grace_s: float = 30.0) -> None:
         """`stop`, then wait for the processes the gateway started (vLLM's engine core and
@@ -174,16 +168,37 @@ def start_gateway(
     with log_path.open("wb") as log:
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
     gw = GatewayProcess(f"http://127.0.0.1:{port}", proc, log_path, flags_dir)
+    try:
+        wait_ready(proc, f"{gw.base_url}/ready", log_path, timeout_s)
+    except RuntimeError:
+        gw.stop()
+        raise
+    gw.model = _served_model(gw.base_url)
+    return gw
+
+
+def wait_ready(proc: subprocess.Popen[bytes], url: str, log: Path, timeout_s: float = 600) -> None:
+    """Poll `url` until it answers 200; raise with the log's tail if `proc` exits first or
+    the time runs out."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"gateway exited early:\n{log_path.read_text()[-4000:]}")
+            raise RuntimeError(f"{proc.args!r} exited early:\n{log.read_text()[-4000:]}")
         try:
-            if httpx.get(f"{gw.base_url}/ready", timeout=2).status_code == 200:
-                gw.model = _served_model(gw.base_url)
-                return gw
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
         except httpx.HTTPError:
             pass
-        time.sleep(1)
-    gw.stop()
-    raise RuntimeError(f"gateway not ready in {timeout_s:.0f} s:\n{log_path.read_text()[-4000:]}")
+        time.sleep(0.5)
+    raise RuntimeError(f"{url} not ready in {timeout_s:.0f} s:\n{log.read_text()[-4000:]}")
+
+
+def stop_process(proc: subprocess.Popen[bytes], grace_s: float = 90) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within `grace_s`."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)

@@ -38,12 +38,18 @@ from typing import Any
 
 import httpx
 
-from bench.gateway_proc import BENCH_ADMIN_KEY, BENCH_KEY, REPO, free_port
+from bench.engines import cpu_seconds
+from bench.gateway_proc import (
+    BENCH_ADMIN_KEY,
+    BENCH_KEY,
+    REPO,
+    free_port,
+    stop_process,
+    wait_ready,
+)
 from bench.noop_engine import OVERHEAD_MAX_TOKENS, overhead_body
 from bench.stats import percentile
 from gateway.auth import digest
-
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 def _raw_request(host: str, model: str) -> bytes:
@@ -86,11 +92,6 @@ async def _raw_latency(base: str, model: str, n: int) -> list[float]:
     return out
 
 
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime + stime
-
-
 async def _one(client: httpx.AsyncClient, model: str) -> float:
     t0 = time.perf_counter()
     async with client.stream("POST", "/v1/chat/completions", json=overhead_body(model)) as resp:
@@ -130,10 +131,10 @@ async def _ceiling(
                 except httpx.HTTPError:
                     errors += 1
 
-        cpu0, client0, t0 = _cpu_seconds(pid), time.process_time(), time.perf_counter()
+        cpu0, client0, t0 = cpu_seconds({pid}), time.process_time(), time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         wall = time.perf_counter() - t0
-        cpu = _cpu_seconds(pid) - cpu0
+        cpu = cpu_seconds({pid}) - cpu0
         client_cpu = time.process_time() - client0
     return {
         "concurrency": concurrency,
@@ -147,20 +148,6 @@ async def _ceiling(
     }
 
 
-def _wait_ready(base: str, proc: subprocess.Popen[bytes], log: Path, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"no-op gateway exited:\n{log.read_text()[-3000:]}")
-        try:
-            if httpx.get(f"{base}/ready", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise RuntimeError(f"no-op gateway not ready:\n{log.read_text()[-3000:]}")
-
-
 def _start(cmd: list[str], log: Path, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     with log.open("wb") as fh:
@@ -169,20 +156,11 @@ def _start(cmd: list[str], log: Path, env: dict[str, str]) -> tuple[subprocess.P
         )
     base = f"http://127.0.0.1:{port}"
     try:
-        _wait_ready(base, proc, log, 600)
+        wait_ready(proc, f"{base}/ready", log)
     except RuntimeError:
-        _stop(proc)
+        stop_process(proc, 60)
         raise
     return proc, base
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
-    try:
-        proc.wait(60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(10)
 
 
 def _measure(
@@ -230,12 +208,12 @@ def measure_overhead(
     try:
         gateway, gateway_httpx, ceilings = _measure(proc, base, latency_n, ceiling_s)
     finally:
-        _stop(proc)
+        stop_process(proc, 60)
     proc, base = _start([sys.executable, "-m", "bench.sse_floor"], out_dir / "sse-floor.log", env)
     try:
         floor, floor_httpx, floor_ceilings = _measure(proc, base, latency_n, ceiling_s)
     finally:
-        _stop(proc)
+        stop_process(proc, 60)
     timed = json.loads(direct_path.read_text())
     direct, serving = timed["engine"], timed["serving"]
     base_s = statistics.median(direct)
