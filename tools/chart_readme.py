@@ -143,8 +143,9 @@ def _schema_types(schema: dict[str, Any] | None, dotted: str) -> tuple[str, ...]
 
 
 def _cell(text: str) -> str:
-    """Markdown table cell: a `|` would end the cell."""
-    return text.replace("|", "\\|")
+    """Markdown table cell: a `|` would end the cell, and a `<name>` placeholder would be
+    read as an HTML tag and dropped."""
+    return text.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _type_name(value: Any) -> str:

@@ -120,6 +120,10 @@ def test_keda_and_the_hpa_are_exclusive() -> None:
     assert "not both" in _refused(both)
     assert "queueDepth" in _refused({**KEDA, "autoscaling": {"metric": "cpu"}})
     assert "serverAddress" in _refused({"keda": {"enabled": True}})
+    # Scale to zero is KEDA's: an HPA's minReplicas stays at least 1.
+    assert "keda.enabled" in _refused({"autoscaling": {"enabled": True, "minReplicas": 0}})
+    zero = render({**KEDA, "autoscaling": {"minReplicas": 0}}).one("ScaledObject")
+    assert zero["spec"]["minReplicaCount"] == 0
 
 
 def test_extra_objects_go_through_tpl() -> None:

@@ -227,6 +227,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if and .Values.autoscaling.enabled .Values.keda.enabled -}}
 {{- fail "set either autoscaling.enabled (an HPA) or keda.enabled (a KEDA ScaledObject, which makes its own HPA), not both" -}}
 {{- end -}}
+{{- if and .Values.autoscaling.enabled (lt (int .Values.autoscaling.minReplicas) 1) -}}
+{{- fail "autoscaling.minReplicas 0 needs keda.enabled (an HPA does not scale to zero)" -}}
+{{- end -}}
 {{- if and .Values.keda.enabled (eq .Values.autoscaling.metric "cpu") -}}
 {{- fail "keda.enabled scales on a gateway series: set autoscaling.metric to queueDepth or runningRequests" -}}
 {{- end -}}
