@@ -14,6 +14,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.gateway.conftest import NO_CALIBRATION, GatewayProcess, start_gateway, stop_gateway
 from tests.observability.prometheus_server import running_prometheus, until
@@ -125,3 +126,22 @@ def test_gateway_and_vllm_acceptance_agree_on_live_data(
     assert engine
     # The engine's warm-up requests do not pass through the gateway: engine >= gateway.
     assert float(engine[0]["value"][1]) >= float(gateway[0]["value"][1]) > 0
+
+
+def test_live_metrics_have_no_created_series_and_one_info_series_per_class(
+    live_gateway: GatewayProcess,
+) -> None:
+    """The real gateway's `/metrics`, vLLM's families included: no `_created` series, and
+    every class id with series has exactly one `specgw_class_info`."""
+    with live_gateway.http() as http:
+        model = http.get("/v1/models").json()["data"][0]["id"]
+        chat = {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+        assert http.post("/v1/chat/completions", json=chat).status_code == 200
+        body = http.get("/metrics").text
+    samples = [s for f in text_string_to_metric_families(body) for s in f.samples]
+    assert any(s.name.startswith("vllm:") for s in samples)
+    assert [s.name for s in samples if s.name.endswith("_created")] == []
+    info = [s.labels["class_id"] for s in samples if s.name == "specgw_class_info"]
+    ids = {s.labels["class_id"] for s in samples if "class_id" in s.labels}
+    assert ids
+    assert sorted(info) == sorted(ids), (info, ids)
