@@ -13,6 +13,7 @@ import helm_python
 import pytest
 import yaml
 
+from gateway.api.ops_routes import router as ops_router
 from tests.deploy.chart import (
     CHART_DIR,
     PRODUCTION_VALUES,
@@ -55,6 +56,9 @@ def test_probes_target_ready_and_health_with_a_generous_startup(default: Rendere
     # The port binds at once and /health is green through loads and in-process restarts
     # (gateway/api/ops_routes.py), so liveness needs no head start.
     assert "initialDelaySeconds" not in container["livenessProbe"]
+    # The paths are the gateway's own routes.
+    served = {getattr(route, "path", None) for route in ops_router.routes}
+    assert {"/ready", "/health"} <= served
     assert container["ports"] == [{"name": "http", "containerPort": 8000, "protocol": "TCP"}]
 
 
