@@ -23,6 +23,7 @@ import contextlib
 import importlib
 import importlib.metadata
 import os
+import pty
 import re
 import subprocess
 import sys
@@ -137,19 +138,45 @@ def run_with_heartbeat(command: list[str], what: str, environment: str = sys.pre
                     log(f"still on {what}: {elapsed:.0f} s, {environment} at {size:.1f} GB")
 
     beat = threading.Thread(target=heartbeat, daemon=True)
-    with subprocess.Popen(
-        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    ) as process:
-        beat.start()
-        assert process.stdout is not None
-        for line in process.stdout:
-            last_line[0] = time.monotonic()
-            sys.stdout.write(line)
+    beat.start()
+    try:
+        returncode = _relay(command, last_line)
+    finally:
+        done.set()
+        beat.join()
+    if returncode != 0:
+        raise subprocess.CalledProcessError(returncode, command)
+
+
+def _relay(command: list[str], last_output: list[float]) -> int:
+    """Run `command` with its output copied to ours, noting when it last wrote. On a
+    terminal it writes to a pseudo-terminal, so pip draws its live progress bars; into a
+    pipe or file pip prints each bar once, when it is full."""
+    if not sys.stdout.isatty():
+        with subprocess.Popen(
+            command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        ) as process:
+            assert process.stdout is not None
+            for line in process.stdout:
+                last_output[0] = time.monotonic()
+                sys.stdout.write(line)
+                sys.stdout.flush()
+        return process.returncode
+    primary, secondary = pty.openpty()
+    with subprocess.Popen(command, cwd=ROOT, stdout=secondary, stderr=secondary) as terminal:
+        os.close(secondary)
+        while True:
+            try:
+                chunk = os.read(primary, 4096)
+            except OSError:  # EIO: the child closed the terminal
+                chunk = b""
+            if not chunk:
+                break
+            last_output[0] = time.monotonic()
+            sys.stdout.buffer.write(chunk)
             sys.stdout.flush()
-    done.set()
-    beat.join()
-    if process.returncode != 0:
-        raise subprocess.CalledProcessError(process.returncode, command)
+        os.close(primary)
+    return terminal.returncode
 
 
 def environment_bytes(environment: str) -> int:
