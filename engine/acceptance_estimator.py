@@ -78,7 +78,14 @@ class AcceptanceEstimator:
     def predict(self, features: Sequence[float]) -> list[float]:
         """Conditional acceptance of positions 0..len(features)-1 (`_predict_kernel`)."""
         w, bias = self.slope, self.intercepts
-        return [_sigmoid(w * clamp_feature(f) + bias[k]) for k, f in enumerate(features)]
+        out = []
+        for k, f in enumerate(features):
+            if f > MAX_LOG_ODDS:
+                f = MAX_LOG_ODDS
+            elif f < -MAX_LOG_ODDS:
+                f = -MAX_LOG_ODDS
+            out.append(_sigmoid(w * f + bias[k]))
+        return out
 
     def observe(
         self, features: Sequence[float], predictions: Sequence[float], accepted: int, admitted: int
@@ -87,7 +94,11 @@ class AcceptanceEstimator:
         positions k <= accepted with k < admitted, labelled k < accepted."""
         a, b, c, g0, g1, n = self._a, self._b, self._c, self._g0, self._g1, self._n
         for k in range(min(accepted + 1, admitted)):
-            f = clamp_feature(features[k])
+            f = features[k]
+            if f > MAX_LOG_ODDS:
+                f = MAX_LOG_ODDS
+            elif f < -MAX_LOG_ODDS:
+                f = -MAX_LOG_ODDS
             p = predictions[k]
             w = p * (1.0 - p)
             resid = (1.0 if k < accepted else 0.0) - p
@@ -145,6 +156,10 @@ class ClassEstimators:
         if found is None:
             found = self._by_class[key] = AcceptanceEstimator(self._positions)
         return found
+
+    @property
+    def count(self) -> int:
+        return len(self._by_class)
 
     def end_step(self) -> None:
         for estimator in self._by_class.values():

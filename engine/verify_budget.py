@@ -95,10 +95,13 @@ def step_budget(
 ) -> int:
     """The step's draft budget, `argmax_b (S + cumsum of the b best survivals) /
     (draft(n) + verify(T0 + b))` over b = 0..sum(caps) (vLLM `get_num_tokens`)."""
-    scores = sorted(
-        (s for q, cap in zip(confidences, caps, strict=True) for s in survival(q, cap)),
-        reverse=True,
-    )
+    scores: list[float] = []
+    for q, cap in zip(confidences, caps, strict=True):
+        s = 1.0
+        for x in q[:cap]:
+            s *= x
+            scores.append(s)
+    scores.sort(reverse=True)
     draft = costs.draft_ms[len(caps)]
     verify = costs.verify_ms
     gained = float(sampling_requests)
@@ -118,6 +121,8 @@ def assign_budget(
     prefix per request (vLLM `_assign_draft_token_budget`)."""
     if budget >= sum(caps):
         return list(caps)
+    if len(caps) == 1:
+        return [budget]
     slots = [
         (-s, r, j)
         for r, (q, cap) in enumerate(zip(confidences, caps, strict=True))

@@ -84,20 +84,22 @@ def quick_cases(cases: Sequence[Case]) -> list[Case]:
     return [replace(case, workload=workload.model_copy(update={"arrivals": picked}))]
 
 
-def run_all(cases: Sequence[Case], seeds: Sequence[int]) -> list[CaseRun]:
+def run_all(
+    cases: Sequence[Case], seeds: Sequence[int], modes: Sequence[str] | None = None
+) -> list[CaseRun]:
     from tqdm import tqdm
 
     from bench.twin.runner import count_runs, run_case
 
     runs = []
-    with tqdm(total=count_runs(cases, len(seeds)), unit="run", desc="twin") as bar:
+    with tqdm(total=count_runs(cases, len(seeds), modes), unit="run", desc="twin") as bar:
 
         def tick(label: str) -> None:
             bar.set_postfix_str(label, refresh=False)
             bar.update(1)
 
         for case in cases:
-            runs.append(run_case(case, seeds, tick))
+            runs.append(run_case(case, seeds, tick, modes))
     return runs
 
 
@@ -179,6 +181,19 @@ def twin(
             "10,000 steps (seeded, the same for every mode; 0: a host of constant speed).",
         ),
     ] = 0.0,
+    confidence_scale: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            max=4.0,
+            help="Multiply every class's confidence separation (bench.twin.confidence): the "
+            "sensitivity run of adaptive verification (0: no signal, 0.5 weaker, 2 stronger).",
+        ),
+    ] = 1.0,
+    modes: Annotated[
+        str | None,
+        typer.Option(help="Run only these modes (comma-separated; the oracle needs the statics)."),
+    ] = None,
     out: Annotated[Path, typer.Option(help="Results directory.")] = DEFAULT_OUT,
 ) -> None:
     """Replay each profile's workload through every mode; write summary, report, plots."""
@@ -190,14 +205,17 @@ def twin(
         cases = select_cases(profile or [], workload or [])
     except TwinInputError as exc:
         raise typer.BadParameter(str(exc)) from None
-    cases = [replace(c, step_noise=step_noise, host_drift=host_drift) for c in cases]
+    cases = [
+        replace(c, step_noise=step_noise, host_drift=host_drift, confidence_scale=confidence_scale)
+        for c in cases
+    ]
     if requests:
         cases = [rescaled(c, requests) for c in cases]
     chosen = [seed] if quick else [seed + i for i in range(seeds)]
     if quick:
         cases = quick_cases(cases)
     started, cpu = time.perf_counter(), time.process_time()
-    runs = run_all(cases, chosen)
+    runs = run_all(cases, chosen, modes.split(",") if modes else None)
     write(out, runs, chosen, started, time.perf_counter() - started, time.process_time() - cpu)
 
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
-from typing import Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from bench.twin.arrivals import Arrivals
 from bench.twin.costs import StepCosts
@@ -50,6 +50,9 @@ from bench.twin.live import (
 from bench.twin.records import RequestRecord, RunResult
 from bench.twin.requests import TwinRequest
 from engine.interface import EngineStep, RequestOutcome
+
+if TYPE_CHECKING:
+    from bench.twin.modes.verify import BudgetedVerification
 
 #: vLLM's default `max_num_seqs`: requests beyond it wait outside the batch.
 MAX_RUNNING = 256
@@ -111,6 +114,10 @@ class DepthSource(Protocol):
     #: Engine-wide modes some of whose requests verify no drafts whatever the step's depth
     #: (`drafts`).
     bounded: bool
+
+    #: Adaptive verification: prices each step and verifies each request's admitted
+    #: drafts (`bench.twin.modes.verify`); None: the depth rules above.
+    verification: BudgetedVerification | None
 
     def drafts(self, live: LiveRequest) -> bool:
         """Bounded modes: whether a request verifies the step's depth (else none)."""
@@ -248,7 +255,10 @@ def _step(
     #: Drafts scheduled in the step (each request's own k where the depth is not shared).
     drafts = 0
     drafting = b
-    if b:
+    verification = getattr(source, "verification", None)
+    if b and verification is not None:
+        seconds, depth, drafting, drafts = verification.price(running)
+    elif b:
         if engine_wide:
             depth = source.step_depth(b, running)
             if source.bounded:
@@ -301,7 +311,10 @@ def _step(
     clock.now += seconds
     now = clock.now
     done: list[Live] = []
-    if engine_wide:
+    if verification is not None:
+        if b:
+            verification.decode(running, done)
+    elif engine_wide:
         if source.bounded:
             accepted_sum = decode_bounded(running, depth, done, source.drafts)
         else:

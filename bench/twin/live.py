@@ -33,6 +33,7 @@ class Live:
         "out",
         "plan",
         "pos",
+        "predicted",
         "prefill_s",
         "request",
         "runs",
@@ -64,6 +65,9 @@ class Live:
         #: (`totals`, `outcome_of`): one increment is the decode loop's whole bookkeeping.
         self.width = depth + 1
         self.joint = [0] * (self.width * self.width)
+        #: Adaptive verification: its drafts' predicted acceptance in its last step (the
+        #: budget's one-step-stale copy, `bench.twin.modes.verify`); empty before.
+        self.predicted: list[float] = []
 
     def hists(self) -> tuple[list[int], list[int]]:
         """(steps by drafts accepted, steps by drafts made)."""

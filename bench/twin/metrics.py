@@ -72,15 +72,18 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
 
 
-def summarise(result: RunResult, class_names: Sequence[str]) -> dict[str, Any]:
-    """The run's figures for `summary.json` (classes by name)."""
+def summarise(
+    result: RunResult, class_names: Sequence[str], latency: bool = False
+) -> dict[str, Any]:
+    """The run's figures for `summary.json` (classes by name); `latency`: with each
+    class's TTFT and end-to-end p50 / p99 (`verify_summary.class_latency`)."""
     records = result.records
     by_class: dict[int, list[RequestRecord]] = defaultdict(list)
     for r in records:
         by_class[r.class_index].append(r)
     speeds = class_speeds(records)
     ttfts = [r.first_s - r.arrival_s for r in records]
-    return {
+    out = {
         "tokens_per_s": result.tokens_per_s,
         "makespan_s": result.makespan_s,
         "requests": len(records),
@@ -95,6 +98,11 @@ def summarise(result: RunResult, class_names: Sequence[str]) -> dict[str, Any]:
             class_names[c]: _acceptance_length(rs) for c, rs in sorted(by_class.items())
         },
     }
+    if latency:
+        from bench.twin.verify_summary import class_latency
+
+        out["class_latency"] = class_latency(records, class_names)
+    return out
 
 
 def _acceptance_length(records: Sequence[RequestRecord]) -> float:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from bench.twin.confidence import draw_features, separation
 from bench.twin.schema import (
     MAX_DEPTH,
     Arrival,
@@ -51,6 +52,9 @@ class TwinRequest:
     #: Conditional acceptance per draft position 1..MAX_DEPTH, phase scales applied.
     acceptance: tuple[float, ...]
     runs: bytes
+    #: The drafter's confidence (log-odds) per (output position, draft position), drawn
+    #: with the acceptance draws (`bench.twin.confidence`); None: not drawn.
+    confidence: np.ndarray | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,8 +96,12 @@ def conditional(acceptance: list[float], scale: float) -> tuple[float, ...]:
 
 def accepted_runs(u: np.ndarray, p: tuple[float, ...]) -> bytes:
     """For each row of draws, how many leading drafts are accepted (u < p_d, in order)."""
-    accepted = u < np.asarray(p)[None, :]
-    stops = np.concatenate([accepted, np.zeros((u.shape[0], 1), dtype=bool)], axis=1)
+    return runs_of(u < np.asarray(p)[None, :])
+
+
+def runs_of(accepted: np.ndarray) -> bytes:
+    """For each row of per-draft acceptances, how many leading drafts are accepted."""
+    stops = np.concatenate([accepted, np.zeros((accepted.shape[0], 1), dtype=bool)], axis=1)
     return bytes(np.argmin(stops, axis=1).astype(np.uint8).tobytes())
 
 
@@ -111,8 +119,12 @@ def segments(workload: Workload) -> list[Segment]:
     return out
 
 
-def build_requests(workload: Workload, seed: int) -> list[TwinRequest]:
-    """The replay's requests in order, every random draw keyed by (seed, index)."""
+def build_requests(
+    workload: Workload, seed: int, confidence_scale: float | None = None
+) -> list[TwinRequest]:
+    """The replay's requests in order, every random draw keyed by (seed, index);
+    `confidence_scale` not None also draws each draft's confidence, each class's
+    separation times it (`bench.twin.confidence`)."""
     names = sorted(workload.classes)
     cuts = segments(workload)
     requests: list[TwinRequest] = []
@@ -132,6 +144,11 @@ def build_requests(workload: Workload, seed: int) -> list[TwinRequest]:
             p_d = conditional(spec.acceptance, scale)
             segment = next(i for i, s in enumerate(cuts) if s.start <= index < s.end)
             draws = rng.random((output, MAX_DEPTH))
+            accepted = draws < np.asarray(p_d)[None, :]
+            features = None
+            if confidence_scale is not None:
+                d_prime = separation(workload.confidence_auc(name), confidence_scale)
+                features = draw_features(accepted, d_prime, seed, index)
             requests.append(
                 TwinRequest(
                     index,
@@ -142,7 +159,8 @@ def build_requests(workload: Workload, seed: int) -> list[TwinRequest]:
                     prompt,
                     output,
                     p_d,
-                    accepted_runs(draws, p_d),
+                    runs_of(accepted),
+                    features,
                 )
             )
     return requests
@@ -158,8 +176,15 @@ def poisson_times(rate_per_s: float, n: int, seed: int) -> list[float]:
     return times
 
 
-def arrival_times(arrival: Arrival, n: int, seed: int) -> list[float] | None:
-    """Poisson arrival seconds, or None for a closed loop (arrivals follow completions)."""
+def arrival_times(
+    arrival: Arrival, n: int, seed: int, capacity_per_s: float | None = None
+) -> list[float] | None:
+    """Poisson arrival seconds, or None for a closed loop (arrivals follow completions);
+    an arrival given as a load needs the no-speculation capacity in requests/s."""
     if isinstance(arrival, ClosedArrival):
         return None
-    return poisson_times(arrival.rate_per_s, n, seed)
+    if arrival.rate_per_s is not None:
+        return poisson_times(arrival.rate_per_s, n, seed)
+    assert arrival.load is not None
+    assert capacity_per_s is not None, "a Poisson arrival by load needs the capacity"
+    return poisson_times(arrival.load * capacity_per_s, n, seed)

@@ -22,17 +22,20 @@ from bench.twin.modes import (
     CONTROLLED,
     GATEWAY_ENGINE,
     ORACLE,
+    VERIFY_MODES,
     ModeContext,
     build,
     mode_names,
 )
 from bench.twin.modes.adaptive import AdaptiveControl
 from bench.twin.modes.oracle import choose, oracle
+from bench.twin.modes.static import NoSpec
 from bench.twin.modes.trtllm import AcceptanceGate
+from bench.twin.modes.verify import BudgetedVerification
 from bench.twin.modes.vllm_schedule import BatchSchedule, ranges
 from bench.twin.records import RequestRecord, RunResult
 from bench.twin.requests import TwinRequest, arrival_times, build_requests, segments
-from bench.twin.schema import ClosedArrival, Profile, TwinInputError, Workload
+from bench.twin.schema import ClosedArrival, PoissonArrival, Profile, TwinInputError, Workload
 from engine.step_rule import expected_tokens
 from gateway.control.classify import class_id_of
 from gateway.control.features import (
@@ -43,6 +46,9 @@ from gateway.control.features import (
 
 #: Modes whose first-seed records the plots draw.
 PLOTTED = (ADAPTIVE,)
+#: Seeds the adaptive-verification modes run (the first ones): each costs about as much as
+#: the rest of a seed's modes together, and the standard run must stay within 10 minutes.
+VERIFY_SEEDS = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +63,9 @@ class Case:
     step_noise: float = 0.0
     #: Log-spread of the host's slow speed drift (`StepCosts.with_noise`; 0: none).
     host_drift: float = 0.0
+    #: Each class's confidence separation times this (`bench.twin.confidence`; 1: the
+    #: workload's calibration, the sensitivity run's weaker and stronger signal else).
+    confidence_scale: float = 1.0
 
 
 @dataclass(slots=True)
@@ -75,6 +84,8 @@ class CaseRun:
     oracle_choice: dict[str, dict[str, int]] = field(default_factory=dict)
     #: arrival -> mode -> records (first seed, `PLOTTED` modes and the deepest static).
     records: dict[str, dict[str, list[RequestRecord]]] = field(default_factory=dict)
+    #: seed -> the no-speculation capacity in requests/s a `load` arrival reads.
+    capacity_per_s: dict[int, float] = field(default_factory=dict)
 
 
 def steady_goodput(
@@ -138,7 +149,18 @@ def rescaled(case: Case, total: int) -> Case:
     return replace(case, workload=scaled(case.workload, total))
 
 
+def capacity_rate(requests: list[TwinRequest], costs: StepCosts) -> float:
+    """The engine's no-speculation capacity in requests/s: the `nospec` mode's completions
+    per second with the engine full (`MAX_RUNNING` clients in a closed loop). A Poisson
+    arrival given as a `load` arrives at that share of it."""
+    result = simulate(requests, NoSpec(), costs, VirtualClock(), clients=MAX_RUNNING)
+    return len(result.records) / result.makespan_s
+
+
 def _notes(source: object) -> dict[str, Any]:
+    verification: BudgetedVerification | None = getattr(source, "verification", None)
+    if verification is not None:
+        return verification.notes()
     if isinstance(source, AdaptiveControl):
         return {"drift_alarms": len(source.events.drifts)}
     if isinstance(source, AcceptanceGate):
@@ -168,16 +190,22 @@ def run_case(
         # One jitter sequence per seed, the same for every mode (common random numbers).
         costs = median_costs.with_noise(case.step_noise, seed, case.host_drift)
         on_gateway = costs.on_gateway()
-        requests = build_requests(workload, seed)
+        requests = build_requests(workload, seed, case.confidence_scale)
         check_classes(workload, requests)
+        by_load = any(isinstance(a, PoissonArrival) and a.load for a in workload.arrivals)
+        capacity = capacity_rate(requests, costs) if by_load else None
+        if capacity is not None:
+            out.capacity_per_s[seed] = capacity
         # Settling is read for the gateway's modes, on its engine's costs.
         goodput = steady_goodput(requests, median_costs.on_gateway(), profile.max_k)
         for arrival in workload.arrivals:
             label = arrival.label
-            times = arrival_times(arrival, len(requests), seed)
+            times = arrival_times(arrival, len(requests), seed, capacity)
             clients = arrival.concurrency if isinstance(arrival, ClosedArrival) else 1
             results: dict[str, RunResult] = {}
             for mode in chosen:
+                if mode in VERIFY_MODES and s >= VERIFY_SEEDS:
+                    continue
                 tick(f"{profile.name} {label} seed {seed} {mode}")
                 clock = VirtualClock()
                 engine_costs = on_gateway if mode in GATEWAY_ENGINE else costs
@@ -198,7 +226,7 @@ def run_case(
                 )
                 results[mode] = result
                 cell = out.cells.setdefault(label, {}).setdefault(seed, {})
-                cell[mode] = summarise(result, names)
+                cell[mode] = summarise(result, names, isinstance(arrival, PoissonArrival))
                 note = _notes(source)
                 if note:
                     out.notes.setdefault(label, {}).setdefault(seed, {})[mode] = note
@@ -215,11 +243,10 @@ def run_case(
 
 def count_runs(cases: Sequence[Case], seeds: int, modes: Sequence[str] | None = None) -> int:
     """Runs `run_case` will make over `cases` (the progress bar's total)."""
-    return sum(
-        seeds
-        * len(c.workload.arrivals)
-        * len(
-            [m for m in mode_names(c.profile.max_k, c.extra_modes) if modes is None or m in modes]
-        )
-        for c in cases
-    )
+    total = 0
+    for c in cases:
+        for m in mode_names(c.profile.max_k, c.extra_modes):
+            if modes is None or m in modes:
+                runs = min(seeds, VERIFY_SEEDS) if m in VERIFY_MODES else seeds
+                total += runs * len(c.workload.arrivals)
+    return total

@@ -228,6 +228,8 @@ class WorkloadClass(_Strict):
     prompt_tokens: Length
     output_tokens: Length
     temperature: float = Field(0.0, ge=0)
+    #: The drafter's discrimination on this class (`Confidence.auc`); None: the workload's.
+    confidence_auc: float | None = Field(None, ge=0.5, lt=1.0)
 
     @model_validator(mode="after")
     def _body(self) -> WorkloadClass:
@@ -279,14 +281,35 @@ class PoissonArrival(_Strict):
     """Requests arriving with exponential gaps at `rate_per_s`."""
 
     kind: Literal["poisson"]
-    rate_per_s: float = Field(gt=0)
+    rate_per_s: float | None = Field(None, gt=0)
+    #: Instead of a rate: this share of the profile's no-speculation capacity (the
+    #: `nospec` mode's requests per second with the engine full,
+    #: `bench.twin.runner.capacity_rate`).
+    load: float | None = Field(None, gt=0, le=2)
+
+    @model_validator(mode="after")
+    def _one_rate(self) -> PoissonArrival:
+        if (self.rate_per_s is None) == (self.load is None):
+            raise ValueError("a poisson arrival needs exactly one of rate_per_s and load")
+        return self
 
     @property
     def label(self) -> str:
+        if self.load is not None:
+            return f"poisson-load{self.load:g}"
         return f"poisson{self.rate_per_s:g}"
 
 
 Arrival = Annotated[ClosedArrival | PoissonArrival, Field(discriminator="kind")]
+
+
+class Confidence(_Strict):
+    """How well the drafter's confidence tells an accepted draft from a rejected one:
+    the area under its ROC curve, per class (`WorkloadClass.confidence_auc`) or for the
+    whole workload here, and where the figure comes from (`bench.twin.confidence`)."""
+
+    auc: float = Field(0.75, ge=0.5, lt=1.0)
+    source: str = "assumption: no measurement of this drafter's confidence"
 
 
 class Workload(_Strict):
@@ -297,7 +320,12 @@ class Workload(_Strict):
     classes: dict[str, WorkloadClass] = Field(min_length=1)
     phases: list[Phase] = Field(min_length=1)
     arrivals: list[Arrival] = Field(min_length=1)
+    confidence: Confidence = Field(default_factory=Confidence)
     notes: str = ""
+
+    def confidence_auc(self, name: str) -> float:
+        own = self.classes[name].confidence_auc
+        return self.confidence.auc if own is None else own
 
     @model_validator(mode="after")
     def _known_classes(self) -> Workload:

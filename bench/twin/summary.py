@@ -30,10 +30,12 @@ from bench.twin.modes import (
     NOSPEC,
     ORACLE,
     UPPER_BOUND,
+    VERIFY_MODES,
     static_modes,
 )
 from bench.twin.modes.oracle import static_depth
 from bench.twin.runner import CaseRun
+from bench.twin.verify_summary import published_rows, verify_checks, verify_ratios
 
 #: Concurrencies the claims are checked at.
 CHECKED = ("c1", "c4", "c16", "c64")
@@ -100,7 +102,7 @@ def seed_ratios(modes: Mapping[str, Mapping[str, Any]], max_k: int) -> dict[str,
     tps = {m: f["tokens_per_s"] for m, f in modes.items()}
     best = tps[best_static(modes, max_k)]
     out: dict[str, float] = {}
-    every = (ADAPTIVE, ADAPTIVE_FLOOR, *STEP_MODES, ORACLE, UPPER_BOUND, *BASELINES)
+    every = (ADAPTIVE, ADAPTIVE_FLOOR, *STEP_MODES, *VERIFY_MODES, ORACLE, UPPER_BOUND, *BASELINES)
     for mode in (*every, *static_modes(max_k)):
         if mode in tps:
             out[f"{mode}/best-static"] = tps[mode] / best
@@ -113,6 +115,7 @@ def seed_ratios(modes: Mapping[str, Mapping[str, Any]], max_k: int) -> dict[str,
     for mode in tps:
         if mode != NOSPEC and NOSPEC in tps:
             out[f"worst-class:{mode}"] = worst_class(modes, mode)[1]
+    out.update(verify_ratios(tps, best, max_k))
     return out
 
 
@@ -282,6 +285,13 @@ def build_summary(
             "workload_source": workload.source,
             "arrivals": arrivals,
             "checks": checks(arrivals),
+            "verify_checks": verify_checks(profile.name, workload.name, arrivals),
+            "capacity_per_s": run.capacity_per_s,
+            "confidence": {
+                "scale": run.case.confidence_scale,
+                "auc": {c: workload.confidence_auc(c) for c in sorted(workload.classes)},
+                "source": workload.confidence.source,
+            },
         }
     summary: dict[str, Any] = {
         "meta": {
@@ -292,6 +302,7 @@ def build_summary(
             "step_noise": max((r.case.step_noise for r in runs), default=0.0),
         },
         "profiles": profiles,
+        "published": published_rows(profiles),
     }
     drift = max((r.case.host_drift for r in runs), default=0.0)
     if drift:

@@ -6,7 +6,9 @@
 (`adaptive_step`: the gateway with its `step_rule` on, one depth per step from
 `engine.step_rule`; `adaptive-step-free` without its guard),
 `upper-bound`
-(`upper_bound`); `oracle` (`oracle`) is built from the static runs' results.
+(`upper_bound`); `vllm-av` and `gateway-av` (`verify`: vLLM 0.33's adaptive
+verification as shipped, and steered by the gateway); `oracle` (`oracle`) is built
+from the static runs' results.
 `batch-schedule` is the real-engine benchmark's fixed vLLM schedule
 (`bench.modes.BATCH_SCHEDULE`), run beside it for the validation only.
 """
@@ -24,8 +26,15 @@ from bench.twin.modes.sglang import EmaTiers
 from bench.twin.modes.static import NoSpec, Static
 from bench.twin.modes.trtllm import DRAFT_LEN, AcceptanceGate, break_even_rate
 from bench.twin.modes.upper_bound import Clairvoyant
+from bench.twin.modes.verify import (
+    GATEWAY_AV,
+    VLLM_AV,
+    GatewayAdaptiveVerification,
+    VllmAdaptiveVerification,
+)
 from bench.twin.modes.vllm_schedule import BatchSchedule, depth_table, marginals, table_of
 from bench.twin.schema import Profile, Workload
+from bench.twin.step_parts import StepParts
 
 ADAPTIVE = "adaptive"
 ADAPTIVE_FLOOR = "adaptive-floor"
@@ -33,7 +42,9 @@ ADAPTIVE_STEP = "adaptive-step"
 #: `adaptive-step` without the guard (pure expected throughput per step).
 ADAPTIVE_STEP_FREE = "adaptive-step-free"
 #: The modes that drive the real control plane (their settling is measured).
-CONTROLLED = (ADAPTIVE, ADAPTIVE_FLOOR, ADAPTIVE_STEP, ADAPTIVE_STEP_FREE)
+CONTROLLED = (ADAPTIVE, ADAPTIVE_FLOOR, ADAPTIVE_STEP, ADAPTIVE_STEP_FREE, GATEWAY_AV)
+#: Adaptive verification, as shipped and steered (`bench.twin.modes.verify`).
+VERIFY_MODES = (VLLM_AV, GATEWAY_AV)
 NOSPEC = "nospec"
 ORACLE = "oracle"
 UPPER_BOUND = "upper-bound"
@@ -60,6 +71,7 @@ def mode_names(max_k: int, extra: Sequence[str] = ()) -> list[str]:
         ADAPTIVE_FLOOR,
         ADAPTIVE_STEP,
         ADAPTIVE_STEP_FREE,
+        *VERIFY_MODES,
         ORACLE,
         UPPER_BOUND,
     ]
@@ -70,7 +82,7 @@ def mode_names(max_k: int, extra: Sequence[str] = ()) -> list[str]:
 #: profile's engine (vLLM's, whose k = 0 keeps the drafter's KV pass where the profile
 #: says so).
 GATEWAY_ENGINE = frozenset(
-    {ADAPTIVE, ADAPTIVE_FLOOR, ADAPTIVE_STEP, ADAPTIVE_STEP_FREE, ORACLE, UPPER_BOUND}
+    {ADAPTIVE, ADAPTIVE_FLOOR, ADAPTIVE_STEP, ADAPTIVE_STEP_FREE, GATEWAY_AV, ORACLE, UPPER_BOUND}
 )
 
 
@@ -111,4 +123,9 @@ def build(name: str, ctx: ModeContext) -> DepthSource:
         return AdaptiveStep(ctx.workload, ctx.costs, ctx.clock, ctx.seed, guard)
     if name == UPPER_BOUND:
         return Clairvoyant(ctx.costs)
+    if name == VLLM_AV:
+        return VllmAdaptiveVerification(StepParts(ctx.profile, len(ctx.costs.spec) - 1), ctx.costs)
+    if name == GATEWAY_AV:
+        parts = StepParts(ctx.profile, len(ctx.costs.spec) - 1)
+        return GatewayAdaptiveVerification(ctx.workload, parts, ctx.costs, ctx.clock, ctx.seed)
     raise ValueError(f"unknown mode {name!r}")

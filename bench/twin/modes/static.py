@@ -13,10 +13,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from bench.twin.engine import LiveRequest, Plan
 from bench.twin.requests import TwinRequest
 from engine.interface import EngineStep, RequestOutcome
+
+if TYPE_CHECKING:
+    from bench.twin.modes.verify import BudgetedVerification
 
 
 class EngineWide:
@@ -36,6 +40,8 @@ class EngineWide:
     drafts_once_at_zero = False
     #: Every request verifies the step's depth (`drafts`).
     bounded = False
+    #: Adaptive verification prices and verifies each step (`bench.twin.modes.verify`).
+    verification: BudgetedVerification | None = None
 
     def step_depth(self, batch: int, running: Sequence[LiveRequest] = ()) -> int:
         raise NotImplementedError
