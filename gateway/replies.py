@@ -25,6 +25,8 @@ class Finished:
     error: GatewayError | None
     outcome: RequestOutcome | None
     e2e_s: float
+    #: A stream's first answer chunk, in seconds from the request's arrival at the
+    #: gateway (None: not a stream, or no chunk came).
     ttft_s: float | None
     stream: bool
     #: Arrival, admission wait and admission (`gateway.request_clock`).

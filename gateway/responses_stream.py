@@ -17,8 +17,8 @@ generator closes vLLM's, which aborts the engine request.
 
 from __future__ import annotations
 
-import asyncio
 import json
+import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -61,8 +61,6 @@ async def relay_events(
 ) -> AsyncGenerator[str, None]:
     """`aborted` is asked after `report` (which waits for the request's outcome)."""
     end = StreamEnd()
-    loop = asyncio.get_running_loop()
-    started = loop.time()
     sent = 0
     iterator = aiter(source)
     watch = IdleWatch(idle_timeout_s)
@@ -72,8 +70,8 @@ async def relay_events(
                 end.status, end.error = "error", event
                 yield error_event(event, sent)
                 return
-            if end.first_chunk_s is None and not event.startswith(_OPENING):
-                end.first_chunk_s = loop.time() - started
+            if end.first_chunk_at is None and not event.startswith(_OPENING):
+                end.first_chunk_at = time.monotonic()
             if event.startswith(_COMPLETED):
                 completed = await with_report(event, report)
                 if aborted():

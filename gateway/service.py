@@ -388,7 +388,7 @@ class InferenceService:
                 end.error,
                 outcome,
                 started,
-                end.first_chunk_s,
+                None if end.first_chunk_at is None else end.first_chunk_at - started.arrived,
                 True,
                 span,
             )

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -31,11 +32,13 @@ _UNFINISHED = "The engine ended the stream without finishing the answer."
 
 @dataclass(slots=True)
 class StreamEnd:
-    """How a relayed stream ended: `complete`, or the error label, or `disconnected`."""
+    """How a relayed stream ended: `complete`, or the error label, or `disconnected`;
+    `first_chunk_at`: when its first answer chunk came (`time.monotonic`, the clock of
+    `gateway.request_clock`), None if none came."""
 
     status: str = "disconnected"
     error: GatewayError | None = None
-    first_chunk_s: float | None = None
+    first_chunk_at: float | None = None
 
 
 #: Writes the speculation report into a JSON payload (edited in place and returned).
@@ -133,8 +136,6 @@ async def relay(
     on_end: Callable[[StreamEnd], Awaitable[None]],
 ) -> AsyncGenerator[str, None]:
     end = StreamEnd()
-    loop = asyncio.get_running_loop()
-    started = loop.time()
     finished = False
     iterator = aiter(source)
     watch = IdleWatch(idle_timeout_s)
@@ -144,8 +145,8 @@ async def relay(
                 end.status, end.error = "error", chunk
                 yield chunk.sse_event()
                 return
-            if end.first_chunk_s is None:
-                end.first_chunk_s = loop.time() - started
+            if end.first_chunk_at is None:
+                end.first_chunk_at = time.monotonic()
             if chunk.startswith(_DONE):
                 if not finished:
                     break

@@ -10,8 +10,12 @@ By the OpenTelemetry GenAI semantic conventions for a client inference span
   embedded vLLM engine is;
 * `gen_ai.operation.name`, `gen_ai.provider.name` (the name that replaced
   `gen_ai.system`), `gen_ai.request.model` and the sampling parameters the client set
-  at creation, so a sampler can see them; `gen_ai.response.*` and `gen_ai.usage.*` at
-  the end;
+  at creation, so a sampler can see them, with its `gen_ai.request.stop_sequences` and
+  `gen_ai.output.type` (Conditionally Required where the request asks for an output
+  format: `json` for OpenAI's `json_object` and `json_schema`, `text` for `text`);
+  `gen_ai.response.*` and `gen_ai.usage.*` at the end, and for a stream
+  `gen_ai.response.time_to_first_chunk` (Recommended: seconds from the request's
+  arrival at the gateway to its first answer chunk);
 * a failed request: status ERROR, `error.type` the gateway's error code
   (`gateway.errors.ErrorKind.label`, a closed set) or the exception's name, and
   `error` as its finish reason.
@@ -40,12 +44,14 @@ from gateway.observability.tracing import (
     GEN_AI_INPUT_TOKENS,
     GEN_AI_OPERATION,
     GEN_AI_OUTPUT_TOKENS,
+    GEN_AI_OUTPUT_TYPE,
     GEN_AI_PROVIDER,
     GEN_AI_REQUEST_FREQUENCY_PENALTY,
     GEN_AI_REQUEST_MAX_TOKENS,
     GEN_AI_REQUEST_MODEL,
     GEN_AI_REQUEST_PRESENCE_PENALTY,
     GEN_AI_REQUEST_SEED,
+    GEN_AI_REQUEST_STOP_SEQUENCES,
     GEN_AI_REQUEST_STREAM,
     GEN_AI_REQUEST_TEMPERATURE,
     GEN_AI_REQUEST_TOP_K,
@@ -53,6 +59,7 @@ from gateway.observability.tracing import (
     GEN_AI_RESPONSE_FINISH_REASONS,
     GEN_AI_RESPONSE_ID,
     GEN_AI_RESPONSE_MODEL,
+    GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK,
     SPECGW_ACCEPTANCE_LENGTH,
     SPECGW_ACCEPTED_TOKENS,
     SPECGW_CAP,
@@ -82,6 +89,29 @@ _FLOAT_PARAMS = (
     (GEN_AI_REQUEST_FREQUENCY_PENALTY, "frequency_penalty"),
     (GEN_AI_REQUEST_PRESENCE_PENALTY, "presence_penalty"),
 )
+#: OpenAI's output format types -> `gen_ai.output.type` (its well-known values: text,
+#: json, image, speech); a format outside these (vLLM's `structural_tag`) is not reported.
+_OUTPUT_TYPES = {"text": "text", "json_object": "json", "json_schema": "json"}
+
+
+def output_type(request: Any) -> str | None:
+    """The output type the request asks for: chat's and completions' `response_format`,
+    the Responses API's `text.format`; None where it asks for none."""
+    text = getattr(request, "text", None)
+    form = getattr(text, "format", None) if text is not None else None
+    form = form or getattr(request, "response_format", None)
+    kind = getattr(form, "type", None)
+    return _OUTPUT_TYPES.get(kind) if isinstance(kind, str) else None
+
+
+def stop_sequences(request: Any) -> list[str]:
+    """The request's stop strings (OpenAI's `stop`: one string or a list)."""
+    stop = getattr(request, "stop", None)
+    if isinstance(stop, str):
+        return [stop] if stop else []
+    if isinstance(stop, list):
+        return [s for s in stop if isinstance(s, str) and s]
+    return []
 
 
 def request_attributes(request: Any) -> dict[str, AttributeValue]:
@@ -103,6 +133,12 @@ def request_attributes(request: Any) -> dict[str, AttributeValue]:
     seed = getattr(request, "seed", None)
     if isinstance(seed, int) and not isinstance(seed, bool):
         out[GEN_AI_REQUEST_SEED] = seed
+    stops = stop_sequences(request)
+    if stops:
+        out[GEN_AI_REQUEST_STOP_SEQUENCES] = stops
+    kind = output_type(request)
+    if kind is not None:
+        out[GEN_AI_OUTPUT_TYPE] = kind
     return out
 
 
@@ -137,6 +173,8 @@ def end_attributes(finished: Finished, model: str) -> dict[str, AttributeValue]:
                 SPECGW_ACCEPTED_TOKENS: spec.accepted_tokens,
             }
         )
+    if finished.stream and finished.ttft_s is not None:
+        out[GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] = finished.ttft_s
     if finished.status == "complete":
         if outcome is not None and outcome.finish_reason:
             out[GEN_AI_RESPONSE_FINISH_REASONS] = [outcome.finish_reason]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import logging
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
@@ -111,7 +112,7 @@ async def test_chat_exports_a_genai_inference_span_under_the_http_span(
     attrs = inference.attributes
     assert reply.usage is not None
     assert reply.model_extra is not None
-    speculation = reply.model_extra["speculation"]
+    block = reply.model_extra["metrics"]["speculative_decoding"]
     assert attrs["gen_ai.operation.name"] == "chat"
     assert attrs["gen_ai.provider.name"] == "vllm"
     assert attrs["gen_ai.request.model"] == MODEL
@@ -127,11 +128,11 @@ async def test_chat_exports_a_genai_inference_span_under_the_http_span(
     assert attrs["specgw.class"] == raw.headers["x-specgw-class"]
     assert attrs["specgw.k"] == int(raw.headers["x-specgw-k"])
     assert attrs["specgw.reason"]
-    assert attrs["specgw.acceptance_length"] == pytest.approx(
-        speculation["acceptance_length"], abs=1e-4
-    )
-    assert attrs["specgw.verify_steps"] == speculation["verify_steps"]
+    assert attrs["specgw.acceptance_length"] == pytest.approx(block["mean_acceptance_length"])
+    assert attrs["specgw.verify_steps"] == block["num_spec_steps"]
     assert "gen_ai.request.stream" not in attrs
+    assert "gen_ai.response.time_to_first_chunk" not in attrs  # streams only
+    assert "gen_ai.request.stop_sequences" not in attrs  # the request set none
     assert inference.status == "UNSET"
     # The HTTP span is the HTTP layer's: no GenAI attributes on it.
     assert not [key for key in server.attributes if key.startswith(("gen_ai.", "specgw."))]
@@ -146,15 +147,18 @@ async def test_a_streamed_completion_is_one_text_completion_span(
 ) -> None:
     env = {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": receiver.endpoint}
     async with traced_gateway(monkeypatch, env) as gw:
+        started = time.monotonic()
         stream = await gw.client().completions.create(
             model=MODEL,
             prompt="tell a story",
             max_tokens=30,
             temperature=0,
+            stop=["THE END", "\n\n\n"],  # the fake's words never match: 30 tokens still
             stream=True,
             stream_options={"include_usage": True},
         )
         chunks = [chunk async for chunk in stream]
+        exchange_s = time.monotonic() - started
     spans = receiver.wait_for(lambda got: len(got) >= 2)
     # One server span and one inference span: no span per SSE chunk.
     assert sorted((s.name, s.kind) for s in spans) == [
@@ -170,6 +174,9 @@ async def test_a_streamed_completion_is_one_text_completion_span(
     assert attrs["gen_ai.response.id"] == chunks[0].id
     assert attrs["gen_ai.usage.output_tokens"] == usage.completion_tokens == 30
     assert attrs["gen_ai.response.finish_reasons"] == ["length"]
+    assert attrs["gen_ai.request.stop_sequences"] == ["THE END", "\n\n\n"]
+    # From the request's arrival to its first chunk: within the client's whole exchange.
+    assert 0 < attrs["gen_ai.response.time_to_first_chunk"] < exchange_s
     assert inference.resource["service.name"] == "spec-gateway"  # the default
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import httpx
+import pytest
 from fastapi import FastAPI
 from fastapi.responses import StreamingResponse
 from opentelemetry.sdk.trace import TracerProvider
@@ -16,12 +17,16 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from engine.interface import RequestOutcome, SpeculationOutcome
-from engine.protocol import ChatCompletionRequest, CompletionRequest
+from engine.protocol import ChatCompletionRequest, CompletionRequest, ResponsesRequest
 from gateway.control.events import DecisionChange, DriftEvent
 from gateway.control.plane import Plan
 from gateway.errors import ErrorKind, GatewayError
 from gateway.observability.events import DECISION_EVENT, DRIFT_EVENT, SpanEvents
-from gateway.observability.inference_span import InferenceSpans, request_attributes
+from gateway.observability.inference_span import (
+    InferenceSpans,
+    output_type,
+    request_attributes,
+)
 from gateway.observability.tracing import setup_tracing
 from gateway.replies import Finished
 from tests.observability.otlp_receiver import running
@@ -150,6 +155,46 @@ def test_only_parameters_the_client_set_are_reported() -> None:
         "gen_ai.request.frequency_penalty": 0.5,
         "gen_ai.request.seed": 1,
     }
+
+
+def test_stop_sequences_output_type_and_a_streams_time_to_first_chunk() -> None:
+    """Recommended and Conditionally Required attributes of the GenAI conventions: the
+    request's stop strings, the output type its format asks for, and for a stream the
+    seconds from its arrival to its first chunk (`Finished.ttft_s`)."""
+    spans, exporter, _ = in_memory()
+    asked = chat_request(stop=["\n\n", "END"], response_format={"type": "json_object"})
+    streamed = spans.start("chat", "m", asked, PLAN, "chatcmpl-1", True)
+    streamed.finish(Finished("chat", PLAN, "complete", None, outcome(), 0.3, 0.042, True))
+    plain = spans.start("chat", "m", chat_request(stop="END"), PLAN, "chatcmpl-2", False)
+    plain.finish(finished("complete"))
+    first, second = (dict(s.attributes or {}) for s in exporter.get_finished_spans())
+    assert first["gen_ai.request.stop_sequences"] == ("\n\n", "END")
+    assert first["gen_ai.output.type"] == "json"
+    assert first["gen_ai.response.time_to_first_chunk"] == 0.042
+    assert second["gen_ai.request.stop_sequences"] == ("END",)
+    assert "gen_ai.output.type" not in second  # no format asked: not reported
+    assert "gen_ai.response.time_to_first_chunk" not in second  # not a stream
+
+
+@pytest.mark.parametrize(
+    ("body", "kind"),
+    [
+        ({"response_format": {"type": "text"}}, "text"),
+        ({"response_format": {"type": "json_object"}}, "json"),
+        ({"response_format": {"type": "json_schema", "json_schema": {"name": "n"}}}, "json"),
+        ({}, None),
+    ],
+)
+def test_the_output_type_of_each_openai_format(body: dict[str, object], kind: str | None) -> None:
+    assert output_type(chat_request(**body)) == kind
+    assert output_type(CompletionRequest(prompt="x", **body)) == kind
+
+
+def test_the_output_type_of_a_responses_text_format() -> None:
+    schema = {"type": "json_schema", "name": "n", "schema": {"type": "object"}}
+    asked = ResponsesRequest.model_validate({"input": "x", "text": {"format": schema}})
+    assert output_type(asked) == "json"
+    assert output_type(ResponsesRequest.model_validate({"input": "x"})) is None
 
 
 def test_without_a_tracer_spans_are_free_no_ops() -> None:
