@@ -24,6 +24,7 @@ from bench.twin.modes import (
     UPPER_BOUND,
 )
 from bench.twin.summary import CLASS_FLOOR, both_met, target_figures, trade_off_modes
+from bench.twin.verify_report import lead
 
 INTRO = (
     "Simulation, not a measurement: the engine twin replays each workload in virtual "
@@ -340,6 +341,7 @@ def render(summary: Mapping[str, Any], run_info: Mapping[str, Any] | None = None
         "",
         INTRO,
         "",
+        *lead(summary),
         UPPER_BOUND_NOTE,
         "",
         STEP_NOTE,

@@ -1,0 +1,153 @@
+"""The report's lead: the gateway steering vLLM 0.33's adaptive verification (`gateway-av`)
+against it as shipped (`vllm-av`), the best static depth and no speculation, per profile and
+arrival, with the per-step bound beside them; Poisson latency per class; `vllm-av` beside
+vLLM's published figures; the targets (`bench.twin.verify_summary`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from bench.twin.modes import ADAPTIVE, NOSPEC, UPPER_BOUND
+from bench.twin.modes.verify import GATEWAY_AV, VLLM_AV
+from bench.twin.verify_summary import LOAD_ARRIVAL, p99_ratios
+
+LEAD_NOTE = (
+    "`vllm-av`: vLLM 0.33's adaptive verification as shipped (every request drafted at K, "
+    "one online acceptance estimator pooled over all requests from its cold start, the "
+    "step's draft budget and each request's admitted drafts from `engine.verify_budget`, "
+    "each request verifying only those). `gateway-av`: the gateway steering it (each "
+    "request's cap is its class's depth from the real controller, one estimator per class, "
+    "the drafter drafting the deepest cap and skipped where every cap is 0). Each draft's "
+    "confidence is drawn with its acceptance draw (`bench.twin.confidence`; the calibration "
+    "per profile below). Both run on the first seed only (`runner.VERIFY_SEEDS`). "
+    "`upper-bound/best static` is the clairvoyant one-depth-per-step bound."
+)
+COLUMNS = (
+    (f"{GATEWAY_AV}/{VLLM_AV}", "gateway-av / vllm-av"),
+    (f"{GATEWAY_AV}/best-static", "gateway-av / best static"),
+    (f"{GATEWAY_AV}/{NOSPEC}", "gateway-av / no spec"),
+    (f"worst-class:{GATEWAY_AV}", "gateway-av worst class / no spec"),
+    (f"{VLLM_AV}/best-static", "vllm-av / best static"),
+    (f"{VLLM_AV}/static-k{{K}}", "vllm-av / static K"),
+    (f"{ADAPTIVE}/best-static", "adaptive / best static"),
+    (f"{UPPER_BOUND}/best-static", "upper-bound / best static"),
+)
+
+
+def _f(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    return [
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join("---" for _ in header) + "|",
+        *("| " + " | ".join(row) + " |" for row in rows),
+    ]
+
+
+def _median(cell: Mapping[str, Any], name: str) -> float | None:
+    found = cell["ratios"].get(name)
+    return None if found is None else float(found["median"])
+
+
+def _lead_table(p: Mapping[str, Any]) -> list[str]:
+    k = p["max_k"]
+    rows = [
+        [label, *(_f(_median(cell, name.format(K=k))) for name, _ in COLUMNS)]
+        for label, cell in p["arrivals"].items()
+    ]
+    return _table(["arrival", *(title for _, title in COLUMNS)], rows)
+
+
+def _latency(p: Mapping[str, Any]) -> list[str]:
+    cell = p["arrivals"].get(LOAD_ARRIVAL)
+    if cell is None:
+        return []
+    by_mode = {m: p99_ratios(cell["seeds"], m) for m in (ADAPTIVE, GATEWAY_AV, VLLM_AV)}
+    first = next(iter(cell["seeds"].values()))
+    base = first.get(NOSPEC, {}).get("class_latency", {})
+    rows = [
+        [
+            cls,
+            _f(lat["ttft_p99_s"]),
+            _f(lat["e2e_p99_s"]),
+            *(_f(by_mode[m].get(cls)) for m in by_mode),
+        ]
+        for cls, lat in base.items()
+    ]
+    capacity = p.get("capacity_per_s", {})
+    rate = next(iter(capacity.values()), None)
+    return [
+        f"Poisson at 0.8 of no-speculation capacity ({_f(rate, 2)} requests/s full): "
+        "no speculation's TTFT and end-to-end p99 (s), and each mode's end-to-end p99 over it",
+        "",
+        *_table(
+            [
+                "class",
+                "no spec TTFT p99",
+                "no spec e2e p99",
+                *(f"{m} e2e p99 / no spec" for m in by_mode),
+            ],
+            rows,
+        ),
+        "",
+    ]
+
+
+def _checks(checks: Sequence[Mapping[str, Any]]) -> list[str]:
+    rows = [
+        [c["claim"], _f(c["value"]), c["target"], "pass" if c["pass"] else "FAIL"] for c in checks
+    ]
+    return _table(["target", "value", "needs", "result"], rows) if rows else []
+
+
+def _published(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    if not rows:
+        return []
+    table = [
+        [
+            r["arrival"],
+            f"vllm-av / {r['against']}",
+            _f(r["twin"]),
+            _f(r["published"]),
+            "yes" if r["same_direction"] else "no",
+            r["source"],
+        ]
+        for r in rows
+    ]
+    return [
+        "`vllm-av` beside what vLLM published (on `h100-llama8b-eagle3`, the nearest "
+        "shipped profile):",
+        "",
+        *_table(["arrival", "ratio", "twin", "published", "same direction", "source"], table),
+        "",
+    ]
+
+
+def lead(summary: Mapping[str, Any]) -> list[str]:
+    """The report's first section (module docstring)."""
+    lines = [
+        "## Adaptive verification: the gateway steering vLLM 0.33's against it",
+        "",
+        LEAD_NOTE,
+        "",
+    ]
+    for name, p in summary["profiles"].items():
+        confidence = p.get("confidence", {})
+        aucs = sorted(set(confidence.get("auc", {}).values()))
+        lines += [
+            f"### {name}",
+            "",
+            f"Confidence: AUC {', '.join(_f(a, 2) for a in aucs)} (scale "
+            f"{_f(confidence.get('scale'), 2)}); {confidence.get('source', '')}",
+            "",
+            *_lead_table(p),
+            "",
+            *_latency(p),
+            *_checks(p.get("verify_checks", [])),
+            "",
+        ]
+    lines += _published(summary.get("published", []))
+    return lines
