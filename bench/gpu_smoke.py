@@ -197,11 +197,15 @@ def _take_usage(rec: SmokeRecord, answer: Any) -> None:
     usage = getattr(answer, "usage", None)
     if usage is not None:
         rec.output_tokens = int(usage.completion_tokens or 0)
-    spec = (getattr(answer, "model_extra", None) or {}).get("speculation")
+    # The gateway's speculation report: its decision, and vLLM's block with the counts.
+    extra = getattr(answer, "model_extra", None) or {}
+    spec = extra.get("speculation")
     if isinstance(spec, dict):
         rec.gw_class = str(spec.get("class"))
         rec.k = int(spec.get("k", -1))
-        rec.acceptance_length = float(spec.get("acceptance_length", 1.0))
+    counts = (extra.get("metrics") or {}).get("speculative_decoding")
+    if isinstance(counts, dict):
+        rec.acceptance_length = float(counts.get("mean_acceptance_length", 1.0))
 
 
 async def metrics(gw: GatewayProcess) -> Samples:

@@ -82,14 +82,18 @@ def _apply_final(rec: RequestRecord, chunk: Any) -> None:
     if usage is not None:
         rec.output_tokens = int(usage.completion_tokens or 0)
         rec.prompt_tokens = int(usage.prompt_tokens or 0)
-    spec = (getattr(chunk, "model_extra", None) or {}).get("speculation")
+    # The gateway's speculation report: its decision, and vLLM's block with the counts.
+    extra = getattr(chunk, "model_extra", None) or {}
+    spec = extra.get("speculation")
     if isinstance(spec, dict):
         rec.gw_class = str(spec.get("class", rec.gw_class))
         rec.k = int(spec.get("k", rec.k if rec.k is not None else -1))
-        rec.draft_tokens = int(spec.get("draft_tokens", 0))
-        rec.accepted_tokens = int(spec.get("accepted_tokens", 0))
-        rec.verify_steps = int(spec.get("verify_steps", 0))
-        rec.acceptance_length = float(spec.get("acceptance_length", 1.0))
+    counts = (extra.get("metrics") or {}).get("speculative_decoding")
+    if isinstance(counts, dict):
+        rec.draft_tokens = int(counts.get("num_draft_tokens", 0))
+        rec.accepted_tokens = int(counts.get("num_accepted_draft_tokens", 0))
+        rec.verify_steps = int(counts.get("num_spec_steps", 0))
+        rec.acceptance_length = float(counts.get("mean_acceptance_length", 1.0))
 
 
 async def send_one(

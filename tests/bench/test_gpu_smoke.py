@@ -264,7 +264,8 @@ def test_a_whole_message_with_a_tool_call_is_read() -> None:
                 }
             ],
             "usage": {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12},
-            "speculation": {"class": "tools", "k": 4, "acceptance_length": 2.5},
+            "speculation": {"class": "tools", "class_id": "c", "k": 4, "reason": "r"},
+            "metrics": {"speculative_decoding": {"mean_acceptance_length": 2.5}},
         }
     )
     rec = SmokeRecord("tools c1", 1, "tool_call", True, streamed=False)
