@@ -2,8 +2,9 @@
 
 Every request streams (`stream_options.include_usage`), so TTFT is the wall time
 to the first content chunk as a user sees it, and the final usage chunk carries
-the gateway's `speculation` object (class, k, drafted / accepted tokens, verify
-steps). The `x-specgw-k` / `x-specgw-class` headers are recorded too.
+the speculation report: vLLM's `metrics.speculative_decoding` (drafted / accepted
+tokens, verify steps) and the gateway's `speculation` object (class, k). The
+`x-specgw-k` / `x-specgw-class` headers are recorded too.
 """
 
 from __future__ import annotations
