@@ -9,10 +9,10 @@ chat at k = 0 by `k-max`; the step costs are fixed where a draft is dear (`PRICE
 Chat requests sent while a completion streams at k = 4 lower it; which depth they
 lower it to is the controller's call on those costs, so the test reads the caps from
 the requests' logged reasons and checks that the engine held the completion to the
-deepest of them a few steps in: its `speculation` usage object counts its drafts and
-verify steps, and at most a handful of steps may run deeper than the cap (those
-before the chats entered). With the flag off no chat lowers it and every verify step
-after the first drafts 4.
+deepest of them a few steps in: vLLM's `metrics.speculative_decoding` on its usage
+chunk counts its drafts and verify steps, and at most a handful of steps may run
+deeper than the cap (those before the chats entered). With the flag off no chat lowers
+it and every verify step after the first drafts 4.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from tests.gateway.conftest import (
     wait_for,
 )
 from tests.gateway.flag_files import chat_k, write_flags
+from tests.spec_report import vllm_block
 
 #: Starts `spec-gateway serve` on the real engine: the engine tier.
 pytestmark = pytest.mark.engine
@@ -112,16 +113,15 @@ def completion_beside_chats(gw: GatewayProcess, client: openai.OpenAI, model: st
     rest = list(chunks)
     assert [c.choices[0].finish_reason for c in rest if c.choices][-1] == "length"
     final = rest[-1]
-    spec = (final.model_extra or {}).get("speculation")
-    assert isinstance(spec, dict), final
+    spec = vllm_block(final.model_extra or {})
     assert final.usage is not None
     assert final.usage.completion_tokens == TOKENS
     caps = tuple(int(to) for _, to in LOWERS.findall(gw.log_path.read_text()[logged:]))
     return Run(
         k=int(raw.headers["x-specgw-k"]),
         tokens=final.usage.completion_tokens,
-        drafts=int(spec["draft_tokens"]),
-        verify_steps=int(spec["verify_steps"]),
+        drafts=int(spec["num_draft_tokens"]),
+        verify_steps=int(spec["num_spec_steps"]),
         caps=caps,
     )
 

@@ -18,6 +18,7 @@ from tests.gateway.conftest import (
     stop_gateway,
 )
 from tests.gateway.flag_files import write_flags
+from tests.spec_report import vllm_block
 
 pytestmark = pytest.mark.engine
 MODEL = "specgw-default"
@@ -99,11 +100,11 @@ def test_sampled_requests_speculate_in_a_class_of_their_own(
         )
         assert sampled.headers["x-specgw-class"] == f"{label}/{bucket}"
         k = int(sampled.headers["x-specgw-k"])
-        spec = sampled.parse().model_extra["speculation"]
-        assert spec["k"] == k
+        extra = sampled.parse().model_extra
+        assert extra["speculation"]["k"] == k
         if temperature is not None:
             assert k > 0
-            assert spec["draft_tokens"] > 0
+            assert vllm_block(extra)["num_draft_tokens"] > 0
     classes = _classes(gateway)
     assert {label, f"{label}/t1", f"{label}/t0.5"} <= set(classes)
 
@@ -120,14 +121,14 @@ def test_sampled_requests_run_at_k0_where_the_engine_is_set_not_to_speculate_the
     )
     label = greedy.headers["x-specgw-class"]
     assert int(greedy.headers["x-specgw-k"]) > 0
-    assert greedy.parse().model_extra["speculation"]["draft_tokens"] > 0
+    assert vllm_block(greedy.parse().model_extra)["num_draft_tokens"] > 0
     sampled = client.chat.completions.with_raw_response.create(
         model=MODEL, messages=MESSAGES, max_tokens=16, temperature=0.8
     )
     assert sampled.headers["x-specgw-class"] == f"{label}/t1"
     assert sampled.headers["x-specgw-k"] == "0"
-    spec = sampled.parse().model_extra["speculation"]
-    assert (spec["k"], spec["draft_tokens"]) == (0, 0)
+    extra = sampled.parse().model_extra
+    assert (extra["speculation"]["k"], vllm_block(extra)["num_draft_tokens"]) == (0, 0)
     classes = _classes(sampling_off)
     assert int(str(classes[f"{label}/t1"]["k"])) > 0  # the class's own k stands
 
