@@ -24,6 +24,9 @@ SPEC_CAP_ARG = "specgw_cap"
 #: Key of `SamplingParams.extra_args` that carries the gateway's request id, so the
 #: engine can hand the request's outcome back to the gateway.
 GATEWAY_ID_ARG = "specgw_request_id"
+#: Key of `SamplingParams.extra_args` that carries the request's class id, so the engine
+#: can keep one acceptance estimator per class (`engine.vllm.confidence_budget`).
+SPEC_CLASS_ARG = "specgw_class"
 #: vLLM's own bound (`SamplingParams`): a temperature below it is greedy decoding.
 GREEDY_EPS = 1e-5
 

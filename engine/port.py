@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Protocol
 
-from engine.interface import GATEWAY_ID_ARG, SPEC_CAP_ARG, SPEC_DEPTH_ARG
+from engine.interface import GATEWAY_ID_ARG, SPEC_CAP_ARG, SPEC_CLASS_ARG, SPEC_DEPTH_ARG
 from engine.protocol import (
     ChatCompletionRequest,
     ChatCompletionResponse,
@@ -44,7 +44,15 @@ from engine.step_rule import SPEC_COSTS_ARG, SPEC_NEWS_ARG, SPEC_VOTE_ARG, StepA
 
 #: Keys of `vllm_xargs` reserved for the gateway; a client may never set them.
 RESERVED_XARGS = frozenset(
-    {SPEC_DEPTH_ARG, SPEC_CAP_ARG, GATEWAY_ID_ARG, SPEC_VOTE_ARG, SPEC_COSTS_ARG, SPEC_NEWS_ARG}
+    {
+        SPEC_DEPTH_ARG,
+        SPEC_CAP_ARG,
+        SPEC_CLASS_ARG,
+        GATEWAY_ID_ARG,
+        SPEC_VOTE_ARG,
+        SPEC_COSTS_ARG,
+        SPEC_NEWS_ARG,
+    }
 )
 
 ChatResult = ChatCompletionResponse | AsyncIterator[str]

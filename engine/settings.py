@@ -165,6 +165,15 @@ class EngineSettings(BaseSettings):
         "bench.sampled_fidelity` measures it), off where it could not be. Greedy requests "
         "are never affected.",
     )
+    verify_budget: Literal["off", "on", "vllm-av"] = Field(
+        "off",
+        description="Verify only the drafts the step's budget admits, from the drafter's "
+        "confidence in each (vLLM 0.33's adaptive verification rule, `engine.verify_budget`), "
+        "each request's class bound k its cap: `on` one acceptance estimator per class, "
+        "`vllm-av` one pooled over every request (vLLM as shipped). CPU: the scheduler trims "
+        "the drafts (`engine.vllm.confidence_budget`); CUDA: vLLM's own adaptive verification "
+        "(`enable_adaptive_verification`). Outputs never change.",
+    )
     scheduler: Literal["auto", "sync", "async"] = Field(
         "auto",
         description="Scheduler flavour: `auto` lets vLLM choose (CPU forces sync, CUDA "

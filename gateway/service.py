@@ -14,7 +14,7 @@ from typing import Any
 
 from opentelemetry.trace import Tracer
 
-from engine.interface import EngineError, EngineStep, RequestOutcome
+from engine.interface import SPEC_CLASS_ARG, EngineError, EngineStep, RequestOutcome
 from engine.port import RESERVED_XARGS, SampledRequest, ServingPort
 from engine.protocol import ChatCompletionRequest, CompletionRequest, ResponsesRequest
 from gateway import limits
@@ -298,6 +298,9 @@ class InferenceService:
         `report` is its speculation report's level; the engine runs it as
         `id_prefix + gateway id + engine_suffix`."""
         plan = planned.plan
+        if request is not None and hasattr(request, "vllm_xargs"):
+            # The engine keeps one acceptance estimator per class (`engine.vllm.confidence_budget`).
+            request.vllm_xargs = {**(request.vllm_xargs or {}), SPEC_CLASS_ARG: plan.class_id}
         spec_report = SpeculationReport(report, plan)
         headers = planned.headers()
         gid = uuid.uuid4().hex

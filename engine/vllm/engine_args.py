@@ -20,6 +20,7 @@ from engine.vllm.batch_depth import (
     capture_schedule,
     capture_sizes,
 )
+from engine.vllm.confidence_budget import VERIFY_BUDGET_KEY
 
 log = logging.getLogger("specgw")
 
@@ -127,10 +128,36 @@ def engine_args(
     kwargs.update(settings.extra_args)
     if settings.prefill_step_depth is not None:
         extra_config[PREFILL_STEP_KEY] = settings.prefill_step_depth
+    _verify_budget(settings, kwargs, extra_config, device)
     if extra_config:
         # Beside, not under, an `additional_config` in `extra_args` (its own keys win).
         kwargs["additional_config"] = extra_config | dict(kwargs.get("additional_config") or {})
     return AsyncEngineArgs(**kwargs)
+
+
+def _verify_budget(
+    settings: EngineSettings, kwargs: dict[str, Any], extra_config: dict[str, Any], device: str
+) -> None:
+    """The verify budget (`EngineSettings.verify_budget`) where the engine speculates.
+
+    The CPU's synchronous scheduler runs the rule itself (`engine.vllm.confidence_budget`,
+    turned on by `VERIFY_BUDGET_KEY`); on CUDA vLLM 0.33's adaptive verification runs it in
+    Model Runner V2, turned on in the speculative config. Either way the gateway's drafter
+    skip at depth 0 stands down on CUDA (`draft_skip.v2_skip_allowed`: adaptive verification
+    reads every proposal's confidences), which is said once here, not left to be found.
+    """
+    spec = kwargs.get("speculative_config")
+    if not isinstance(spec, dict):
+        return
+    if settings.verify_budget != "off":
+        extra_config[VERIFY_BUDGET_KEY] = settings.verify_budget
+        if device == "cuda":
+            spec.setdefault("enable_adaptive_verification", True)
+    if device == "cuda" and spec.get("enable_adaptive_verification"):
+        log.warning(
+            "adaptive verification on: the drafter runs in every step, the skip at depth 0 "
+            "stands down (each request's class bound still caps its verified drafts)"
+        )
 
 
 def checked_engine_args(settings: EngineSettings) -> AsyncEngineArgs:

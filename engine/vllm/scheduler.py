@@ -56,6 +56,12 @@ steps that may follow.
 Both also time each step for the gateway's cost model (`engine.vllm.step_clock`): the
 period and what the step scheduled ride in the step's own scheduler stats.
 
+With the verify budget on (`EngineSettings.verify_budget`, synchronous scheduling), the
+drafts a request keeps after its k are trimmed further, before the next step is scheduled,
+to what vLLM 0.33's adaptive-verification rule admits from the drafter's confidence in
+each (`engine.vllm.confidence_budget`); the confidences are read from the worker where
+the engine core picks up the step's drafts (`_skip_draft_pickup_in_depth_zero_steps`).
+
 How the drafts of one step are spread over its requests is the engine's batch-depth
 rule (`engine.vllm.batch_depth`): each request its own k on the CPU, one depth for every
 drafting request where CUDA replays FULL decode graphs of one query width.
@@ -63,6 +69,7 @@ drafting request where CUDA replays FULL decode graphs of one query width.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
@@ -72,11 +79,14 @@ from vllm.v1.engine import EngineCoreOutputs
 from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
 from vllm.v1.request import Request
 
-from engine.interface import SPEC_CAP_ARG, SPEC_DEPTH_ARG, depth_arg
+from engine.interface import SPEC_CAP_ARG, SPEC_CLASS_ARG, SPEC_DEPTH_ARG, depth_arg
 from engine.vllm.batch_depth import CAPTURE_SCHEDULE_KEY, DepthRule, rule_for
+from engine.vllm.confidence_budget import VERIFY_BUDGET_KEY, ConfidenceBudget, Draft
 from engine.vllm.draft_skip import DRAFTER_IDLE
 from engine.vllm.step_clock import StepClock
 from engine.vllm.step_votes import StepVotes
+
+log = logging.getLogger("specgw")
 
 #: Appended to a k = 0 request's cache salt: its blocks lack drafter KV (see above).
 DEPTH_ZERO_SALT = "specgw:k0"
@@ -127,6 +137,22 @@ class _DepthCap(StepVotes):
         self._depth_zero_hits_whole_blocks()
         self._step_clock = StepClock()
         self._init_votes()
+        self.specgw_verify_budget = self._verify_budget()
+
+    def _verify_budget(self) -> ConfidenceBudget | None:
+        """The confidence trim where the settings turned it on (synchronous scheduling:
+        drafts reach the scheduler before the step that verifies them)."""
+        extra = getattr(self.vllm_config, "additional_config", None)  # type: ignore[attr-defined]
+        mode = extra.get(VERIFY_BUDGET_KEY) if isinstance(extra, dict) else None
+        if mode not in ("on", "vllm-av") or self.num_spec_tokens <= 0:
+            return None
+        config: Any = self.scheduler_config  # type: ignore[attr-defined]
+        if config.async_scheduling:
+            log.warning("verify budget: needs the synchronous scheduler; off")
+            return None
+        seqs = int(config.max_num_seqs)
+        tokens = max(int(config.max_num_batched_tokens), seqs * (1 + self.num_spec_tokens))
+        return ConfidenceBudget(self.num_spec_tokens, seqs, tokens, pooled=mode == "vllm-av")
 
     def _capture_only(self) -> bool:
         """Whether the batch-size schedule is the gateway's capture schedule."""
@@ -149,8 +175,35 @@ class _DepthCap(StepVotes):
             scheduler_output, model_runner_output
         )
         busy = self.get_num_unfinished_requests() > 0  # type: ignore[attr-defined]
-        self._step_clock.stamp(scheduler_output, outputs, busy)
+        elapsed_ms = self._step_clock.stamp(scheduler_output, outputs, busy)
+        budget = self.specgw_verify_budget
+        if budget is not None:
+            if elapsed_ms is not None:
+                budget.costs.observe(
+                    len(scheduler_output.num_scheduled_tokens),
+                    scheduler_output.total_num_scheduled_tokens,
+                    elapsed_ms,
+                )
+            budget.graded(_verified(scheduler_output, model_runner_output))
         return outputs
+
+    def _trim_to_budget(self, req_ids: list[str]) -> None:
+        """Cut the drafts just taken to what the verify budget admits (module docstring)."""
+        budget = self.specgw_verify_budget
+        if budget is None:
+            return
+        drafting: list[Request] = []
+        for req_id in req_ids:
+            request = self.requests.get(req_id)
+            if request is not None and request.spec_token_ids and not request.is_finished():
+                drafting.append(request)
+        if not drafting:
+            return
+        drafts = [Draft(r.request_id, _class_key(r), len(r.spec_token_ids)) for r in drafting]
+        running = len(self.running)  # type: ignore[attr-defined]
+        for request, admitted in zip(drafting, budget.trim(drafts, running), strict=True):
+            if admitted < len(request.spec_token_ids):
+                request.spec_token_ids = list(request.spec_token_ids[:admitted])
 
     def add_request(self, request: Request) -> None:
         new = request.request_id not in self.requests
@@ -303,6 +356,7 @@ class SpecDepthScheduler(_DepthCap, Scheduler):
             request = self.requests.get(req_id)
             if request is not None and request.spec_token_ids:
                 self._cap_drafts(request)
+        self._trim_to_budget(draft_token_ids.req_ids)
 
 
 class AsyncSpecDepthScheduler(_DepthCap, AsyncScheduler):
@@ -323,6 +377,44 @@ class AsyncSpecDepthScheduler(_DepthCap, AsyncScheduler):
             request = self.requests.get(req_id)
             if request is not None and request.spec_token_ids:
                 self._cap_drafts(request)
+
+
+def _class_key(request: Request) -> object:
+    """The request's class id (`SPEC_CLASS_ARG`; None: unclassified, one estimator)."""
+    params = request.sampling_params
+    extra = params.extra_args if params is not None else None
+    value = extra.get(SPEC_CLASS_ARG) if extra else None
+    return value if isinstance(value, str) else None
+
+
+def _verified(
+    scheduler_output: SchedulerOutput, output: ModelRunnerOutput
+) -> dict[str, tuple[int, int]]:
+    """Per request of the step: (drafts verified, drafts accepted): its sampled tokens
+    less the bonus token, as vLLM's own update counts them."""
+    index = output.req_id_to_index
+    sampled = output.sampled_token_ids
+    out = {}
+    for req_id, spec in scheduler_output.scheduled_spec_decode_tokens.items():
+        i = index.get(req_id)
+        if i is None or i >= len(sampled) or not spec:
+            continue
+        out[req_id] = (len(spec), max(0, min(len(spec), len(sampled[i]) - 1)))
+    return out
+
+
+def _worker_confidences(executor: Any, budget: ConfidenceBudget) -> dict[str, list[float]]:
+    """The workers' log-odds of each request's last drafts (`engine.vllm.draft_confidence`),
+    its hook installed on first use (keeping no graded records: the scheduler grades)."""
+    if budget.hooked is None:
+        installed = executor.collective_rpc("specgw_install_draft_confidence", args=(False,))
+        budget.hooked = bool(installed) and all(installed)
+        if not budget.hooked:
+            log.warning("verify budget: the runner gives no draft confidences; drafts kept")
+    if not budget.hooked:
+        return {}
+    found: dict[str, list[float]] = executor.collective_rpc("specgw_draft_confidences")[0]
+    return found
 
 
 def _salt_depth_zero(request: Request) -> None:
@@ -360,6 +452,10 @@ def _skip_draft_pickup_in_depth_zero_steps() -> None:
     def post_step_unless_depth_zero(self: Any, model_executed: bool) -> None:
         if getattr(self.scheduler, "specgw_step_depth", -1) == 0:
             return
+        budget = getattr(self.scheduler, "specgw_verify_budget", None)
+        if budget is not None and model_executed:
+            # Before the pickup: `update_draft_token_ids` trims from them.
+            budget.confidences = _worker_confidences(self.model_executor, budget)
         post_step(self, model_executed)
 
     post_step_unless_depth_zero._specgw = True  # type: ignore[attr-defined]

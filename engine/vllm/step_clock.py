@@ -46,17 +46,19 @@ class StepClock:
         scheduler_output: SchedulerOutput,
         outputs: dict[int, EngineCoreOutputs],
         busy: bool,
-    ) -> None:
+    ) -> float | None:
         """After the scheduler's output update of one step: attach the step's record to
         the step's scheduler stats (where vLLM attached none); `busy`: the core still
-        holds unfinished requests, so the next step follows without waiting."""
+        holds unfinished requests, so the next step follows without waiting. Returns the
+        step's period in ms (None where it is not one: the core was idle before it)."""
         now = self._clock()
         last, self._last = self._last, (now if busy else None)
         if last is None or scheduler_output.total_num_scheduled_tokens <= 0:
-            return
+            return None
+        elapsed_ms = (now - last) * 1000.0
         stats = next((o.scheduler_stats for o in outputs.values() if o.scheduler_stats), None)
         if stats is None or stats.iteration_details is not None:
-            return
+            return elapsed_ms
         counts = compute_iteration_details(scheduler_output)
         stats.iteration_details = SchedulerIterationDetails(
             iteration_index=self._index,
@@ -64,6 +66,7 @@ class StepClock:
             num_ctx_tokens=counts.num_ctx_tokens,
             num_generation_requests=counts.num_generation_requests,
             num_generation_tokens=counts.num_generation_tokens,
-            elapsed_ms=(now - last) * 1000.0,
+            elapsed_ms=elapsed_ms,
         )
         self._index += 1
+        return elapsed_ms
