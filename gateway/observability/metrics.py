@@ -108,8 +108,8 @@ CLASS_ID = "class_id"
 
 
 class NamedClass(Protocol):
-    """A request class as the catalogue names it: `RequestClass`, a `Plan`, the
-    controller's events and reports all carry both."""
+    """A request class as the catalogue names it, by id and label: `RequestClass`, a
+    `Plan`, the controller's events and its reports all are one."""
 
     @property
     def class_id(self) -> str: ...
