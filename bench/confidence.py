@@ -1,6 +1,6 @@
 """Draft confidence measured on the embedded model's real drafters, per family and position.
 
-    .venv/bin/python -m bench.confidence [--prompts 24] [--max-tokens 96] [--k 7]
+    .venv/bin/python -m bench.confidence [--prompts 16] [--max-tokens 64] [--k 7]
     .venv/bin/python -m bench.confidence --from-records bench/results/confidence/records.json.gz
 
 Each drafter (EAGLE 3.1, EAGLE-3) gets one vLLM CPU engine at K = --k with the gateway's
@@ -33,7 +33,7 @@ import json
 import shlex
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -100,8 +100,11 @@ def _generate(llm: Any, prompts: Sequence[Any], temperature: float, max_tokens: 
     return outs
 
 
-def measure(args: argparse.Namespace) -> tuple[Runs, dict[str, Any]]:
-    """Run every drafter's engine over every family and mode; (steps, engine checks)."""
+def measure(
+    args: argparse.Namespace, done: Callable[[Runs, dict[str, Any]], None]
+) -> tuple[Runs, dict[str, Any]]:
+    """Run every drafter's engine over every family and mode; (steps, engine checks),
+    handed to `done` after each drafter as well (a stopped run keeps the drafters done)."""
     from tools.model.corpus import load_corpus
     from tools.model.families import FAMILIES, family_prompts
     from tools.model.measure import accepted_and_steps, open_llm
@@ -155,6 +158,7 @@ def measure(args: argparse.Namespace) -> tuple[Runs, dict[str, Any]]:
         checks[drafter]["mismatched_drafts"] = mismatched
         del llm
         gc.collect()
+        done(runs, checks)
     return runs, checks
 
 
@@ -238,8 +242,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--root", type=Path, default=default_model_root())
     ap.add_argument("--drafters", nargs="+", default=list(DRAFTERS), choices=DRAFTERS)
-    ap.add_argument("--prompts", type=int, default=24, help="Held-out prompts per family.")
-    ap.add_argument("--max-tokens", type=int, default=96)
+    ap.add_argument("--prompts", type=int, default=16, help="Held-out prompts per family.")
+    ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument(
         "--k", type=int, default=7, help="Drafts per step (positions measured), for every request."
     )
@@ -261,8 +265,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "dtype": "bfloat16",
         "split": "heldout",
     }
-    runs, checks = measure(args)
-    write(args.out, runs, checks, setup)
+    measure(args, lambda runs, checks: write(args.out, runs, checks, setup))
 
 
 if __name__ == "__main__":
