@@ -339,7 +339,7 @@ def start_vllm(settings: Any, workdir: Path) -> Server:
     log = (workdir / f"vllm-{port}.log").open("wb")
     proc = subprocess.Popen(vllm_command(settings, port), env=env, stdout=log, stderr=log)
     base = f"http://127.0.0.1:{port}"
-    wait_ready(proc, f"{base}/health", workdir / f"vllm-{port}.log")
+    wait_ready(proc, f"{base}/health", workdir / f"vllm-{port}.log", name="vllm")
     stop = functools.partial(stop_process, proc)
     return Server("vllm", base, proc, settings.served_names()[0], {}, stop)
 

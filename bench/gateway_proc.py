@@ -169,7 +169,7 @@ def start_gateway(
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
     gw = GatewayProcess(f"http://127.0.0.1:{port}", proc, log_path, flags_dir)
     try:
-        wait_ready(proc, f"{gw.base_url}/ready", log_path, timeout_s)
+        wait_ready(proc, f"{gw.base_url}/ready", log_path, timeout_s, name="gateway")
     except RuntimeError:
         gw.stop()
         raise
@@ -177,20 +177,23 @@ def start_gateway(
     return gw
 
 
-def wait_ready(proc: subprocess.Popen[bytes], url: str, log: Path, timeout_s: float = 600) -> None:
+def wait_ready(
+    proc: subprocess.Popen[bytes], url: str, log: Path, timeout_s: float = 600, name: str = "server"
+) -> None:
     """Poll `url` until it answers 200; raise with the log's tail if `proc` exits first or
-    the time runs out."""
+    the time runs out (the message's first line names the server: `bench.gpu_smoke`
+    reports it)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"{proc.args!r} exited early:\n{log.read_text()[-4000:]}")
+            raise RuntimeError(f"{name} exited early:\n{log.read_text()[-4000:]}")
         try:
             if httpx.get(url, timeout=2).status_code == 200:
                 return
         except httpx.HTTPError:
             pass
         time.sleep(0.5)
-    raise RuntimeError(f"{url} not ready in {timeout_s:.0f} s:\n{log.read_text()[-4000:]}")
+    raise RuntimeError(f"{name} not ready in {timeout_s:.0f} s:\n{log.read_text()[-4000:]}")
 
 
 def stop_process(proc: subprocess.Popen[bytes], grace_s: float = 90) -> None:

@@ -156,7 +156,7 @@ def _start(cmd: list[str], log: Path, env: dict[str, str]) -> tuple[subprocess.P
         )
     base = f"http://127.0.0.1:{port}"
     try:
-        wait_ready(proc, f"{base}/ready", log)
+        wait_ready(proc, f"{base}/ready", log, name=cmd[2])
     except RuntimeError:
         stop_process(proc, 60)
         raise

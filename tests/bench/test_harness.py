@@ -486,3 +486,25 @@ def test_arrivals_are_chosen_by_label_in_the_plans_order() -> None:
     assert [a.label for a in chosen] == ["c4", "c16"]
     with pytest.raises(typer.BadParameter, match="unknown arrival c8"):
         select_arrivals(FULL.arrivals, ["c8"])
+
+
+def test_a_server_is_waited_for_and_stopped_and_an_early_exit_names_it(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from bench.gateway_proc import free_port, stop_process, wait_ready
+
+    port = free_port()
+    log = tmp_path / "server.log"
+    with log.open("wb") as out:
+        cmd = [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"]
+        server = subprocess.Popen(cmd, cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_ready(server, f"http://127.0.0.1:{port}/", log, timeout_s=60)
+    finally:
+        stop_process(server, grace_s=10)
+    assert server.poll() is not None
+    with log.open("wb") as out:
+        gone = subprocess.Popen([sys.executable, "-c", "print('no device')"], stdout=out)
+    with pytest.raises(RuntimeError, match=r"(?s)^gateway exited early:\n.*no device"):
+        wait_ready(gone, f"http://127.0.0.1:{free_port()}/", log, timeout_s=60, name="gateway")
