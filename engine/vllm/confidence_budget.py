@@ -53,7 +53,7 @@ Mode = Literal["off", "on", "vllm-av"]
 #: The cost model's prior (a, b, c) in ms, and its weight in observations of one
 #: request and one token (module docstring: an assumption, replaced by measurement).
 PRIOR_MS = (6.0, 0.5, 0.2)
-PRIOR_WEIGHT = 4.0
+PRIOR_WEIGHT = 1.0
 #: Each step's weight decays by this much per later step (a half-life of ~350 steps).
 FORGET = 0.998
 #: Steps between two solves of the cost model (a 3 x 3 system).
