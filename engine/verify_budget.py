@@ -21,6 +21,8 @@ bound, 0 = verify nothing) never compete.
 vLLM sizes the budget from the previous step's copy of the confidences (a new
 request's read 1.0: `record_confidences`, `add_request`) and ranks the slots on
 the current ones; `admitted_drafts` takes both (`budget_confidences`).
+vLLM also caps the budget at what its sampler verifies in one chunk
+(`max_total_logits`, less one bonus token per request); that cap is not modelled here.
 Ties: vLLM's argmax and top-k keep the first; here the first budget and, among
 equal scores, the earlier request and position.
 """
