@@ -210,6 +210,10 @@ def twin(
         str | None,
         typer.Option(help="Run only these modes (comma-separated; the oracle needs the statics)."),
     ] = None,
+    arrivals: Annotated[
+        str | None,
+        typer.Option(help="Run only these arrivals (comma-separated labels, e.g. c1,c4)."),
+    ] = None,
     jobs: Annotated[
         int,
         typer.Option(min=1, max=64, help="Processes to run the profiles in (same results)."),
@@ -231,6 +235,17 @@ def twin(
     ]
     if requests:
         cases = [rescaled(c, requests) for c in cases]
+    if arrivals:
+        labels = arrivals.split(",")
+        cases = [
+            replace(
+                c,
+                workload=c.workload.model_copy(
+                    update={"arrivals": [a for a in c.workload.arrivals if a.label in labels]}
+                ),
+            )
+            for c in cases
+        ]
     chosen = [seed] if quick else [seed + i for i in range(seeds)]
     if quick:
         cases = quick_cases(cases)
