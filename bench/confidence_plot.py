@@ -42,7 +42,7 @@ def plot_reliability(summary: dict[str, Any], path: Path) -> Path:
             ax.legend(fontsize=6, loc="upper left")
         bottom.set_xlabel("drafter's probability of its drafted token")
     for r in range(2):
-        axes[r][0].set_ylabel("observed acceptance (given the earlier drafts accepted)")
+        axes[r][0].set_ylabel("observed conditional acceptance")
     fig.suptitle("Draft confidence reliability (python -m bench.confidence)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
