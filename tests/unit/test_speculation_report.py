@@ -92,7 +92,9 @@ async def test_completions_and_responses_carry_the_same_report(gateway: InProces
 async def test_an_unknown_level_is_a_400_naming_the_field(gateway: InProcessGateway) -> None:
     with pytest.raises(openai.BadRequestError) as caught:
         await gateway.client().chat.completions.create(
-            model=MODEL, messages=MESSAGES, extra_body={"speculation_report": "all"}
+            model=MODEL,
+            messages=MESSAGES,  # type: ignore[arg-type]
+            extra_body={"speculation_report": "all"},
         )
     error = caught.value.body
     assert isinstance(error, dict)
