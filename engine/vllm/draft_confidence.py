@@ -161,10 +161,11 @@ def log_odds_of_max(logits: torch.Tensor, temperature: torch.Tensor | None) -> t
     return (-torch.log(complement)).clamp(-MAX_LOG_ODDS, MAX_LOG_ODDS)
 
 
-#: Runner methods the hook wraps, and the parameters the wrappers read.
+#: Runner methods the hook wraps, and the parameters the wrappers read, checked on the
+#: runner's class (another hook, the draft skip's, may have wrapped the instance's).
 RUNNER_HOOKS: dict[str, tuple[str, ...]] = {
-    "execute_model": ("scheduler_output",),
-    "sample_tokens": ("grammar_output",),
+    "execute_model": ("self", "scheduler_output"),
+    "sample_tokens": ("self",),
 }
 
 
@@ -190,7 +191,7 @@ def runner_supports_confidence(runner: Any) -> bool:
         return False
     for name, params in RUNNER_HOOKS.items():
         try:
-            names = list(inspect.signature(getattr(runner, name)).parameters)
+            names = list(inspect.signature(getattr(type(runner), name)).parameters)
         except (AttributeError, TypeError, ValueError):
             return False
         if tuple(names[: len(params)]) != params:
@@ -290,7 +291,7 @@ def _install(runner: Any, log: ConfidenceLog) -> None:
             log.graded(_sampled_counts(output))
         return output
 
-    wrapped = (
+    wrapped: tuple[tuple[Any, str, Callable[..., Any]], ...] = (
         (drafter, "propose", propose_noting),
         (model, "compute_logits", logits_noting),
         (runner, "execute_model", execute_noting),
