@@ -25,6 +25,7 @@ from engine.interface import (
     RequestOutcome,
 )
 from engine.step_rule import StepArgs, StepCostTable, StepVote, vote_step_depth
+from engine.vllm.draft_confidence import VerifiedDrafts
 from engine.vllm.engine import VLLMEngine
 from tests.engine.contract import CONTRACT, collect
 from tests.engine.engines import (
@@ -440,3 +441,44 @@ async def test_the_step_rule_sets_a_voters_depth_in_the_engine(
     # Without a vote the same k verifies its drafts: the vote, not k, held it at 0.
     _, plain = await _greedy(engine, prompt, 4, "vote-none")
     assert plain.speculation.verify_steps > 0
+
+
+async def test_the_confidence_hook_grades_each_verify_step_as_the_engine_counts_it(
+    engine: VLLMEngine, reference: dict[str, list[int]]
+) -> None:
+    """`engine.vllm.draft_confidence`: one record per request and verify step, a log-odds
+    per drafted position; its verified and accepted counts add up to the engine's own
+    per-request figures (the scheduler capping each request at its k); outputs unchanged;
+    removed, it records nothing more."""
+    rpc = engine.serving_client.collective_rpc
+    assert await rpc("specgw_install_draft_confidence") == [True]
+    try:
+        jobs = [(p, k) for p in GREEDY_PROMPTS for k in (1, 2, 4)]
+        results = await asyncio.gather(*(_greedy(engine, p, k, "conf") for p, k in jobs))
+        rows = [
+            VerifiedDrafts.from_row(r)
+            for w in await rpc("specgw_draft_confidence_records")
+            for r in w
+        ]
+        assert await rpc("specgw_draft_confidence_mismatches") == [0]
+    finally:
+        assert await rpc("specgw_remove_draft_confidence") == [True]
+    by_request: dict[str, list[VerifiedDrafts]] = {}
+    for r in rows:  # the engine core's id is the request's plus a random suffix
+        by_request.setdefault(r.request_id.rsplit("-", 1)[0], []).append(r)
+    for (prompt, k), (tokens, outcome) in zip(jobs, results, strict=True):
+        assert tokens == reference[prompt]
+        spec = outcome.speculation
+        mine = by_request.get(outcome.request_id, [])
+        assert len(mine) == spec.verify_steps > 0, (prompt, k)
+        assert sum(r.verified for r in mine) == spec.draft_tokens
+        assert sum(r.accepted for r in mine) == spec.accepted_tokens
+        for d, n in enumerate(spec.accepted_per_position):
+            assert sum(r.accepted > d for r in mine) == n
+        for r in mine:
+            assert 0 <= r.accepted <= r.verified <= min(k, len(r.log_odds))
+            assert len(r.log_odds) <= 4
+            assert all(-40.0 <= f <= 40.0 for f in r.log_odds)
+    _, after = await _greedy(engine, GREEDY_PROMPTS[0], 4, "conf-off")
+    assert after.speculation.verify_steps > 0
+    assert await rpc("specgw_draft_confidence_records") == [[]]
