@@ -33,9 +33,10 @@ from gateway.connections import EdgeStats
 from gateway.errors import ErrorKind, GatewayError
 from gateway.flags import FlagAdmin, FlagView
 from gateway.flags.admin_routes import build_flags_router
-from gateway.observability.edge_metrics import edge_registry, with_edge
+from gateway.observability.edge_metrics import edge_registry, render_alone, with_edge
 from gateway.observability.logs import request_context
 from gateway.observability.tracing import TRACER_NAME, setup_tracing
+from gateway.phase import Phase, PhaseBoard, not_ready, starting
 from gateway.settings import GatewaySettings
 from gateway.tenants import TenantDirectory
 from gateway.tenants.decision import RATELIMIT_HEADERS
@@ -235,7 +236,10 @@ def _methods_of(request: Request) -> list[str]:
 
 
 def _flag_admin(app: FastAPI) -> FlagAdmin:
-    admin = getattr(app.state.runtime, "flag_admin", None)
+    runtime = app.state.runtime
+    if runtime is None:
+        raise not_ready(app.state.phases)
+    admin = getattr(runtime, "flag_admin", None)
     if admin is None:
         raise GatewayError(
             ErrorKind.NOT_READY,
@@ -250,21 +254,41 @@ def _flag_view(app: FastAPI) -> FlagView | None:
 
 
 def create_app(settings: GatewaySettings, runtime_factory: RuntimeFactory) -> FastAPI:
+    """The app; its lifespan builds the runtime (`runtime_factory(settings)`) and publishes
+    it as `app.state.runtime` once ready, reporting the start-up on `app.state.phases`.
+
+    Until then the routes answer: `/health` 200, `/ready` 503 with the phase, `/metrics`
+    the app's own families, the OpenAI routes 503 `not_ready` with `retry-after`.
+    `spec-gateway serve` binds its port first and runs this lifespan's start-up in the
+    background (`gateway.server`); in process, entering the lifespan returns a ready app.
+    """
     settings.check_exposure()
+    phases = PhaseBoard()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        async with runtime_factory(settings) as runtime:
+        phases.enter(Phase.LOADING, "starting the engine")
+        try:
+            with starting(phases):
+                runtime_context = runtime_factory(settings)
+                runtime = await runtime_context.__aenter__()
+        except BaseException:
+            phases.enter(Phase.DRAINING, "start-up did not finish")
+            raise
+        try:
             app.state.runtime = runtime
-            app.state.render_metrics = with_edge(
-                runtime.render_metrics, edge_registry(app.state.edge_stats)
-            )
+            app.state.render_metrics = with_edge(runtime.render_metrics, edges)
             if tracer is not None and hasattr(runtime, "service"):
                 runtime.service.trace_with(tracer.get_tracer(TRACER_NAME))
+            phases.enter(Phase.READY)
+            yield
+        finally:
+            phases.enter(Phase.DRAINING, "shutting down")
+            app.state.runtime = None
+            app.state.render_metrics = render_alone(edges)
             try:
-                yield
+                await runtime_context.__aexit__(None, None, None)
             finally:
-                app.state.runtime = None
                 if tracer is not None:
                     tracer.shutdown()
 
@@ -277,9 +301,9 @@ def create_app(settings: GatewaySettings, runtime_factory: RuntimeFactory) -> Fa
     )
     app.state.settings = settings
     app.state.runtime = None
+    app.state.phases = phases
     app.state.keyring = KeyRing(settings.api_keys, settings.admin_keys)
     app.state.tenants = TenantDirectory(settings.tenants, settings.api_keys)
-    app.state.render_metrics = lambda: (b"", "text/plain")
     _install_error_handlers(app)
     app.include_router(ops_routes.router)
     app.include_router(openai_routes.router)
@@ -299,6 +323,8 @@ def create_app(settings: GatewaySettings, runtime_factory: RuntimeFactory) -> Fa
         )
     app.add_middleware(AdmissionGate)  # inside RequestEdge: its 429s carry x-request-id
     app.state.edge_stats = EdgeStats()  # the server's protocol counts into it too
+    edges = edge_registry(app.state.edge_stats, phases)
+    app.state.render_metrics = render_alone(edges)
     app.add_middleware(
         RequestEdge,
         max_body_bytes=settings.max_body_bytes,

@@ -22,6 +22,7 @@ from gateway.flags import SPECS, FlagAdmin, FlagValues, FlagView, RedisOverrideP
 from gateway.observability.events import export_class_reports
 from gateway.observability.metrics import GatewayMetrics, render_metrics
 from gateway.observability.replica_metrics import BuildInfo
+from gateway.phase import Phase, PhaseBoard
 from gateway.settings import GatewaySettings
 from gateway.state import RedisClassStore
 from gateway.state.connection import RedisConnection
@@ -147,19 +148,24 @@ async def calibration(
     controller: Controller,
     controller_settings: ControllerSettings,
     max_running: int,
+    phases: PhaseBoard | None = None,
 ) -> list[CalibrationPoint]:
-    """Start-up calibration of the cost model (none without a drafter or batches)."""
+    """Start-up calibration of the cost model (none without a drafter or batches), in the
+    `calibrating` phase of `phases` with its rounds as the progress."""
     batches = calibration_batches(
         controller_settings.calibrate_batches, engine.one_depth_per_step, max_running
     )
     if not batches or engine.max_depth <= 0:
         return []
+    board = phases or PhaseBoard()
+    board.enter(Phase.CALIBRATING, f"batch sizes {' '.join(map(str, batches))}")
     return await calibrate(
         engine,
         controller.cost_model,
         batches,
         controller_settings.calibrate_tokens,
         math.ceil(controller_settings.cost_min_samples),
+        progress=lambda done, total: board.advance(done, total, "rounds"),
     )
 
 

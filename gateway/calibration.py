@@ -29,7 +29,7 @@ import logging
 import math
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -87,7 +87,9 @@ def _fresh(outcome: RequestOutcome) -> int:
     return outcome.prompt_tokens - outcome.cached_prompt_tokens
 
 
-async def _calibrate_prefill(engine: Engine, cost: CostModel, nonce: float) -> None:
+async def _calibrate_prefill(
+    engine: Engine, cost: CostModel, nonce: float, rounds: _Rounds | None = None
+) -> None:
     """Seconds per cold prompt token: a long prompt no cache holds against the short one.
 
     A class at k = 0 that probes k = 1 prefills, outside the k = 0 requests' prefix
@@ -104,6 +106,8 @@ async def _calibrate_prefill(engine: Engine, cost: CostModel, nonce: float) -> N
         cold = f"Calibration {nonce:.6f} {pair}.\n" + "\n".join([PROMPT] * COLD_REPEATS)
         short = await _one(engine, f"specgw-calibrate-prefill-short-{tag}", 0, 2)
         long = await _one(engine, f"specgw-calibrate-prefill-cold-{tag}", 0, 2, cold)
+        if rounds is not None:
+            rounds.tick()
         if short is not None and long is not None:
             shorts.append(short)
             colds.append(long)
@@ -155,16 +159,52 @@ def calibration_batches(
 MIN_ROUNDS = 2
 
 
+#: (rounds done, rounds in all): the calibration's progress, after each round.
+ProgressReport = Callable[[int, int], None]
+
+
+def timed_rounds(batch: int, samples: int) -> int:
+    """Timed rounds per depth at `batch`: `samples` requests at least, MIN_ROUNDS at least,
+    an even number."""
+    rounds = max(MIN_ROUNDS, math.ceil(samples / batch))
+    return rounds + rounds % 2
+
+
+def rounds_in_all(max_depth: int, batches: Sequence[int], samples: int) -> int:
+    """Every round `calibrate` runs: the warm-up's, the timed ones, the cold-prefill pairs."""
+    depths = max_depth + 1
+    warm = depths + sum(1 for b in batches if b > 1)
+    return warm + sum(timed_rounds(b, samples) * depths for b in batches) + PREFILL_PAIRS
+
+
+class _Rounds:
+    """Counts rounds as they end and reports each count (`ProgressReport`)."""
+
+    def __init__(self, total: int, report: ProgressReport | None) -> None:
+        self.done, self.total, self._report = 0, total, report
+        if report is not None:
+            report(0, total)
+
+    def tick(self) -> None:
+        self.done += 1
+        if self._report is not None:
+            self._report(self.done, self.total)
+
+
 async def _round(
-    engine: Engine, name: str, k: int, batch: int, tokens: int
+    engine: Engine, name: str, k: int, batch: int, tokens: int, rounds: _Rounds | None = None
 ) -> list[RequestOutcome]:
     outcomes = await asyncio.gather(
         *(_one(engine, f"specgw-calibrate-{name}-{i}", k, tokens) for i in range(batch))
     )
+    if rounds is not None:
+        rounds.tick()
     return [o for o in outcomes if o is not None]
 
 
-async def _warm_up(engine: Engine, batches: Sequence[int], tokens: int) -> None:
+async def _warm_up(
+    engine: Engine, batches: Sequence[int], tokens: int, rounds: _Rounds | None = None
+) -> None:
     """Untimed: one request at every depth, then one round at the deepest k per batch size.
 
     The first request after start-up and the first at each depth pay one-off costs
@@ -176,10 +216,10 @@ async def _warm_up(engine: Engine, batches: Sequence[int], tokens: int) -> None:
     speculation).
     """
     for k in range(engine.max_depth + 1):
-        await _round(engine, f"warm-k{k}", k, 1, tokens)
+        await _round(engine, f"warm-k{k}", k, 1, tokens, rounds)
     for batch in batches:
         if batch > 1:
-            await _round(engine, f"warm-b{batch}", engine.max_depth, batch, tokens)
+            await _round(engine, f"warm-b{batch}", engine.max_depth, batch, tokens, rounds)
 
 
 async def calibrate(
@@ -188,6 +228,7 @@ async def calibrate(
     batches: Sequence[int],
     tokens: int,
     samples: int,
+    progress: ProgressReport | None = None,
 ) -> list[CalibrationPoint]:
     """Feed `cost` at least `samples` step times per depth 0..K at each batch size.
 
@@ -196,9 +237,10 @@ async def calibrate(
     even number), each round visiting every depth in alternating order, after an
     untimed warm-up. The round's engine steps that decoded exactly its b requests at
     k are filed (the module's docstring); where the engine times none, each request's
-    mean step is.
+    mean step is. `progress` hears (rounds done, rounds in all) as each round ends.
     """
     started = time.monotonic()
+    rounds = _Rounds(rounds_in_all(engine.max_depth, batches, samples), progress)
     log.info(
         "calibrating step costs: depths 0..%d at batch sizes %s",
         engine.max_depth,
@@ -207,15 +249,15 @@ async def calibrate(
     steps: list[EngineStep] = []
     engine.on_step(steps.append)
     try:
-        await _warm_up(engine, batches, tokens)
+        await _warm_up(engine, batches, tokens, rounds)
         points = [
             p
             for batch in batches
-            for p in await _calibrate_batch(engine, cost, batch, tokens, samples, steps)
+            for p in await _calibrate_batch(engine, cost, batch, tokens, samples, steps, rounds)
         ]
     finally:
         engine.on_step(None)
-    await _calibrate_prefill(engine, cost, started)
+    await _calibrate_prefill(engine, cost, started, rounds)
     log.info(
         "step costs calibrated in %.1f s: %s",
         time.monotonic() - started,
@@ -231,18 +273,18 @@ async def _calibrate_batch(
     tokens: int,
     samples: int,
     steps: list[EngineStep],
+    counted: _Rounds | None = None,
 ) -> list[CalibrationPoint]:
     """The timed rounds at one batch size; `steps` collects the engine's timed steps."""
     depths = list(range(engine.max_depth + 1))
-    rounds = max(MIN_ROUNDS, math.ceil(samples / batch))
-    rounds += rounds % 2
+    rounds = timed_rounds(batch, samples)
     by_steps: dict[int, list[float]] = {k: [] for k in depths}
     by_requests: dict[int, list[float]] = {k: [] for k in depths}
     firsts: dict[int, list[float]] = {k: [] for k in depths}
     for r in range(rounds):
         for k in depths if r % 2 == 0 else depths[::-1]:
             steps.clear()
-            outcomes = await _round(engine, f"b{batch}-k{k}-{r}", k, batch, tokens)
+            outcomes = await _round(engine, f"b{batch}-k{k}-{r}", k, batch, tokens, counted)
             for step in steps:
                 if step.decoded_only(batch, batch * (1 + k)):
                     cost.observe_step(batch, k, step.seconds)

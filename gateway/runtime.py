@@ -34,6 +34,7 @@ from gateway.flags import (
 )
 from gateway.observability.events import MetricsEvents, SpanEvents
 from gateway.outcomes import OutcomeBoard
+from gateway.phase import Phase, PhaseBoard, start_up_board
 from gateway.planner import FlagOverrides
 from gateway.plugins import load_backend
 from gateway.replies import Telemetry
@@ -70,9 +71,12 @@ class Runtime:
     on_fatal: Callable[[], None] = field(default=lambda: None)
     #: Keeps the engine's state current (canary, metrics); None: computed on each call.
     watch: EngineWatch | None = None
+    #: The replica's phase (`gateway.phase`): the supervisor's restarts and the drain move it.
+    phases: PhaseBoard = field(default_factory=PhaseBoard)
 
     def engine_down(self) -> None:
         self.ready = False
+        self.phases.enter(Phase.RESTARTING, "the engine core is down")
         self._changed()
 
     def engine_up(self, slot: EngineSlot) -> None:
@@ -81,6 +85,7 @@ class Runtime:
         self.service.rebind(slot.frontend, slot.engine.abort)
         slot.engine.on_step(self.service.observe_step)
         self.ready = True
+        self.phases.enter(Phase.READY, "engine restarted")
         self._changed()
 
     def fatal(self) -> None:
@@ -92,6 +97,7 @@ class Runtime:
     def begin_drain(self) -> asyncio.Task[None]:
         """Stop admitting (503 + retry-after); at the deadline, abort what still runs."""
         if self.drain_task is None:
+            self.phases.enter(Phase.DRAINING, "finishing in-flight requests")
             self.drain_task = asyncio.get_running_loop().create_task(self._drain())
             self._changed()
         return self.drain_task
@@ -263,6 +269,7 @@ async def _control_plane(
     started engine; `drafter` and `vllm_version` label `specgw_build_info`."""
     engine, frontend = slot.engine, slot.frontend
     assert frontend is not None
+    phases = start_up_board()
     registry = CollectorRegistry()
     step_rule = step_rule_on(controller_settings, engine)
     metrics = assembly.replica_metrics(
@@ -275,7 +282,7 @@ async def _control_plane(
     events = FanOutEvents(LoggingEvents(), MetricsEvents(metrics), SpanEvents())
     controller = Controller(controller_settings, max_depth=engine.max_depth, events=events)
     calibration = await assembly.calibration(
-        engine, controller, controller_settings, settings.max_running
+        engine, controller, controller_settings, settings.max_running, phases
     )
     plane = ControlPlane(
         controller,
@@ -306,6 +313,7 @@ async def _control_plane(
         extra_readiness=readiness_extra,
         flag_view=view,
         flag_admin=admin,
+        phases=phases,
     )
     runtime.watch = EngineWatch(
         lambda: slot.engine,

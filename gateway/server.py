@@ -1,38 +1,37 @@
-"""uvicorn's server, plus: a SIGTERM/SIGINT first starts the gateway's own drain, and one
-during start-up cuts the start-up short.
+"""uvicorn's server, plus: the port is bound before the engine starts, a SIGTERM/SIGINT
+first starts the gateway's own drain, and one during start-up cuts the start-up short.
 
 uvicorn alone closes the listener and waits for open connections; the drain adds
 what the nothing-lost contract needs on top: requests arriving on kept-alive
 connections get 503 + retry-after, and requests still running at the drain
 deadline are aborted so their clients get an error event instead of a cut.
 
-Start-up (the engine, then tens of seconds of calibration) is the app's lifespan.
-uvicorn's signal handler only sets `should_exit`, which it reads once the lifespan's
-start-up has finished, so a pod terminated during start-up would wait out its grace
-period; and a lifespan cut short under uvicorn is a failed start-up (a traceback at
-ERROR, exit status 3). The server therefore enters the app's lifespan itself (uvicorn's
-own is off), in its start-up, where a signal cancels it: the lifespan unwinds (the
-engine shuts down), one INFO line says so, the port is never bound, and uvicorn
-re-raises the signal as it does after a drain.
+Start-up (the engine, then tens of seconds of calibration; minutes for a large model on
+a GPU) is the app's lifespan. uvicorn runs a lifespan's start-up before it binds, and
+reads its `should_exit` only once that start-up has finished: for minutes there would
+be no `/health`, `/ready` or `/metrics`, and a pod terminated meanwhile would wait out
+its grace period. The server therefore binds first and enters the app's lifespan itself
+(uvicorn's own is off), in a task of its own: the probes answer with the phase
+(`gateway.phase`) while it runs, and a signal cancels it: the lifespan unwinds (the
+engine shuts down), one INFO line says so, and uvicorn re-raises the signal as it does
+after a drain. A start-up that fails is logged as uvicorn logs one and the process
+exits non-zero (`fatal`, exit status 3 from `spec-gateway serve`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import socket
-import sys
-from collections.abc import Mapping
-from contextlib import AbstractAsyncContextManager
 from types import FrameType
-from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
-from uvicorn.config import STARTUP_FAILURE
 
 from gateway.connections import EdgeLimits, EdgeStats, bounded_protocol
+from gateway.phase import Phase
 from gateway.settings import GatewaySettings
 
 log = logging.getLogger("specgw")
@@ -67,61 +66,56 @@ def server_config(app: FastAPI, settings: GatewaySettings) -> uvicorn.Config:
 
 
 class DrainingServer(uvicorn.Server):
+    """Binds the port first, then runs the app's start-up in a task of its own."""
+
     def __init__(self, config: uvicorn.Config, app: FastAPI) -> None:
         super().__init__(config)
         self._app = app
         self._loop: asyncio.AbstractEventLoop | None = None
-        #: The app's lifespan once its start-up has finished; exited at shutdown.
-        self._lifespan: AbstractAsyncContextManager[Mapping[str, Any] | None] | None = None
-        #: The task running the app's start-up, while it runs.
-        self._starting: asyncio.Task[None] | None = None
+        #: The task that enters the app's lifespan, holds it while serving, and exits it.
+        self._app_task: asyncio.Task[None] | None = None
+        #: Set once the lifespan's start-up has finished (the runtime is published).
+        self._entered = False
+        #: Set at shutdown: the app task exits the lifespan (the drain, the engine's stop).
+        self._stop = asyncio.Event()
         #: The signal that cut start-up short (None: start-up was not interrupted).
         self.interrupted_by: int | None = None
-        #: The engine could not be restarted: the process must exit non-zero.
+        #: The engine could not be started or restarted: the process must exit non-zero.
         self.fatal = False
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         self._loop = asyncio.get_running_loop()
-        if not await self._start_app():
-            return  # `started` stays False: uvicorn neither serves nor shuts down
+        await super().startup(sockets)  # binds the port: exits where it is taken
+        self._app_task = self._loop.create_task(self._run_app(), name="specgw-lifespan")
+
+    async def _run_app(self) -> None:
+        """Enter the app's lifespan (the engine, the calibration), hold it until shutdown,
+        exit it; one task does all three, so the lifespan starts and ends in one context."""
+        lifespan = self._app.router.lifespan_context(self._app)
         try:
-            await super().startup(sockets)  # binds the port: exits where it is taken
-        except BaseException:
-            await self._stop_app()
-            raise
+            await lifespan.__aenter__()
+        except asyncio.CancelledError:
+            # Cut short (a signal, or the server stopping): the lifespan has unwound.
+            name = signal.Signals(self.interrupted_by or signal.SIGTERM).name
+            log.info("start-up interrupted by %s: the engine is shut down; exiting", name)
+            return
+        except Exception:
+            # As uvicorn's own lifespan reports a failed start-up; the process exits
+            # non-zero (`fatal`) once the server has stopped.
+            uvicorn_log.exception("Application startup failed. Exiting.")
+            self._give_up()
+            return
+        self._entered = True
         runtime = getattr(self._app.state, "runtime", None)
         if runtime is not None:
             runtime.on_fatal = self._give_up
-
-    async def _start_app(self) -> bool:
-        """Enter the app's lifespan; False where a signal cut it short (it has unwound)."""
-        lifespan = self._app.router.lifespan_context(self._app)
-        task = asyncio.current_task()
-        assert task is not None
-        entered = False
-        self._starting = task
         try:
-            if self.interrupted_by is None:
-                await lifespan.__aenter__()
-                entered = True
-        except asyncio.CancelledError:
-            if self.interrupted_by is None:
-                raise
-            task.uncancel()
-        except Exception:
-            # As uvicorn's own lifespan reports a failed start-up, with its exit status.
-            uvicorn_log.exception("Application startup failed. Exiting.")
-            sys.exit(STARTUP_FAILURE)
+            await self._stop.wait()
         finally:
-            self._starting = None
-        if self.interrupted_by is None:
-            self._lifespan = lifespan
-            return True
-        if entered:  # the signal came as the start-up ended, before the runtime was published
-            await lifespan.__aexit__(None, None, None)
-        name = signal.Signals(self.interrupted_by).name
-        log.info("start-up interrupted by %s: the engine is shut down; exiting", name)
-        return False
+            try:
+                await lifespan.__aexit__(None, None, None)
+            except Exception:
+                uvicorn_log.exception("Application shutdown failed. Exiting.")
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         try:
@@ -130,29 +124,33 @@ class DrainingServer(uvicorn.Server):
             await self._stop_app()
 
     async def _stop_app(self) -> None:
-        """Exit the app's lifespan (the drain, then the engine's shutdown), once."""
-        lifespan, self._lifespan = self._lifespan, None
-        if lifespan is None:
+        """Exit the app's lifespan (the drain, then the engine's shutdown), once; a
+        start-up still running is cut short."""
+        task, self._app_task = self._app_task, None
+        if task is None:
             return
-        try:
-            await lifespan.__aexit__(None, None, None)
-        except Exception:
-            uvicorn_log.exception("Application shutdown failed. Exiting.")
+        if not self._entered:
+            task.cancel()
+        self._stop.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
     def _give_up(self) -> None:
         self.fatal = True
         self.should_exit = True
 
     def _interrupt_start(self) -> None:
-        if self._starting is not None:
-            self._starting.cancel()
+        name = signal.Signals(self.interrupted_by or signal.SIGTERM).name
+        self._app.state.phases.enter(Phase.DRAINING, f"{name} during start-up")
+        if self._app_task is not None and not self._entered:
+            self._app_task.cancel()
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         runtime = getattr(self._app.state, "runtime", None)
         if runtime is not None:
             if self._loop is not None:
                 self._loop.call_soon_threadsafe(runtime.begin_drain)
-        elif not self.started and self.interrupted_by is None:
+        elif not self._entered and self.interrupted_by is None:
             self.interrupted_by = sig
             if self._loop is not None:
                 self._loop.call_soon_threadsafe(self._interrupt_start)

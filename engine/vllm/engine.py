@@ -73,6 +73,31 @@ def describe_engine(config: Any) -> str:
     )
 
 
+async def _built_off_loop(args: Any, stat_loggers: list[Any]) -> AsyncLLM:
+    """`AsyncLLM.from_engine_args` in a thread, so that the event loop keeps serving.
+
+    The call returns only once the engine core has loaded the model (tens of seconds on
+    the CPU build, minutes for a large model on a GPU); on the loop, no probe, scrape or
+    request would be answered meanwhile, at start-up nor during an in-process restart,
+    and the liveness probe would kill the pod. Built outside a running loop, vLLM starts
+    its output tasks at the first request or utility call instead (its own lazy path).
+    A thread cannot be stopped: cancelled meanwhile, the engine is shut down once built
+    and the cancellation goes on, so no engine core outlives its context.
+    """
+    build = asyncio.get_running_loop().run_in_executor(
+        None, lambda: AsyncLLM.from_engine_args(args, stat_loggers=stat_loggers)
+    )
+    try:
+        return await asyncio.shield(build)
+    except asyncio.CancelledError:
+        try:
+            llm = await build
+        except Exception:
+            raise asyncio.CancelledError from None
+        await asyncio.to_thread(llm.shutdown)
+        raise
+
+
 class VLLMEngine:
     """`Engine` on one `AsyncLLM`; build it with `VLLMEngine.started(...)`."""
 
@@ -113,7 +138,7 @@ class VLLMEngine:
             args = checked_engine_args(settings)
             if not settings.extra_args.get("enable_logging_iteration_details"):
                 quiet_step_lines()  # the scheduler times every step (`engine.vllm.step_clock`)
-            llm = AsyncLLM.from_engine_args(args, stat_loggers=[activity.logger_factory()])
+            llm = await _built_off_loop(args, [activity.logger_factory()])
             k_max = settings.max_depth if args.speculative_config else 0
             log.info("%s", describe_engine(llm.vllm_config))
             engine = cls(llm, settings, activity, k_max)

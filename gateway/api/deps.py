@@ -6,10 +6,12 @@ thread pool, two thread hops per request that cost more than the checks themselv
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import Request
 
 from gateway.auth import Scope
-from gateway.errors import ErrorKind, GatewayError
+from gateway.phase import not_ready
 from gateway.service import InferenceService
 from gateway.tenants import Tenant
 
@@ -34,8 +36,14 @@ async def tenant(request: Request) -> Tenant:
 
 
 async def service(request: Request) -> InferenceService:
+    svc: InferenceService = (await ready_runtime(request)).service
+    return svc
+
+
+async def ready_runtime(request: Request) -> Any:
+    """The runtime, or 503 `not_ready` (saying the phase) while loading, restarting or
+    draining."""
     runtime = getattr(request.app.state, "runtime", None)
     if runtime is None or not runtime.ready:
-        raise GatewayError(ErrorKind.NOT_READY, "The engine is not ready.", retry_after_s=5)
-    svc: InferenceService = runtime.service
-    return svc
+        raise not_ready(request.app.state.phases)
+    return runtime

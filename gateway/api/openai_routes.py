@@ -21,6 +21,7 @@ from engine.protocol import (
 from gateway.api.deps import require_user, service, tenant
 from gateway.api.responses import SSEResponse, error_docs, reply_response, unless_disconnected
 from gateway.errors import GatewayError
+from gateway.phase import not_ready
 from gateway.replies import JsonReply, StreamReply
 from gateway.service import InferenceService
 from gateway.tenants import Tenant
@@ -75,7 +76,10 @@ async def responses(
 
 @router.get("/models", response_model=None, responses={200: {"model": ModelList}, **ERRORS})
 async def models(request: Request) -> JSONResponse:
-    listed = await request.app.state.runtime.frontend.models()
+    runtime = request.app.state.runtime
+    if runtime is None:  # still loading: no serving layer to list
+        raise not_ready(request.app.state.phases)
+    listed = await runtime.frontend.models()
     return JSONResponse(listed.model_dump(exclude_none=True))
 
 

@@ -71,7 +71,7 @@ async def serve(**overrides: Any) -> AsyncIterator[Served]:
     server = DrainingServer(server_config(app, settings), app)
     task = asyncio.create_task(server.serve())
     for _ in range(500):  # start-up takes milliseconds on the fake backend
-        if server.started:
+        if server.started and app.state.runtime is not None:  # bound, then the engine up
             break
         await asyncio.sleep(0.02)
     else:

@@ -1,4 +1,5 @@
-"""A SIGTERM or SIGINT during start-up cuts the start-up short; one after it starts the drain.
+"""The port is bound before the engine starts; a SIGTERM or SIGINT during start-up cuts the
+start-up short; one after it starts the drain; a start-up that fails ends the server fatal.
 
 `DrainingServer` on the fake backend, in a thread of its own (uvicorn installs signal
 handlers only in the main thread, so the test calls `handle_exit` as the handler
@@ -19,6 +20,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
+import httpx
 import pytest
 from fastapi import FastAPI
 
@@ -49,6 +51,14 @@ class ServerThread:
     thread: threading.Thread
     unwound: threading.Event = field(default_factory=threading.Event)
 
+    @property
+    def base_url(self) -> str:
+        port = self.server.servers[0].sockets[0].getsockname()[1]
+        return f"http://127.0.0.1:{port}"
+
+    def get(self, path: str) -> httpx.Response:
+        return httpx.get(f"{self.base_url}{path}", timeout=5)
+
     def signal(self, sig: int) -> float:
         """Deliver `sig` as uvicorn's handler would; the seconds until the server ended."""
         sent = time.monotonic()
@@ -59,8 +69,12 @@ class ServerThread:
 
 
 def serve_in_thread(
-    controller: ControllerSettings, engine: FakeEngineConfig, port: int = 0
+    controller: ControllerSettings,
+    engine: FakeEngineConfig,
+    port: int = 0,
+    fail: Exception | None = None,
 ) -> ServerThread:
+    """`fail`: raised by the runtime factory once its engine has started."""
     factory = fake_runtime_factory(EngineSettings(backend="fake"), controller, engine_config=engine)
     unwound = threading.Event()
 
@@ -68,6 +82,8 @@ def serve_in_thread(
     async def tracked(settings: GatewaySettings) -> AsyncIterator[Runtime]:
         try:
             async with factory(settings) as runtime:
+                if fail is not None:
+                    raise fail
                 yield runtime
         finally:
             unwound.set()
@@ -104,8 +120,10 @@ def test_a_signal_during_calibration_ends_start_up_at_once(
 
     assert took < EXIT_BOUND_S
     assert served.unwound.is_set()
-    assert not served.server.started  # never bound its port
+    assert served.server.started  # the port was bound before the engine started
+    assert served.app.state.runtime is None  # never published
     assert served.server.interrupted_by == sig
+    assert not served.server.fatal
     said = messages(caplog)
     assert [m for m in said if "start-up interrupted" in m] == [
         f"start-up interrupted by {sig.name}: the engine is shut down; exiting"
@@ -117,9 +135,8 @@ def test_a_signal_during_calibration_ends_start_up_at_once(
 def test_sigterm_after_start_up_drains_as_before(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO)
     served = serve_in_thread(QUICK_START, FakeEngineConfig())
-    wait_until(lambda: served.server.started, 30, "start-up")
+    wait_until(lambda: served.app.state.runtime is not None, 30, "start-up")
     runtime = served.app.state.runtime
-    assert runtime is not None
 
     served.signal(signal.SIGTERM)
 
@@ -131,8 +148,9 @@ def test_sigterm_after_start_up_drains_as_before(caplog: pytest.LogCaptureFixtur
     assert messages(caplog, logging.ERROR) == []
 
 
-def test_a_port_taken_still_shuts_the_runtime_down() -> None:
-    """uvicorn exits where it cannot bind; the lifespan it no longer runs is exited too."""
+def test_a_port_taken_ends_the_server_before_the_engine_starts() -> None:
+    """uvicorn exits where it cannot bind, before any engine is started (a port taken is
+    found in a second, not after minutes of model load)."""
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -140,4 +158,48 @@ def test_a_port_taken_still_shuts_the_runtime_down() -> None:
         served.thread.join(10)
     assert not served.thread.is_alive()
     assert not served.server.started
-    assert served.unwound.is_set()
+    assert not served.unwound.is_set()  # the runtime factory was never entered
+
+
+def test_the_probes_answer_with_the_phase_while_the_engine_calibrates(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO)
+    served = serve_in_thread(SLOW_CALIBRATION, SLOW_STEPS)
+    wait_until(lambda: served.app.state.phases.phase == "calibrating", 30, "calibration")
+
+    health = served.get("/health")
+    ready = served.get("/ready")
+    metrics = served.get("/metrics").text
+    chat = httpx.post(f"{served.base_url}/v1/chat/completions", json={}, timeout=5)
+
+    assert (health.status_code, health.json()) == (200, {"status": "ok", "phase": "calibrating"})
+    assert ready.status_code == 503
+    body = ready.json()
+    assert (body["ready"], body["phase"]) == (False, "calibrating")
+    assert body["progress"]["unit"] == "rounds"
+    assert 0 <= body["progress"]["done"] < body["progress"]["total"]
+    assert 'specgw_phase{phase="calibrating"} 1.0' in metrics
+    assert 'specgw_phase{phase="ready"} 0.0' in metrics
+    assert chat.status_code in (401, 503)  # no key: refused before the runtime is asked
+    wait_until(lambda: served.app.state.runtime is not None, 60, "start-up")
+    assert served.get("/ready").json()["phase"] == "ready"
+    said = [m for m in messages(caplog) if m.startswith("phase ")]
+    assert [m.split(" after ")[0] for m in said] == [
+        "phase loading: starting the engine",
+        "phase loading -> calibrating",
+        "phase calibrating -> ready",
+    ]
+    served.signal(signal.SIGTERM)
+
+
+def test_a_start_up_that_fails_stops_the_server_fatal(capfd: pytest.CaptureFixture[str]) -> None:
+    served = serve_in_thread(QUICK_START, FakeEngineConfig(), fail=RuntimeError("no GPU"))
+    served.thread.join(EXIT_BOUND_S + 5)
+
+    assert not served.thread.is_alive()
+    assert served.server.fatal  # `spec-gateway serve` exits 3
+    assert served.unwound.is_set()  # the engine that had started is shut down
+    said = capfd.readouterr().err  # uvicorn's own handler: its logger does not propagate
+    assert said.count("Application startup failed. Exiting.") == 1
+    assert "RuntimeError: no GPU" in said
