@@ -267,7 +267,7 @@ def create_app(settings: GatewaySettings, runtime_factory: RuntimeFactory) -> Fa
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        phases.enter(Phase.LOADING, "starting the engine")
+        phases.begin("starting the engine")
         try:
             with starting(phases):
                 runtime_context = runtime_factory(settings)

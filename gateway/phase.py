@@ -74,6 +74,14 @@ class PhaseBoard:
         #: (phase, entered at) for each transition, oldest first.
         self.history: deque[tuple[Phase, float]] = deque([(self.phase, self.since)], HISTORY)
 
+    def begin(self, why: str = "") -> None:
+        """A start-up begins (an app's lifespan entered again starts from `loading`)."""
+        if self.phase is Phase.DRAINING:
+            self.phase, self.progress, self._announced = Phase.LOADING, None, False
+            self.since = self._clock()
+            self.history.append((self.phase, self.since))
+        self.enter(Phase.LOADING, why)
+
     def enter(self, phase: Phase, why: str = "") -> None:
         """Move to `phase` (once: re-entering the current one only announces it); nothing
         leaves `draining`."""
