@@ -122,14 +122,17 @@ class Runtime:
 
     async def liveness(self) -> tuple[str, str | None]:
         """`/health`'s status and detail from one health call: `dead` when the engine
-        core is gone, `hung` when hung for `liveness_hung_s` without a break, else `ok`."""
+        core is gone and cannot be replaced, `hung` when hung for `liveness_hung_s`
+        without a break, else `ok`. A core that died is the supervisor's to replace in
+        process (it looks every second, then the phase is `restarting`): until it gives
+        up (`failed`, and the process exits), the replica is live."""
         watch = self.watch
         if watch is None:
             health = await self.engine.health()
-            return ("ok", None) if health.alive else ("dead", health.detail)
+            return ("ok", None) if health.alive or not self.failed else ("dead", health.detail)
         state, health = await watch.check()
         if not health.alive:
-            return "dead", health.detail
+            return ("ok", None) if not self.failed else ("dead", health.detail)
         bound = self.settings.liveness_hung_s
         hung_s = watch.hung_for_s()
         if bound <= 0 or state is not EngineState.HUNG or hung_s < bound:

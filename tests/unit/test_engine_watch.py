@@ -245,7 +245,7 @@ async def test_an_engine_hung_past_the_bound_fails_liveness() -> None:
         gw.engine.resume()
         await eventually(lambda: watch.state is EngineState.READY)
         assert watch.hung_for_s() == 0.0
-        assert (await gw.http.get("/health")).json() == {"status": "ok"}
+        assert (await gw.http.get("/health")).json() == {"status": "ok", "phase": "ready"}
 
 
 async def test_with_the_bound_off_a_hung_engine_stays_live() -> None:

@@ -130,7 +130,7 @@ def _unclassified(exposition: str) -> dict[str, float]:
     for family in text_string_to_metric_families(exposition):
         for sample in family.samples:
             labels = sample.labels
-            if sample.name == "specgw_requests_total" and labels["class"] == "unclassified":
+            if sample.name == "specgw_requests_total" and labels["class_id"] == "unclassified":
                 out[labels["status"]] = out.get(labels["status"], 0.0) + sample.value
     return out
 

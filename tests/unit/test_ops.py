@@ -106,11 +106,15 @@ async def test_drain_refuses_new_requests(gateway: InProcessGateway) -> None:
 
 async def test_a_dead_engine_is_reported_then_replaced(gateway: InProcessGateway) -> None:
     """The supervisor sees the engine core die, restarts it, and serving resumes on the new
-    engine (the service rebound to the new port)."""
+    engine (the service rebound to the new port). Liveness stays green all along: a dead
+    core is replaced in process, only a replica that cannot replace it fails `/health`."""
     dead = gateway.engine
     dead.kill()
-    assert (await gateway.http.get("/health")).status_code == 503
+    assert (await gateway.http.get("/health")).status_code == 200
     assert (await gateway.http.get("/ready")).status_code == 503
+    gateway.runtime.failed = True  # what the supervisor sets when every restart failed
+    assert (await gateway.http.get("/health")).status_code == 503
+    gateway.runtime.failed = False
     deadline = time.monotonic() + 15.0
     while gateway.engine is dead or (await gateway.http.get("/ready")).status_code != 200:
         assert time.monotonic() < deadline, "engine not restarted"
