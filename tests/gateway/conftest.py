@@ -36,6 +36,9 @@ class GatewayProcess:
     base_url: str
     process: subprocess.Popen[bytes]
     log_path: Path
+    #: What the start-up's polls saw once the port was bound: (`/ready`'s phase, `/health`'s
+    #: status), one pair a second until ready.
+    startup: tuple[tuple[str, int], ...] = ()
 
     def client(self, key: str = USER_KEY, **kwargs: object) -> openai.OpenAI:
         return openai.OpenAI(base_url=f"{self.base_url}/v1", api_key=key, **kwargs)  # type: ignore[arg-type]
@@ -122,19 +125,30 @@ def _start_gateway(
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 300
+    seen: list[tuple[str, int]] = []
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             text = log_path.read_text()
             error = PortTakenError if "address already in use" in text else RuntimeError
             raise error(f"gateway exited early:\n{text[-4000:]}")
         try:
-            if httpx.get(f"{base}/ready", timeout=2).status_code == 200:
-                return GatewayProcess(base, proc, log_path)
+            ready, health = probe_phase(base)
         except httpx.HTTPError:
             pass
+        else:
+            seen.append((ready["phase"], health))
+            if ready["ready"]:
+                return GatewayProcess(base, proc, log_path, tuple(seen))
         time.sleep(1)
     proc.kill()
     raise RuntimeError(f"gateway not ready in time:\n{log_path.read_text()[-4000:]}")
+
+
+def probe_phase(base_url: str) -> tuple[dict[str, object], int]:
+    """`/ready`'s body and `/health`'s status code, as a startup and a liveness probe read
+    them."""
+    ready = httpx.get(f"{base_url}/ready", timeout=2).json()
+    return ready, httpx.get(f"{base_url}/health", timeout=2).status_code
 
 
 def stop_gateway(gw: GatewayProcess) -> None:

@@ -12,14 +12,21 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from itertools import groupby
 from pathlib import Path
 
 import httpx
 import psutil
 import pytest
 
-from tests.gateway.conftest import NO_CALIBRATION, GatewayProcess, start_gateway, stop_gateway
+from tests.gateway.conftest import (
+    NO_CALIBRATION,
+    GatewayProcess,
+    probe_phase,
+    start_gateway,
+    stop_gateway,
+)
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
@@ -44,6 +51,12 @@ def ready(gw: GatewayProcess) -> bool:
         return httpx.get(f"{gw.base_url}/ready", timeout=2).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def runs(seen: Sequence[tuple[str, int]]) -> str:
+    """`loading/200 x34, ready/200 x1`: what the polls saw, run by run."""
+    counted = ((key, len(list(group))) for key, group in groupby(seen))
+    return ", ".join(f"{phase}/{code} x{n}" for (phase, code), n in counted)
 
 
 def wait_until(predicate: Callable[[], bool], timeout_s: float) -> float:
@@ -119,6 +132,13 @@ def test_wedged_engine_is_not_ready_within_10s(gateway_proc: GatewayProcess) -> 
 
 
 def test_dead_engine_core_fails_inflight_and_restarts(gateway_proc: GatewayProcess) -> None:
+    """Also what the probes see: the port answers while the model loads (`/ready` 503 in
+    phase `loading`), and through the in-process restart (`restarting`), `/health` 200 all
+    the while, so neither a startup probe nor liveness kills a replica that is loading."""
+    startup = gateway_proc.startup
+    assert startup[0] == ("loading", 200), startup
+    assert startup[-1] == ("ready", 200), startup
+    assert {code for _, code in startup} == {200}, startup
     probe = StreamProbe(gateway_proc)
     assert probe.started.wait(60)
     engine_core(gateway_proc).kill()
@@ -126,7 +146,22 @@ def test_dead_engine_core_fails_inflight_and_restarts(gateway_proc: GatewayProce
     assert probe.ended_with_error_event, probe.events[-3:]
     assert not probe.ended_with_done
     wait_until(lambda: not ready(gateway_proc), 10)
-    wait_until(lambda: ready(gateway_proc), 180)
+    restart: list[tuple[str, int]] = []
+
+    def back() -> bool:
+        try:
+            body, health = probe_phase(gateway_proc.base_url)
+        except httpx.HTTPError as exc:  # the port must answer all through the restart
+            restart.append((type(exc).__name__, 0))
+            return False
+        restart.append((str(body["phase"]), health))
+        return bool(body["ready"])
+
+    wait_until(back, 180)
+    assert ("restarting", 200) in restart, restart
+    assert restart[-1] == ("ready", 200), restart
+    assert {code for _, code in restart} == {200}, restart
+    print(f"start-up: {runs(startup)}; restart: {runs(restart)}")
     with gateway_proc.http() as http:
         body = {**LONG, "stream": False, "max_tokens": 8}
         assert http.post("/v1/chat/completions", json=body).status_code == 200
