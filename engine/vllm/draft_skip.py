@@ -16,7 +16,7 @@ with the runner's speculative config hidden, i.e. exactly as a runner without
 speculation runs it; and the engine core does not fetch the step's (absent)
 drafts from the worker afterwards (`engine.vllm.scheduler`). Together these took the
 TPOT of k = 0 requests from 1.11x to 0.97x that of a no-drafter engine at
-concurrency 1 (`python -m bench.k0_overhead --depths 0 --repeat 2`, see the README).
+concurrency 1 (`python -m bench.floor_interleaved --depths 0`).
 
 Mechanism: vLLM's `worker_extension_cls` mixes this class into the worker (as part of
 `engine.vllm.worker.SpecGatewayWorker`);

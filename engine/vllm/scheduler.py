@@ -20,7 +20,7 @@ runs the drafter's single KV-sync pass and no autoregressive draft steps.
 
 A step whose requests are all still prefilling asks for one draft, not the step's
 depth (`DepthRule.first_step_depth`): its drafts would be verified only in the next
-step, yet the first token waits for them (`python -m bench.floor_parity`). Configured, a
+step, yet the first token waits for them (`python -m bench.floor_interleaved`). Configured, a
 step that prefills beside decoding requests is capped likewise
 (`DepthRule.prefill_step_depth`), trading the decoders' next verify for the newcomer's
 first token.
