@@ -1,7 +1,8 @@
-"""The twin's figures (matplotlib, Agg): per profile, tokens/s by mode and arrival; the
-depth each class chose over the run with the phase and shift boundaries; and each
-class's acceptance over the run (the deepest static run, where every request
-drafts K, so acceptance is comparable from request to request)."""
+"""The twin's figures (matplotlib, Agg): the headline (every profile's modes against the best
+static depth, by arrival); per profile, tokens/s by mode and arrival; the depth each class
+chose over the run with the phase and shift boundaries; and each class's acceptance over
+the run (the deepest static run, where every request drafts K, so acceptance is comparable
+from request to request)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from bench.twin.modes import (
     ORACLE,
     UPPER_BOUND,
 )
+from bench.twin.modes.verify import GATEWAY_AV, VLLM_AV
 from bench.twin.records import RequestRecord
 from bench.twin.requests import (
     Segment,
@@ -152,8 +154,65 @@ def acceptance_plot(run: CaseRun, path: Path) -> None:
     plt.close(fig)
 
 
+#: The headline's lines: (mode, legend), each read as its `<mode>/best-static` ratio.
+HEADLINE = (
+    (GATEWAY_AV, "gateway steering adaptive verification (gateway-av)"),
+    (VLLM_AV, "vLLM 0.33 adaptive verification (vllm-av)"),
+    (ADAPTIVE, "gateway, one depth per request (adaptive)"),
+    (NOSPEC, "no speculation"),
+    (UPPER_BOUND, "clairvoyant one-depth-per-step bound"),
+)
+_HEADLINE_STYLE: dict[str, dict[str, Any]] = {
+    GATEWAY_AV: {"color": "tab:red", "linewidth": 2.5},
+    VLLM_AV: {"color": "tab:green", "linewidth": 2.0},
+    ADAPTIVE: {"color": "tab:orange", "linewidth": 1.5},
+    NOSPEC: {"color": "tab:blue", "linewidth": 1.5},
+    UPPER_BOUND: {"color": "grey", "linestyle": ":"},
+}
+
+
+def _arrival_order(label: str) -> tuple[int, int, str]:
+    """Closed loops by concurrency (`c1`, `c4`, ...), then the open-loop arrivals."""
+    closed = label[:1] == "c" and label[1:].isdigit()
+    return (0, int(label[1:]), "") if closed else (1, 0, label)
+
+
+def headline_plot(summary: Mapping[str, Any], path: Path) -> None:
+    """One panel per profile: each mode's tokens/s over the best static depth's (median over
+    seeds), by arrival; a mode a profile did not run is left out of its panel."""
+    profiles = summary["profiles"]
+    cols = 3
+    rows = -(-len(profiles) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.6 * rows), squeeze=False)
+    for ax, (name, profile) in zip(axes.flat, profiles.items(), strict=False):
+        labels = sorted(profile["arrivals"], key=_arrival_order)
+        for mode, legend in HEADLINE:
+            ys = [profile["arrivals"][a]["ratios"].get(f"{mode}/best-static") for a in labels]
+            if all(y is None for y in ys):
+                continue
+            values = [float("nan") if y is None else y["median"] for y in ys]
+            ax.plot(labels, values, marker="o", label=legend, **_HEADLINE_STYLE[mode])
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_title(name, fontsize=10)
+        ax.tick_params(labelsize=8)
+    for ax in list(axes.flat)[len(profiles) :]:
+        ax.axis("off")
+    axes[0][0].set_ylabel("tokens/s / best static depth's")
+    seen: dict[str, Any] = {}
+    for ax in axes.flat:
+        for handle, legend in zip(*ax.get_legend_handles_labels(), strict=True):
+            seen.setdefault(legend, handle)
+    fig.legend(list(seen.values()), list(seen), loc="lower center", ncol=3, fontsize=9)
+    fig.suptitle("The engine twin (a simulation): each mode against the best static depth")
+    fig.tight_layout(rect=(0, 0.08, 1, 0.96))
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def write_plots(summary: Mapping[str, Any], runs: Sequence[CaseRun], out: Path) -> list[Path]:
-    paths = []
+    headline = out / "headline.png"
+    headline_plot(summary, headline)
+    paths = [headline]
     for run in runs:
         name = run.case.profile.name
         tokens, ks, acceptance = (

@@ -38,7 +38,29 @@ def test_quick_run_writes_summary_report_and_plots(tmp_path: Path) -> None:
     (profile,) = summary["profiles"].values()
     assert len(profile["arrivals"]) == 2
     assert (tmp_path / "report.md").read_text().startswith("# Engine twin report")
-    assert len(list(tmp_path.glob("*.png"))) == 3
+    assert {p.name.split("_")[0] for p in tmp_path.glob("*.png")} == {
+        "headline.png",
+        "tokens",
+        "k",
+        "acceptance",
+    }
+
+
+def test_the_headline_puts_each_profiles_arrivals_in_order_and_skips_absent_modes(
+    tmp_path: Path,
+) -> None:
+    from bench.twin.plots import _arrival_order, headline_plot
+
+    assert sorted(["poisson-load0.8", "c16", "c4", "c1"], key=_arrival_order) == [
+        "c1",
+        "c4",
+        "c16",
+        "poisson-load0.8",
+    ]
+    cell = {"ratios": {"adaptive/best-static": {"median": 1.01}}}
+    summary = {"profiles": {"p": {"arrivals": {"c4": cell, "c1": cell}}}}
+    headline_plot(summary, tmp_path / "headline.png")
+    assert (tmp_path / "headline.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_a_bad_input_file_is_a_usage_error_naming_it(tmp_path: Path) -> None:
