@@ -211,5 +211,10 @@ def test_the_worker_extension_mixes_in_without_clashing() -> None:
         "specgw_draft_skips",
         "specgw_fix_expand",
         "specgw_install_depth_zero_params",
+        "specgw_install_draft_confidence",
+        "specgw_remove_draft_confidence",
+        "specgw_draft_confidence_records",
+        "specgw_draft_confidences",
+        "specgw_draft_confidence_mismatches",
     }
     assert not ours & set(dir(worker_cls))
