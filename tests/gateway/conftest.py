@@ -136,7 +136,7 @@ def _start_gateway(
         except httpx.HTTPError:
             pass
         else:
-            seen.append((ready["phase"], health))
+            seen.append((str(ready["phase"]), health))
             if ready["ready"]:
                 return GatewayProcess(base, proc, log_path, tuple(seen))
         time.sleep(1)

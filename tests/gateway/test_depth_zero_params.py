@@ -46,7 +46,8 @@ class Reply:
     text: str
     k: int
     speculation: dict[str, Any]
-    drafts: int
+    #: None where the engine wrote no speculation block (the reference has no drafter).
+    drafts: int | None
 
 
 def _chat(client: openai.OpenAI, **kw: Any) -> Reply:
@@ -64,8 +65,14 @@ def _chat(client: openai.OpenAI, **kw: Any) -> Reply:
         reply.choices[0].message.content or "",
         int(raw.headers["x-specgw-k"]),
         (reply.model_extra or {})["speculation"],
-        vllm_block(reply.model_extra or {})["num_draft_tokens"],
+        _drafts(reply.model_extra or {}),
     )
+
+
+def _drafts(body: dict[str, Any]) -> int | None:
+    """The answer's draft tokens from vLLM's block; None without one: the reference engine
+    has no drafter, so vLLM keeps no per-request speculation metrics and writes no block."""
+    return int(vllm_block(body)["num_draft_tokens"]) if "metrics" in body else None
 
 
 def _completion(client: openai.OpenAI, **kw: Any) -> Reply:
@@ -83,7 +90,7 @@ def _completion(client: openai.OpenAI, **kw: Any) -> Reply:
         reply.choices[0].text,
         int(raw.headers["x-specgw-k"]),
         (reply.model_extra or {})["speculation"],
-        vllm_block(reply.model_extra or {})["num_draft_tokens"],
+        _drafts(reply.model_extra or {}),
     )
 
 
