@@ -33,7 +33,8 @@ keep another out before parsing; the overshoot is at most one share per key.
 
 A full queue sheds at once with 429 + retry-after (never by timing out), and a
 queued request that waits past `queue_timeout_s` also gets 429. While draining
-(SIGTERM), new requests get 503 + retry-after.
+(SIGTERM), new requests get 503 + retry-after. The queue timeout and the drain's
+wait run on the injected clock.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
+from gateway.clock import MONOTONIC, Clock, wait_for
 from gateway.errors import ErrorKind, GatewayError
 
 #: The key of requests that name none (no API keys configured).
@@ -106,6 +108,8 @@ class Admission:
         max_queued: int,
         queue_timeout_s: float,
         weight_of: Callable[[str], float] = lambda key: 1.0,
+        *,
+        clock: Clock = MONOTONIC,
     ) -> None:
         self.max_running = max_running
         self.max_queued = max_queued
@@ -115,6 +119,7 @@ class Admission:
         self.inside = 0
         self.draining = False
         self._weight_of = weight_of
+        self._clock = clock
         self._keys: dict[str, _Key] = {}
         self._queued = 0
         self._seq = itertools.count()
@@ -187,7 +192,7 @@ class Admission:
             return
         waiter = self._enqueue(class_id, key)
         try:
-            await asyncio.wait_for(asyncio.shield(waiter.future), self.queue_timeout_s)
+            await wait_for(self._clock, asyncio.shield(waiter.future), self.queue_timeout_s)
         except (TimeoutError, asyncio.CancelledError) as exc:
             fut = waiter.future
             if fut.done() and not fut.cancelled() and fut.exception() is None:
@@ -291,7 +296,7 @@ class Admission:
         for key in list(self._keys):
             self._forget_if_idle(key)
         try:
-            await asyncio.wait_for(self._idle.wait(), timeout_s)
+            await wait_for(self._clock, self._idle.wait(), timeout_s)
         except TimeoutError:
             return False
         return True

@@ -22,12 +22,12 @@ import asyncio
 import contextlib
 import enum
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from engine.interface import EngineHealth, EngineProbe
+from gateway.clock import MONOTONIC, Clock, wait_for
 
 log = logging.getLogger("specgw.engine")
 
@@ -83,7 +83,8 @@ class EngineWatch:
 
     `engine()` returns the current engine (a restart replaces it); `conditions()`
     the runtime's side; `publish(state)` sets the metrics. `interval_s = 0` turns
-    the canary off (the state is still kept current).
+    the canary off (the state is still kept current). Its ticks, deadlines and
+    `hung_for_s` run on `clock`.
     """
 
     def __init__(
@@ -94,8 +95,10 @@ class EngineWatch:
         *,
         interval_s: float,
         timeout_s: float,
+        clock: Clock = MONOTONIC,
     ) -> None:
         self._engine = engine
+        self._clock = clock
         self._conditions = conditions
         self._publish = publish
         self._interval_s = interval_s
@@ -131,7 +134,7 @@ class EngineWatch:
         return self.observe(engine, health), health
 
     def observe(self, engine: Any, health: EngineHealth) -> EngineState:
-        now = time.monotonic()
+        now = self._clock.now()
         self._collect(engine)
         if self._ping is None and self._due(health, now) and isinstance(engine, EngineProbe):
             self._send(engine, now)
@@ -148,7 +151,7 @@ class EngineWatch:
         """Seconds the engine has been hung without a break (0 when it is not)."""
         if self._hung_since is None:
             return 0.0
-        return (time.monotonic() if now is None else now) - self._hung_since
+        return (self._clock.now() if now is None else now) - self._hung_since
 
     def overdue_s(self, now: float | None = None) -> float:
         """Seconds the canary in flight is past its deadline (0 when none is)."""
@@ -156,14 +159,14 @@ class EngineWatch:
             return 0.0
         if self._failure:
             return self._timeout_s  # the engine answered with an error: as good as no answer
-        now = time.monotonic() if now is None else now
+        now = self._clock.now() if now is None else now
         return max(0.0, now - self._sent_at - self._timeout_s)
 
     def describe(self, state: EngineState, health: EngineHealth) -> str:
         """The `/ready` detail for the engine: `ready`, or what is wrong."""
         if state is EngineState.READY:
             return "ready"
-        why = self._why(state, time.monotonic()).removeprefix(": ")
+        why = self._why(state, self._clock.now()).removeprefix(": ")
         return why or health.detail or state.value
 
     def _why(self, state: EngineState, now: float) -> str:
@@ -209,8 +212,8 @@ class EngineWatch:
             except Exception:  # a failing health call must not end the watch
                 log.exception("engine readiness check failed")
             wait = self._interval_s or 1.0
-            deadline = self._sent_at + self._timeout_s - time.monotonic()
+            deadline = self._sent_at + self._timeout_s - self._clock.now()
             if self._ping is not None and deadline > 0:
                 wait = min(wait, deadline + 0.01)  # publish `hung` as the deadline passes
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._poke.wait(), wait)
+                await wait_for(self._clock, self._poke.wait(), wait)

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from gateway.admission import Admission
+from gateway.clock import ManualClock
 from gateway.errors import ErrorKind, GatewayError
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -189,10 +190,14 @@ def test_edge_tickets_keep_a_share_for_other_keys() -> None:
 
 async def test_no_state_is_left_behind() -> None:
     """Timeouts, cancellations and releases leave no per-key records (bounded memory)."""
-    admission = Admission(1, 10, 0.01)
+    clock = ManualClock()
+    admission = Admission(1, 10, 30, clock=clock)
     await admission.acquire("c", "A")
+    timed_out = asyncio.ensure_future(admission.acquire("c", "B"))
+    await clock.advance(30)
+    assert timed_out.done()
     with pytest.raises(GatewayError):
-        await admission.acquire("c", "B")  # times out
+        await timed_out
     cancelled = asyncio.ensure_future(admission.acquire("c", "C"))
     await settle()
     cancelled.cancel()
