@@ -28,12 +28,14 @@ async def frontend() -> AsyncIterator[Any]:
     from tests.engine.engines import engine_settings
 
     settings = engine_settings()
-    async with VLLMEngine.started(settings, on_outcome=lambda *_: None) as engine:
+    async with VLLMEngine.started(settings) as engine:
         target, _ = settings.resolved_models()
         config = FrontendConfig(
             model=str(target), served_model_name="m", split_completion_prompts=True
         )
-        yield await OpenAIFrontend.create(engine.serving_client, config)
+        yield await OpenAIFrontend.create(
+            engine.serving_client, config, outcomes=engine.outcome_tap
+        )
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +59,7 @@ async def test_completion_markers_are_text_when_the_operator_says_so(
     frontend: Any, plain: Tokenizer
 ) -> None:
     request = CompletionRequest(model="m", prompt=INJECTION, max_tokens=1, temperature=0)
-    reply = await frontend.completion(request, k=0, gateway_id="split-completion")
+    reply = (await frontend.completion(request, k=0, gateway_id="split-completion")).reply
     expected = plain.encode(INJECTION, add_special_tokens=True).ids
     assert reply.usage.prompt_tokens == len(expected)
 
@@ -65,7 +67,7 @@ async def test_completion_markers_are_text_when_the_operator_says_so(
 async def test_chat_markers_are_text(frontend: Any, plain: Tokenizer) -> None:
     messages = [{"role": "user", "content": INJECTION}]
     request = ChatCompletionRequest(model="m", messages=messages, max_tokens=1, temperature=0)
-    reply = await frontend.chat(request, k=0, gateway_id="split-chat")
+    reply = (await frontend.chat(request, k=0, gateway_id="split-chat")).reply
     start, end = plain.token_to_id("<|im_start|>"), plain.token_to_id("<|im_end|>")
     expected = [start, *_text(plain, f"user\n{INJECTION}"), end, *_text(plain, "\n"), start]
     expected += _text(plain, "assistant\n")

@@ -61,22 +61,9 @@ async def reference() -> dict[str, list[int]]:
     return {p: toks for p, (toks, _) in zip(GREEDY_PROMPTS, outs, strict=True)}
 
 
-class _Outcomes:
-    def __init__(self) -> None:
-        self.got: dict[str, RequestOutcome] = {}
-
-    def __call__(self, gateway_id: str, outcome: RequestOutcome) -> None:
-        self.got[gateway_id] = outcome
-
-
-@pytest.fixture(scope="module")
-def tapped() -> _Outcomes:
-    return _Outcomes()
-
-
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
-async def engine(reference: dict[str, list[int]], tapped: _Outcomes) -> AsyncIterator[VLLMEngine]:
-    async with VLLMEngine.started(engine_settings(), on_outcome=tapped) as started:
+async def engine(reference: dict[str, list[int]]) -> AsyncIterator[VLLMEngine]:
+    async with VLLMEngine.started(engine_settings()) as started:
         assert started.max_depth == 4
         assert started.draft_skip  # k = 0-only steps skip the drafter
         assert not started.one_depth_per_step  # the CPU verifies each request's own k
@@ -207,32 +194,34 @@ async def test_per_request_sums_equal_vllm_counter_deltas(engine: VLLMEngine) ->
         assert pos1.get(d, 0.0) - pos0.get(d, 0.0) == want, d
 
 
-async def test_serving_client_taps_outcome_before_final_output(
-    engine: VLLMEngine, tapped: _Outcomes
-) -> None:
+async def test_serving_client_taps_outcome_before_final_output(engine: VLLMEngine) -> None:
     params = SamplingParams(
         max_tokens=16,
         temperature=0.0,
         extra_args={GATEWAY_ID_ARG: "gw-1", SPEC_DEPTH_ARG: 2},
         output_kind=RequestOutputKind.DELTA,
     )
+    tapped = engine.outcome_tap.expect("gw-1")
     n_tokens = 0
     async for output in engine.serving_client.generate(GREEDY_PROMPTS[0], params, "tap-1"):
         n_tokens += len(output.outputs[0].token_ids)
-        if output.finished:
-            assert "gw-1" in tapped.got  # delivered before the final output is yielded
-    outcome = tapped.got["gw-1"]
+        assert tapped.done() == output.finished  # resolved before the final output is yielded
+    outcome = tapped.result()
+    assert outcome is not None
     assert outcome.output_tokens == n_tokens == 16
     assert outcome.speculation.k == 2
     assert outcome.speculation.draft_tokens <= 2 * outcome.speculation.verify_steps
     # Forwarding: everything else is the AsyncLLM's.
     assert engine.serving_client.model_config is engine.llm.model_config
-    # No gateway id: no outcome delivered.
-    before = dict(tapped.got)
-    params2 = SamplingParams(max_tokens=4, extra_args={SPEC_DEPTH_ARG: 1})
-    async for _ in engine.serving_client.generate("hello", params2, "tap-2"):
-        pass
-    assert tapped.got == before
+    # Closed before its end: the outcome is None at once, and the tap keeps no entry.
+    cut = engine.outcome_tap.expect("gw-2")
+    params2 = SamplingParams(max_tokens=64, extra_args={GATEWAY_ID_ARG: "gw-2"})
+    stream = engine.serving_client.generate("hello", params2, "tap-2")
+    await anext(stream)
+    await stream.aclose()
+    assert cut.done()
+    assert cut.result() is None
+    assert len(engine.outcome_tap) == 0
 
 
 async def test_the_engine_times_every_step_of_a_busy_core(engine: VLLMEngine) -> None:
