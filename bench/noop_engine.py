@@ -95,12 +95,12 @@ def _prompt_ids(prompt: Any) -> list[int]:
 
 @asynccontextmanager
 async def noop_engine(
-    engine_settings: Any, on_outcome: Callable[..., None], on_ready: OnReady | None
+    engine_settings: Any, on_ready: OnReady | None
 ) -> AsyncIterator[Any]:
     """A started `VLLMEngine` whose `serving_client` is the outcome tap on `NoopLLM`."""
     from engine.vllm.engine import OutcomeTapClient, VLLMEngine
 
-    async with VLLMEngine.started(engine_settings, on_outcome=on_outcome) as engine:
+    async with VLLMEngine.started(engine_settings) as engine:
         tokenizer = engine.llm.get_tokenizer()
         if asyncio.iscoroutine(tokenizer):
             tokenizer = await tokenizer
@@ -123,16 +123,14 @@ def noop_runtime_factory(
     from engine.backend import PortConfig
     from engine.vllm.backend import BACKEND
     from gateway.control.settings import ControllerSettings
-    from gateway.outcomes import OutcomeBoard
     from gateway.runtime import _control_plane
     from gateway.supervisor import EngineSlot
 
     @asynccontextmanager
     async def factory(settings: Any) -> AsyncIterator[Any]:
-        board = OutcomeBoard()
         target, _ = engine_settings.resolved_models()
         slot = EngineSlot(
-            lambda: noop_engine(engine_settings, board.deliver, on_ready),
+            lambda: noop_engine(engine_settings, on_ready),
             lambda engine: BACKEND.serving_port(
                 engine, PortConfig(model=str(target), served_model_name=settings.served_names[0])
             ),
@@ -140,7 +138,7 @@ def noop_runtime_factory(
         async with AsyncExitStack() as stack:
             await slot.start()
             stack.push_async_callback(slot.close)
-            runtime = await _control_plane(stack, settings, ControllerSettings(), slot, board)
+            runtime = await _control_plane(stack, settings, ControllerSettings(), slot)
             try:
                 yield runtime
             finally:
@@ -180,13 +178,14 @@ async def time_serving(noop: Any, model: str, served_name: str, n: int) -> list[
     from engine.protocol import ChatCompletionRequest
     from engine.vllm.openai_frontend import FrontendConfig, OpenAIFrontend
 
-    frontend = await OpenAIFrontend.create(noop, FrontendConfig(model, served_name))
+    config = FrontendConfig(model, served_name)
+    frontend = await OpenAIFrontend.create(noop, config, outcomes=noop.outcome_tap)
     body = json.dumps(overhead_body(served_name))
     out: list[float] = []
     for i in range(n + 20):  # the first 20: warm-up (first renders, caches)
         t0 = time.perf_counter()
         request = ChatCompletionRequest.model_validate_json(body)
-        stream = await frontend.chat(request, k=0, gateway_id=f"serving-{i}")
+        stream = (await frontend.chat(request, k=0, gateway_id=f"serving-{i}")).reply
         if not hasattr(stream, "__aiter__"):
             raise RuntimeError(f"serving layer answered without a stream: {stream!r}")
         async for _ in stream:

@@ -10,19 +10,14 @@ the engine library is imported inside the methods.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from engine.interface import EngineError, RequestOutcome
+from engine.interface import EngineError
 
 if TYPE_CHECKING:
     from engine.port import ServingPort
-
-#: (gateway request id, outcome): how a backend hands each finished request's outcome on.
-OutcomeCallback = Callable[[str, RequestOutcome], None]
-
 
 @dataclass(frozen=True, slots=True)
 class PortConfig:
@@ -62,15 +57,14 @@ class EngineBackend(Protocol):
         `max_running`: the gateway's admission bound (None: it follows `max_num_seqs`)."""
         ...
 
-    def start_engine(
-        self, engine_settings: Any, on_outcome: OutcomeCallback
-    ) -> AbstractAsyncContextManager[Any]:
+    def start_engine(self, engine_settings: Any) -> AbstractAsyncContextManager[Any]:
         """Start an engine (`engine.interface.Engine`); shut it down on exit."""
         ...
 
     async def serving_port(self, engine: Any, config: PortConfig) -> ServingPort:
-        """The serving port on a started engine."""
+        """The serving port on a started engine; the engine resolves the outcome of each
+        of its answers (`engine.outcomes`)."""
         ...
 
 
-__all__ = ["EngineBackend", "OutcomeCallback", "PortConfig", "PreflightError"]
+__all__ = ["EngineBackend", "PortConfig", "PreflightError"]

@@ -19,8 +19,9 @@ contract tests as `VLLMEngine` (tests/engine/contract.py). What it simulates:
   with `EngineDeadError`; `wedge()` / `resume()` play SIGSTOP / SIGCONT of the core
   (steps and `ping` wait in between).
 * As `VLLMEngine` does for the gateway's serving layer, a request carrying the
-  gateway's id (`GATEWAY_ID_ARG` in `extra`) hands its outcome to `on_outcome`
-  before its last chunk is yielded, and one carrying `SPEC_CAP_ARG` lowers the
+  gateway's id (`GATEWAY_ID_ARG` in `extra`) resolves its outcome in the engine's
+  `outcome_tap` (`engine.outcomes`) before its last chunk is yielded, None where its
+  stream ends without one, and one carrying `SPEC_CAP_ARG` lowers the
   requests already running to at most that depth as it is added. A voter of the step
   rule (`engine.step_rule`) runs at the rule's depth for its class alone, at most its k.
 """
@@ -32,6 +33,7 @@ import hashlib
 import random
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -48,6 +50,7 @@ from engine.interface import (
     StepListener,
     token_steps,
 )
+from engine.outcomes import OutcomeTap
 from engine.step_rule import (
     SPEC_COSTS_ARG,
     SPEC_VOTE_ARG,
@@ -55,9 +58,6 @@ from engine.step_rule import (
     StepVote,
     vote_step_depth,
 )
-
-#: Called with (gateway id, outcome) as a request carrying the gateway's id finishes.
-OutcomeCallback = Callable[[str, RequestOutcome], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,11 +166,10 @@ class _Accounting:
 class FakeEngine:
     """Scripted `Engine`; see the module docstring for what it simulates."""
 
-    def __init__(
-        self, config: FakeEngineConfig | None = None, *, on_outcome: OutcomeCallback | None = None
-    ) -> None:
+    def __init__(self, config: FakeEngineConfig | None = None) -> None:
         self.config = config or FakeEngineConfig()
-        self._on_outcome = on_outcome
+        #: The outcomes its serving port waits for (`engine.outcomes`).
+        self.outcome_tap = OutcomeTap()
         self._running: dict[str, _Running] = {}
         self._dead = False
         self._closed = False
@@ -202,6 +201,16 @@ class FakeEngine:
         return int.from_bytes(digest, "big") % self.config.vocab
 
     async def generate(self, request: GenerateRequest) -> AsyncGenerator[GenerationChunk, None]:
+        gateway_id = request.extra.get(GATEWAY_ID_ARG)
+        try:
+            async with aclosing(self._generate(request)) as chunks:
+                async for chunk in chunks:
+                    yield chunk
+        finally:
+            if isinstance(gateway_id, str):
+                self.outcome_tap.resolve(gateway_id, None)  # no outcome came: None
+
+    async def _generate(self, request: GenerateRequest) -> AsyncGenerator[GenerationChunk, None]:
         if self._dead or self._closed:
             raise EngineDeadError("fake engine is dead")
         prompt = request.prompt or " ".join(map(str, request.prompt_token_ids or ()))
@@ -291,8 +300,8 @@ class FakeEngine:
         )
         self.outcomes.append(outcome)
         gateway_id = request.extra.get(GATEWAY_ID_ARG)
-        if self._on_outcome is not None and isinstance(gateway_id, str):
-            self._on_outcome(gateway_id, outcome)
+        if isinstance(gateway_id, str):
+            self.outcome_tap.resolve(gateway_id, outcome)
         last = [] if finish == "abort" else new
         yield self._chunk(request, last, finish=finish, outcome=outcome)
 
@@ -359,3 +368,4 @@ class FakeEngine:
         self._closed = True
         for running in self._running.values():
             running.aborted.set()
+        self.outcome_tap.close()

@@ -6,9 +6,10 @@ own wire models, in vLLM's SSE framing (`engine.fake_wire`), from what
 scripted per prompt marker), with vLLM's per-request `metrics.speculative_decoding`
 block on a reply and on a stream's usage chunk, as vLLM's serving writes it. The
 gateway's id, k and cap reach the engine as vLLM's do (`GenerateRequest.k`, `extra`
-keyed like `vllm_xargs`), and the engine hands each outcome to the `on_outcome`
-callback it was built with. It lets the whole gateway serve `/v1` in process, with no
-vLLM engine: the unit test tier and `spec-gateway serve --backend fake`.
+keyed like `vllm_xargs`), and each answer comes `Served` with its outcome, which the
+engine resolves in its tap (`engine.outcomes`). It lets the whole gateway serve `/v1`
+in process, with no vLLM engine: the unit test tier and `spec-gateway serve --backend
+fake`.
 
 What differs from vLLM, on purpose: the chat template is `role: text` lines
 (`fake_wire.chat_prompt`), a token is a whitespace-separated word, and a request
@@ -47,6 +48,7 @@ from engine.interface import (
     InvalidRequestError,
     RequestOutcome,
 )
+from engine.outcomes import OutcomeTap, served
 from engine.port import ChatResult, CompletionResult, ResponsesResult, SampledRequest
 from engine.protocol import (
     ChatCompletionRequest,
@@ -123,6 +125,8 @@ class FakeFrontend:
     def __init__(self, engine: FakeEngine, config: FakeFrontendConfig | None = None) -> None:
         self._engine = engine
         self._config = config or FakeFrontendConfig()
+        #: Where each answer's outcome comes from (`engine.outcomes.served`).
+        self.outcomes: OutcomeTap = engine.outcome_tap
 
     @property
     def served_model_name(self) -> str:
@@ -165,6 +169,7 @@ class FakeFrontend:
         cards = [ModelCard(id=name, root=root, max_model_len=self.max_model_len) for name in names]
         return ModelList(data=cards)
 
+    @served
     async def chat(
         self,
         request: ChatCompletionRequest,
@@ -197,6 +202,7 @@ class FakeFrontend:
             metrics=_metrics(run.outcome),
         )
 
+    @served
     async def completion(
         self,
         request: CompletionRequest,
@@ -224,6 +230,7 @@ class FakeFrontend:
             metrics=_metrics(run.outcome),
         )
 
+    @served
     async def responses(
         self,
         request: ResponsesRequest,
@@ -310,7 +317,7 @@ class FakeFrontend:
         )
 
     async def _run(self, job: GenerateRequest) -> _Run:
-        """The whole engine request (its outcome went to `on_outcome` on the way)."""
+        """The whole engine request (its outcome resolved in the engine's tap on the way)."""
         parts: list[str] = []
         tokens = 0
         finish: str | None = None

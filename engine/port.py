@@ -16,9 +16,11 @@ The contract, beyond the signatures:
   `NOT_FOUND`; a prompt over the context: `InvalidRequestError`), before the reply or
   from inside its stream: a backend translates its library's error replies itself
   (vLLM's: `engine.vllm.errors`), so the gateway reads no backend's payloads.
-* The request's outcome (`RequestOutcome`) reaches the `on_outcome(gateway_id, outcome)`
-  callback the backend was built with before the reply's last chunk is produced
-  (vLLM: `VLLMEngine.started(..., on_outcome=...)`).
+* Each answer is `Served(reply, outcome)` (`engine.outcomes`): `outcome` resolves to the
+  request's `RequestOutcome` before the reply's last chunk is produced (a whole reply:
+  before it is returned), and to None where the request ended without one (refused,
+  its stream closed early, the engine died): it never stays pending once the request
+  has left the engine, and a consumer that stops waiting cancels it.
 * `k` is the request's depth; `cap`, where set, lowers the requests already in
   the engine to at most that depth as this one is added (`SPEC_CAP_ARG`); `step`,
   where set, makes k a bound and the request a voter in the engine's step-depth rule
@@ -31,6 +33,7 @@ from collections.abc import AsyncIterator
 from typing import Protocol
 
 from engine.interface import GATEWAY_ID_ARG, SPEC_CAP_ARG, SPEC_CLASS_ARG, SPEC_DEPTH_ARG
+from engine.outcomes import Served
 from engine.protocol import (
     ChatCompletionRequest,
     ChatCompletionResponse,
@@ -110,7 +113,7 @@ class ServingPort(Protocol):
         gateway_id: str,
         cap: int | None = None,
         step: StepArgs | None = None,
-    ) -> ChatResult:
+    ) -> Served[ChatResult]:
         """Answer a chat request at depth k under the gateway's id."""
         ...
 
@@ -122,7 +125,7 @@ class ServingPort(Protocol):
         gateway_id: str,
         cap: int | None = None,
         step: StepArgs | None = None,
-    ) -> CompletionResult:
+    ) -> Served[CompletionResult]:
         """Answer a completion request at depth k under the gateway's id."""
         ...
 
@@ -134,7 +137,7 @@ class ServingPort(Protocol):
         gateway_id: str,
         cap: int | None = None,
         step: StepArgs | None = None,
-    ) -> ResponsesResult:
+    ) -> Served[ResponsesResult]:
         """Answer a Responses API request at depth k under the gateway's id; the answer's
         id is `resp_<gateway id>`, its one engine request `resp_<gateway id>_0`."""
         ...

@@ -31,7 +31,6 @@ from engine.port import ServingPort
 from engine.settings import EngineSettings
 from gateway.app import RuntimeFactory
 from gateway.control.settings import ControllerSettings
-from gateway.outcomes import OutcomeBoard
 from gateway.runtime import Runtime, _control_plane, drafter_name, real_runtime_factory
 from gateway.settings import GatewaySettings
 from gateway.supervisor import EngineSlot, EngineSupervisor
@@ -71,11 +70,9 @@ def fake_runtime_factory(
 
     @asynccontextmanager
     async def factory(settings: GatewaySettings) -> AsyncIterator[Runtime]:
-        board = OutcomeBoard()
-
         @asynccontextmanager
         async def start_engine() -> AsyncIterator[FakeEngine]:
-            engine = FakeEngine(config, on_outcome=board.deliver)
+            engine = FakeEngine(config)
             try:
                 yield engine
             finally:
@@ -97,7 +94,7 @@ def fake_runtime_factory(
             # No vLLM engine here; the drafter label is the configured one, else `fake`.
             drafter = drafter_name(engine_settings.drafter) if engine_settings.drafter else "fake"
             runtime = await _control_plane(
-                stack, settings, control, slot, board, drafter=drafter, vllm_version="none"
+                stack, settings, control, slot, drafter=drafter, vllm_version="none"
             )
             supervisor = EngineSupervisor(
                 slot,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from engine.interface import EngineDeadError, EngineError, EngineStep, RequestOutcome
 from engine.protocol import ResponsesResponse
@@ -13,6 +13,8 @@ from gateway.control.plane import Plan
 from gateway.errors import ErrorKind, GatewayError, from_engine
 from gateway.request_clock import RequestClock
 from gateway.speculation_report import SpeculationReport
+
+R = TypeVar("R")
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,8 +77,8 @@ def json_body(result: Any) -> dict[str, Any]:
 ABORTED = "The request was aborted before it finished."
 
 
-async def engine_reply(call: Callable[[str], Awaitable[Any]], gid: str, span: Any) -> Any:
-    """The backend's reply to `call(gid)`, under the request's trace context; its errors
+async def engine_reply(call: Callable[[str], Awaitable[R]], gid: str, span: Any) -> R:
+    """The backend's answer to `call(gid)`, under the request's trace context; its errors
     (in the backend's closed set, `engine.port`) as the gateway's. A dead engine's error
     propagates: the engine watch and the supervisor handle that."""
     try:
@@ -88,17 +90,14 @@ async def engine_reply(call: Callable[[str], Awaitable[Any]], gid: str, span: An
         raise from_engine(exc) from None
 
 
-async def whole_answer(
-    wait: Callable[[str, float], Awaitable[RequestOutcome | None]],
-    gid: str,
-    report: SpeculationReport,
-    result: Any,
-) -> tuple[dict[str, Any], RequestOutcome | None]:
-    """A whole (not streamed) answer's body with its speculation report, and the request's
-    outcome (`wait`: the outcome board's); an aborted answer is an error."""
+def whole_answer(
+    result: Any, report: SpeculationReport, outcome: RequestOutcome | None
+) -> dict[str, Any]:
+    """A whole (not streamed) answer's body with its speculation report, written from the
+    request's `outcome` (the port's, resolved before the answer was returned); an
+    aborted answer is an error."""
     if any(c.finish_reason == "abort" for c in getattr(result, "choices", ())):
         raise GatewayError(ErrorKind.ENGINE_ERROR, ABORTED)
-    outcome = await wait(gid, 1.0)
     if outcome is not None and outcome.finish_reason == "abort":
         raise GatewayError(ErrorKind.ENGINE_ERROR, ABORTED)  # a Responses answer
-    return report.write(json_body(result), outcome), outcome
+    return report.write(json_body(result), outcome)

@@ -33,7 +33,6 @@ from gateway.flags import (
     FlagView,
 )
 from gateway.observability.events import MetricsEvents, SpanEvents
-from gateway.outcomes import OutcomeBoard
 from gateway.phase import Phase, PhaseBoard, start_up_board
 from gateway.planner import FlagOverrides
 from gateway.plugins import load_backend
@@ -55,7 +54,6 @@ class Runtime:
     frontend: ServingPort
     plane: ControlPlane
     admission: Admission
-    board: OutcomeBoard
     service: InferenceService
     render_metrics: Callable[[], tuple[bytes, str]]
     class_report: Callable[[], list[dict[str, Any]]] = field(default=lambda: [])
@@ -163,7 +161,6 @@ def build_service(
     settings: GatewaySettings,
     frontend: ServingPort,
     plane: ControlPlane,
-    board: OutcomeBoard,
     telemetry: Telemetry | None,
     keys: KeyLimits | None = None,
 ) -> tuple[InferenceService, Admission]:
@@ -173,7 +170,7 @@ def build_service(
     else:
         admission = keys.admission(settings)
     limiter = keys.limiter if keys is not None else None
-    service = InferenceService(settings, frontend, plane, board, admission, telemetry, limiter)
+    service = InferenceService(settings, frontend, plane, admission, telemetry, limiter)
     return service, admission
 
 
@@ -191,7 +188,6 @@ def real_runtime_factory(
         plugin = load_backend(backend)
         vllm_version = plugin.library_version() or "none"
 
-        board = OutcomeBoard()
         target, _ = engine_settings.resolved_models()
         config = PortConfig(
             model=str(target),
@@ -200,7 +196,7 @@ def real_runtime_factory(
             split_completion_prompts=settings.split_completion_control_tokens,
         )
         slot = EngineSlot(
-            lambda: plugin.start_engine(engine_settings, board.deliver),
+            lambda: plugin.start_engine(engine_settings),
             lambda engine: plugin.serving_port(engine, config),
         )
         async with AsyncExitStack() as stack:
@@ -213,7 +209,6 @@ def real_runtime_factory(
                 settings,
                 control,
                 slot,
-                board,
                 drafter=drafter_name(drafter),
                 vllm_version=vllm_version,
             )
@@ -263,7 +258,6 @@ async def _control_plane(
     settings: GatewaySettings,
     controller_settings: ControllerSettings,
     slot: EngineSlot,
-    board: OutcomeBoard,
     *,
     drafter: str = "none",
     vllm_version: str = "none",
@@ -295,7 +289,7 @@ async def _control_plane(
     admin, store = await assembly.shared_state(stack, settings, connection, controller)
     telemetry = GatewayTelemetry(metrics, settings.served_names[0])
     keys = await KeyLimits.start(stack, settings, registry, connection)
-    service, admission = build_service(settings, frontend, plane, board, telemetry, keys)
+    service, admission = build_service(settings, frontend, plane, telemetry, keys)
     service.set_aborter(engine.abort)
     engine.on_step(service.observe_step)  # after calibration: its requests are not in flight
 
@@ -308,7 +302,6 @@ async def _control_plane(
         frontend=frontend,
         plane=plane,
         admission=admission,
-        board=board,
         service=service,
         render_metrics=render,
         class_report=lambda: [r.to_dict() for r in controller.snapshot()],

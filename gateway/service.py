@@ -1,46 +1,37 @@
-"""The inference service: intake -> plan k -> key limits and admission -> the serving port.
+"""The inference service: intake -> plan k -> key limits and admission -> an `Exchange`.
 
 Routes stay thin (parse, call this, pick JSON or SSE). The control plane plans each request
-and owns its life in the batch; on the way out its outcome and telemetry are reported.
+and owns its life in the batch; each admitted request is one `gateway.exchange.Exchange`,
+which serves it through the port and ends it once (its outcome and telemetry reported).
 """
 
 from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from opentelemetry.trace import Tracer
 
-from engine.interface import SPEC_CLASS_ARG, EngineError, EngineStep, RequestOutcome
+from engine.interface import SPEC_CLASS_ARG, EngineError, EngineStep
 from engine.port import RESERVED_XARGS, SampledRequest, ServingPort
 from engine.protocol import ChatCompletionRequest, CompletionRequest, ResponsesRequest
 from gateway import limits
 from gateway.admission import ANY_KEY, Admission
 from gateway.control.features import sampling_bucket, unserved_by_drafts
-from gateway.control.plane import ControlPlane, Plan, PlannedRequest
+from gateway.control.plane import ControlPlane, PlannedRequest
 from gateway.errors import GatewayError, from_engine
+from gateway.exchange import Exchange, PortCall, Settlement
 from gateway.intake import approx_tokens, chat_intake, check_tools, completion_intake
-from gateway.observability.inference_span import UNTRACED, InferenceSpan, InferenceSpans
-from gateway.outcomes import OutcomeBoard
-from gateway.replies import (
-    SAMPLED_NOT_EXACT,
-    Finished,
-    JsonReply,
-    StreamReply,
-    Telemetry,
-    engine_reply,
-    whole_answer,
-)
+from gateway.observability.inference_span import InferenceSpans
+from gateway.replies import SAMPLED_NOT_EXACT, JsonReply, StreamReply, Telemetry
 from gateway.request_clock import RequestClock, stamp_arrival
 from gateway.responses_request import chat_reading, refuse_unserved, text_format_schema
-from gateway.responses_stream import relay_for
 from gateway.settings import GatewaySettings
 from gateway.speculation_report import ReportLevel, SpeculationReport, requested_level
-from gateway.streaming import StreamEnd
-from gateway.tenants import Grant, KeyLimiter, Tenant
+from gateway.tenants import KeyLimiter, Tenant
 from gateway.tenants.admit import admit
 from gateway.tenants.directory import UNLIMITED_ANONYMOUS
 
@@ -59,22 +50,21 @@ class InferenceService:
         settings: GatewaySettings,
         frontend: ServingPort,
         plane: ControlPlane,
-        board: OutcomeBoard,
         admission: Admission,
         telemetry: Telemetry | None = None,
         limiter: KeyLimiter | None = None,
     ) -> None:
         self._settings = settings
         self._limiter = limiter
-        #: gateway id -> the request's hold on its key's limits, until it leaves the engine.
-        self._grants: dict[str, Grant] = {}
         self._frontend = frontend
         self._plane = plane
-        self._board = board
         self._admission = admission
         self._telemetry = telemetry
-        #: gateway id -> the engine's request id, for aborting at the drain deadline.
-        self._inflight: dict[str, str] = {}
+        #: gateway id -> the request being served, for aborting at the drain deadline.
+        self._inflight: dict[str, Exchange] = {}
+        self._settlement = Settlement(
+            admission, limiter, telemetry, settings.stream_idle_timeout_s, self._inflight
+        )
         self._abort: Callable[[str], Awaitable[None]] | None = None
         self._spans = InferenceSpans()
 
@@ -100,7 +90,7 @@ class InferenceService:
         """Abort every in-flight engine request; their clients get an error, not a cut."""
         if self._abort is None:
             return 0
-        ids = list(self._inflight.values())
+        ids = [exchange.engine_id for exchange in self._inflight.values()]
         for engine_id in ids:
             await self._abort(engine_id)
         return len(ids)
@@ -170,7 +160,6 @@ class InferenceService:
             "chat",
             "chatcmpl-",
             planned,
-            bool(request.stream),
             lambda gid: self._frontend.chat(
                 request, k=planned.engine_k, gateway_id=gid, cap=planned.cap, step=planned.step
             ),
@@ -202,7 +191,6 @@ class InferenceService:
             "responses",
             "resp_",
             planned,
-            bool(request.stream),
             lambda gid: self._frontend.responses(
                 request, k=planned.engine_k, gateway_id=gid, cap=planned.cap, step=planned.step
             ),
@@ -264,7 +252,6 @@ class InferenceService:
             "completions",
             "cmpl-",
             planned,
-            bool(request.stream),
             lambda gid: self._frontend.completion(
                 request, k=planned.engine_k, gateway_id=gid, cap=planned.cap, step=planned.step
             ),
@@ -284,158 +271,42 @@ class InferenceService:
         endpoint: str,
         id_prefix: str,
         planned: PlannedRequest,
-        stream: bool,
-        call: Callable[[str], Awaitable[Any]],
-        request: Any = None,
+        call: PortCall,
+        request: SampledRequest,
         *,
         tenant: Tenant = UNLIMITED_ANONYMOUS,
         reserve: int = 0,
         report: ReportLevel = "summary",
         engine_suffix: str = "",
     ) -> JsonReply | StreamReply:
-        """`request`, the parsed body, gives the inference span its sampling parameters;
-        `reserve` is what the request may cost its `tenant` in tokens (prompt + max_tokens);
-        `report` is its speculation report's level; the engine runs it as
-        `id_prefix + gateway id + engine_suffix`."""
+        """Admit the planned request, then serve it as one `Exchange`. `request`, the
+        parsed body, gives the inference span its sampling parameters; `reserve` is what
+        the request may cost its `tenant` in tokens (prompt + max_tokens); `report` is its
+        speculation report's level; the engine runs it as `id_prefix + gid + engine_suffix`."""
         plan = planned.plan
-        if request is not None and hasattr(request, "vllm_xargs"):
-            # The engine keeps one acceptance estimator per class (`engine.vllm.confidence_budget`).
-            request.vllm_xargs = {**(request.vllm_xargs or {}), SPEC_CLASS_ARG: plan.class_id}
-        spec_report = SpeculationReport(report, plan)
+        # The engine keeps one acceptance estimator per class (`engine.vllm.confidence_budget`).
+        request.vllm_xargs = {**(request.vllm_xargs or {}), SPEC_CLASS_ARG: plan.class_id}
         headers = planned.headers()
         gid = uuid.uuid4().hex
-        started = RequestClock.start()
+        clock = RequestClock.start()
         telemetry = self._telemetry
         shed = None if telemetry is None else lambda exc: telemetry.request_shed(endpoint, exc)
         grant = await admit(self._limiter, self._admission, tenant, reserve, plan.class_id, shed)
-        self._grants[gid] = grant
         headers.update(grant.headers)
-        started.admit()
-        span = self._spans.start(
-            endpoint, self.served_model_name, request, plan, id_prefix + gid, stream
-        )
-        planned.enter()
-        released = False
-        try:
-            self._board.expect(gid)
-            self._inflight[gid] = id_prefix + gid + engine_suffix
-            result = await engine_reply(call, gid, span)
-            if not stream:
-                body, outcome = await whole_answer(self._board.wait, gid, spec_report, result)
-                released = True
-                self._release(gid, planned, outcome, span)
-                self._report(endpoint, plan, "complete", None, outcome, started, None, False, span)
-                return JsonReply(body, headers)
-            released = True  # by the stream's end
-            return self._stream(endpoint, planned, gid, result, headers, started, spec_report, span)
-        except GatewayError as exc:
-            if not released:
-                released = True
-                self._release(gid, planned, None, span)
-            exc.headers.update(grant.headers)
-            self._report(endpoint, plan, "error", exc, None, started, None, stream, span)
-            raise
-        except BaseException as exc:
-            span.interrupted(exc)
-            raise
-        finally:
-            if not released:
-                self._release(gid, planned, None, span)
-
-    def _release(
-        self,
-        gid: str,
-        planned: PlannedRequest,
-        outcome: RequestOutcome | None,
-        span: InferenceSpan = UNTRACED,
-    ) -> None:
-        """The request has left the engine: its admission slot, board entry and batch;
-        a complete request's outcome goes to the control plane (whose decision changes
-        and drifts become events of the request's span)."""
-        grant = self._grants.pop(gid, None)
-        self._admission.release(grant.tenant.key if grant is not None else ANY_KEY)
-        if grant is not None and self._limiter is not None:
-            used = outcome.prompt_tokens + outcome.output_tokens if outcome is not None else None
-            self._limiter.settle(grant, used)  # unknown use (no outcome): the reservation stays
-        self._board.discard(gid)
-        self._inflight.pop(gid, None)
-        with span.current():
-            planned.finish(outcome)
-
-    def _stream(
-        self,
-        endpoint: str,
-        planned: PlannedRequest,
-        gid: str,
-        source: AsyncIterator[str],
-        headers: dict[str, str],
-        started: RequestClock,
-        spec_report: SpeculationReport,
-        span: InferenceSpan = UNTRACED,
-    ) -> StreamReply:
-        plan = planned.plan
-        done = False
-
-        async def finalize(end: StreamEnd | None = None) -> None:
-            nonlocal done
-            if done:
-                return
-            done = True
-            end = end or StreamEnd()
-            outcome = self._board.peek(gid)
-            self._release(gid, planned, outcome if end.status == "complete" else None, span)
-            self._report(
-                endpoint,
-                plan,
-                end.status,
-                end.error,
-                outcome,
-                started,
-                None if end.first_chunk_at is None else end.first_chunk_at - started.arrived,
-                True,
-                span,
-            )
-
-        async def report(body: dict[str, Any]) -> dict[str, Any]:
-            return spec_report.write(body, await self._board.wait(gid, 1.0))
-
-        def aborted() -> bool:
-            outcome = self._board.peek(gid)
-            return outcome is not None and outcome.finish_reason == "abort"
-
-        chunks = relay_for(
-            endpoint,
-            source,
-            idle_timeout_s=self._settings.stream_idle_timeout_s,
-            report=report,
-            aborted=aborted,
-            on_end=finalize,
-        )
-        return StreamReply(chunks, headers, finalize)
-
-    def _report(
-        self,
-        endpoint: str,
-        plan: Plan,
-        status: str,
-        error: GatewayError | None,
-        outcome: RequestOutcome | None,
-        started: RequestClock,
-        ttft_s: float | None,
-        stream: bool,
-        span: InferenceSpan = UNTRACED,
-    ) -> None:
-        finished = Finished(
+        clock.admit()
+        stream = bool(request.stream)
+        exchange = Exchange(
+            self._settlement,
             endpoint=endpoint,
-            plan=plan,
-            status=status,
-            error=error,
-            outcome=outcome,
-            e2e_s=started.since_queued_s(),
-            ttft_s=ttft_s,
+            gid=gid,
+            engine_id=id_prefix + gid + engine_suffix,
+            planned=planned,
+            grant=grant,
+            span=self._spans.start(
+                endpoint, self.served_model_name, request, plan, id_prefix + gid, stream
+            ),
+            clock=clock,
+            report=SpeculationReport(report, plan),
             stream=stream,
-            clock=started,
         )
-        span.finish(finished)
-        if self._telemetry is not None:
-            self._telemetry.request_finished(finished)
+        return await exchange.serve(call, headers)

@@ -10,7 +10,7 @@ import os
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any
 
-from engine.backend import OutcomeCallback, PortConfig, PreflightError
+from engine.backend import PortConfig, PreflightError
 
 if TYPE_CHECKING:
     from engine.port import ServingPort
@@ -50,12 +50,10 @@ class VLLMBackend:
             raise PreflightError(str(exc)) from exc
         return render(plan, gpu_memory_gib)
 
-    def start_engine(
-        self, engine_settings: Any, on_outcome: OutcomeCallback
-    ) -> AbstractAsyncContextManager[Any]:
+    def start_engine(self, engine_settings: Any) -> AbstractAsyncContextManager[Any]:
         from engine.vllm.engine import VLLMEngine
 
-        return VLLMEngine.started(engine_settings, on_outcome=on_outcome)
+        return VLLMEngine.started(engine_settings)
 
     async def serving_port(self, engine: Any, config: PortConfig) -> ServingPort:
         from engine.vllm.openai_frontend import FrontendConfig, OpenAIFrontend
@@ -71,7 +69,10 @@ class VLLMBackend:
             split_completion_prompts=config.split_completion_prompts,
         )
         return await OpenAIFrontend.create(
-            engine.serving_client, frontend, lossless_sampling=engine.lossless_sampling
+            engine.serving_client,
+            frontend,
+            lossless_sampling=engine.lossless_sampling,
+            outcomes=engine.outcome_tap,
         )
 
 

@@ -8,7 +8,8 @@ it yields and always shuts it down, freeing the engine-core process.
 
 Two ways in: `generate()` (the seam; streams `GenerationChunk`s, the last one carrying
 the `RequestOutcome`) and `serving_client`, the `EngineClient` vLLM's own OpenAI serving
-classes run on, which taps each finished request's outcome into `on_outcome`.
+classes run on, which resolves each gateway request's outcome in `outcome_tap`
+(`engine.outcomes`), where the serving port waits for it.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import logging
 import os
 import uuid
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import aclosing, asynccontextmanager
 from typing import Any
 
 from vllm import SamplingParams
@@ -28,7 +29,6 @@ from vllm.sampling_params import RequestOutputKind
 from vllm.v1.engine.async_llm import AsyncLLM
 from vllm.v1.engine.exceptions import EngineDeadError as VLLMEngineDeadError
 
-from engine.backend import OutcomeCallback
 from engine.interface import (
     GATEWAY_ID_ARG,
     SPEC_DEPTH_ARG,
@@ -38,9 +38,9 @@ from engine.interface import (
     GenerateRequest,
     GenerationChunk,
     InvalidRequestError,
-    RequestOutcome,
     StepListener,
 )
+from engine.outcomes import OutcomeTap
 from engine.settings import EngineSettings
 from engine.vllm.batch_depth import BatchDepthPolicy, rule_for
 from engine.vllm.depth_zero_params import serve_depth_zero_params
@@ -118,13 +118,13 @@ class VLLMEngine:
         #: sampled speculation is exact only where it is "ok" or "fixed" in every one
         #: (checked at start when there is a drafter; nothing to check without one).
         self.expand_kernel: ExpandState = "broken" if max_depth > 0 else "ok"
+        #: The outcomes the serving port waits for, resolved by `serving_client`.
+        self.outcome_tap = OutcomeTap()
         self.serving_client = OutcomeTapClient(llm, self)
 
     @classmethod
     @asynccontextmanager
-    async def started(
-        cls, settings: EngineSettings, on_outcome: OutcomeCallback | None = None
-    ) -> AsyncIterator[VLLMEngine]:
+    async def started(cls, settings: EngineSettings) -> AsyncIterator[VLLMEngine]:
         """Start, warm up, yield a ready engine; always shut it down on exit.
 
         Refuses first, in one line, an untested vLLM or a changed hook, a missing
@@ -142,7 +142,6 @@ class VLLMEngine:
             k_max = settings.max_depth if args.speculative_config else 0
             log.info("%s", describe_engine(llm.vllm_config))
             engine = cls(llm, settings, activity, k_max)
-            engine._on_outcome = on_outcome
             try:
                 if k_max > 0:
                     states = await llm.collective_rpc("specgw_fix_expand")
@@ -163,8 +162,6 @@ class VLLMEngine:
                 yield engine
             finally:
                 await engine.shutdown()
-
-    _on_outcome: OutcomeCallback | None = None
 
     @property
     def max_depth(self) -> int:
@@ -338,6 +335,7 @@ class VLLMEngine:
             return
         self._closed = True
         self._ready = False
+        self.outcome_tap.close()
         await self._stop_output_handler()
         await asyncio.to_thread(self._llm.shutdown)
 
@@ -359,10 +357,6 @@ class VLLMEngine:
         await asyncio.wait([handler])
         self._llm.output_processor.propagate_error(VLLMEngineDeadError())
 
-    def deliver_outcome(self, gateway_id: str, outcome: RequestOutcome) -> None:
-        if self._on_outcome is not None:
-            self._on_outcome(gateway_id, outcome)
-
     @property
     def activity(self) -> EngineActivity:
         return self._activity
@@ -376,8 +370,10 @@ class OutcomeTapClient:
 
     Everything is forwarded to the AsyncLLM; `generate` passes the stream through
     unchanged and, when a request that carries `extra_args[GATEWAY_ID_ARG]`
-    finishes, builds its `RequestOutcome` and hands it to `on_outcome` *before*
-    yielding the final output, so the gateway has it when vLLM renders the end.
+    finishes, builds its `RequestOutcome` and resolves it in the engine's
+    `outcome_tap` *before* yielding the final output, so the gateway has it when vLLM
+    renders the end; a stream that ends any other way (an error, an abort without a
+    final output, the consumer closing it) resolves it None.
     """
 
     def __init__(self, llm: AsyncLLM, engine: VLLMEngine) -> None:
@@ -386,6 +382,11 @@ class OutcomeTapClient:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._llm, name)
+
+    @property
+    def outcome_tap(self) -> OutcomeTap:
+        """Where it resolves each gateway request's outcome (the engine's)."""
+        return self._engine.outcome_tap
 
     async def generate(
         self, prompt: Any, sampling_params: SamplingParams, request_id: str, **kwargs: Any
@@ -397,17 +398,25 @@ class OutcomeTapClient:
         delta = sampling_params.output_kind == RequestOutputKind.DELTA
         n_out = 0
         activity = self._engine.activity
-        with activity.track():
-            stream = self._llm.generate(prompt, sampling_params, request_id, **kwargs)
-            async for output in stream:
-                activity.progress()
-                if output.outputs:
-                    count = len(output.outputs[0].token_ids)
-                    n_out = n_out + count if delta else count
-                if tap and output.finished:
-                    outcome = request_outcome(str(gateway_id), output, k=k, output_tokens=n_out)
-                    self._engine.deliver_outcome(str(gateway_id), outcome)
-                yield output
+        outcomes = self._engine.outcome_tap
+        try:
+            with activity.track():
+                stream = self._llm.generate(prompt, sampling_params, request_id, **kwargs)
+                async with aclosing(stream):  # closed early: vLLM aborts it at once
+                    async for output in stream:
+                        activity.progress()
+                        if output.outputs:
+                            count = len(output.outputs[0].token_ids)
+                            n_out = n_out + count if delta else count
+                        if tap and output.finished:
+                            outcome = request_outcome(
+                                str(gateway_id), output, k=k, output_tokens=n_out
+                            )
+                            outcomes.resolve(str(gateway_id), outcome)
+                        yield output
+        finally:
+            if gateway_id is not None:
+                outcomes.resolve(str(gateway_id), None)  # no outcome came: None
 
 
 def _clamp(value: Any, max_depth: int) -> int:

@@ -6,7 +6,8 @@ output, logprobs and the SSE chunk format all come from
 `OpenAIServingResponses`, `OpenAIServingModels`, built by vLLM's `init_app_state`
 exactly as `vllm serve` builds them). What this module adds is the control plane's
 one input: each request's speculation depth k and the gateway's request id, carried
-to the scheduler and the outcome tap in `SamplingParams.extra_args` (via `vllm_xargs`);
+to the scheduler and the outcome tap in `SamplingParams.extra_args` (via `vllm_xargs`),
+and each answer `Served` with the outcome that tap resolves (`engine.outcomes`);
 and one guard: chat input is tokenized as text (`engine.vllm.control_tokens`). Where vLLM
 traces (its `otlp_traces_endpoint` engine argument is set), the current span's W3C trace
 context goes with each request, so vLLM's `llm_request` span joins the gateway's trace.
@@ -23,6 +24,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from starlette.datastructures import State
 
 from engine.interface import GATEWAY_ID_ARG, SPEC_CAP_ARG, SPEC_DEPTH_ARG, InvalidRequestError
+from engine.outcomes import OutcomeTap, served
 from engine.port import (
     RESERVED_XARGS,
     ChatResult,
@@ -139,20 +141,31 @@ class OpenAIFrontend:
         *,
         lossless_sampling: bool = True,
         prompt_guard: ControlTokenGuard | None = None,
+        outcomes: OutcomeTap | None = None,
     ) -> None:
         self._state = state
         self.served_model_name = served_model_name
+        #: The engine's tap (`VLLMEngine.outcome_tap`), where each answer's outcome is
+        #: resolved; without one (no engine client that taps), outcomes resolve never.
+        self.outcomes = outcomes if outcomes is not None else OutcomeTap()
         self._lossless_sampling = lossless_sampling
         #: Set: completion prompts holding control-token strings are encoded as text.
         self._prompt_guard = prompt_guard
 
     @classmethod
     async def create(
-        cls, engine_client: Any, config: FrontendConfig, *, lossless_sampling: bool = True
+        cls,
+        engine_client: Any,
+        config: FrontendConfig,
+        *,
+        lossless_sampling: bool = True,
+        outcomes: OutcomeTap | None = None,
     ) -> OpenAIFrontend:
         """Build vLLM's serving objects on `engine_client` (an AsyncLLM or a proxy of one).
 
-        `lossless_sampling` is the engine's (`Engine.lossless_sampling`).
+        `lossless_sampling` is the engine's (`Engine.lossless_sampling`); `outcomes` the
+        tap `engine_client` resolves outcomes in (`VLLMEngine.serving_client` and
+        `VLLMEngine.outcome_tap`).
         """
         from vllm.entrypoints.launchers.api_server.app_state import init_app_state
         from vllm.utils.argparse_utils import FlexibleArgumentParser
@@ -180,6 +193,7 @@ class OpenAIFrontend:
             config.served_model_name,
             lossless_sampling=lossless_sampling,
             prompt_guard=guard if config.split_completion_prompts else None,
+            outcomes=outcomes,
         )
 
     def temperature_of(self, request: SampledRequest) -> float:
@@ -248,6 +262,7 @@ class OpenAIFrontend:
         request.vllm_xargs = xargs
         request.request_id = gateway_id
 
+    @served
     async def chat(
         self,
         request: ChatCompletionRequest,
@@ -266,6 +281,7 @@ class OpenAIFrontend:
         answer: ChatResult = _answer(result)
         return answer
 
+    @served
     async def completion(
         self,
         request: CompletionRequest,
@@ -284,6 +300,7 @@ class OpenAIFrontend:
         answer: CompletionResult = _answer(result)
         return answer
 
+    @served
     async def responses(
         self,
         request: ResponsesRequest,

@@ -36,7 +36,6 @@ from vllm.v1.engine.exceptions import EngineDeadError
 from vllm.v1.engine.input_processor import InputProcessor
 from vllm.v1.engine.output_processor import OutputProcessor, RequestOutputCollector
 
-from engine.backend import OutcomeCallback
 from engine.vllm.backend import VLLMBackend
 from engine.vllm.engine import VLLMEngine
 from engine.vllm.engine_args import checked_engine_args
@@ -198,16 +197,13 @@ def _check_stop(token: int, step: int, params: Any) -> tuple[FinishReason | None
 class ScriptedCoreBackend(VLLMBackend):
     """The vLLM backend on `ScriptedEngineClient` (the serving port is the backend's)."""
 
-    def start_engine(
-        self, engine_settings: Any, on_outcome: OutcomeCallback
-    ) -> AbstractAsyncContextManager[Any]:
+    def start_engine(self, engine_settings: Any) -> AbstractAsyncContextManager[Any]:
         @asynccontextmanager
         async def started() -> AsyncIterator[VLLMEngine]:
             args = checked_engine_args(engine_settings)
             client = ScriptedEngineClient(args.create_engine_config())
             k_max = engine_settings.max_depth if args.speculative_config else 0
             engine = VLLMEngine(client, engine_settings, EngineActivity(), k_max)  # type: ignore[arg-type]
-            engine._on_outcome = on_outcome
             engine._ready = True
             try:
                 yield engine

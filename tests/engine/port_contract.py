@@ -1,14 +1,17 @@
 """The serving-port contract: every `ServingPort` (OpenAIFrontend, FakeFrontend) passes these.
 
-Each check is an async function of a `PortHarness`: the port, and the outcomes its
-engine handed to `on_outcome` (by gateway id), as `gateway.outcomes.OutcomeBoard`
-receives them. `tests/engine/test_port_contract.py` runs them on the fake in the
-unit tier and on vLLM in the engine tier. Requests are greedy, so a stream and a
-reply of the same request say the same text.
+Each check is an async function of a `PortHarness`: the port, and its engine's outcome
+tap (`engine.outcomes`), which must hold no entry once a check's requests have ended.
+Every answer is `Served(reply, outcome)`: the outcome resolved before a whole reply is
+returned and before a stream's last chunk. `tests/engine/test_port_contract.py` runs
+them on each backend's port, built by its plugin: the fake in the unit tier, vLLM in the
+engine tier. Requests are greedy, so a stream and a reply of the same request say the
+same text.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -18,6 +21,7 @@ from typing import Any
 import pytest
 
 from engine.interface import EngineError, ErrorClass, RequestOutcome
+from engine.outcomes import OutcomeTap, Served
 from engine.port import ServingPort
 from engine.protocol import (
     ChatCompletionRequest,
@@ -39,10 +43,16 @@ class PortHarness:
     max_depth: int
     #: Longest prompt + completion the backend serves (tokens).
     max_model_len: int
-    outcomes: dict[str, RequestOutcome] = field(default_factory=dict)
+    #: The engine's outcome tap, where the port's outcomes are pending.
+    tap: OutcomeTap = field(default_factory=OutcomeTap)
 
-    def deliver(self, gateway_id: str, outcome: RequestOutcome) -> None:
-        self.outcomes[gateway_id] = outcome
+
+def _resolved(served: Served[Any]) -> RequestOutcome:
+    """The outcome of an answer, which must be there already, and not None."""
+    assert served.outcome.done(), "the outcome must resolve before the reply is returned"
+    outcome = served.outcome.result()
+    assert outcome is not None
+    return outcome
 
 
 def _gid() -> str:
@@ -59,14 +69,19 @@ def _completion(port: ServingPort, **body: Any) -> CompletionRequest:
     return CompletionRequest.model_validate(fields)
 
 
-async def _events(stream: AsyncIterator[str]) -> list[dict[str, Any] | str]:
-    """Every SSE event: the JSON payloads, then the literal `[DONE]`."""
+async def _events(served: Served[Any]) -> list[dict[str, Any] | str]:
+    """Every SSE event: the JSON payloads, then the literal `[DONE]`; the last payload
+    must come after the outcome resolved."""
+    stream: AsyncIterator[str] = served.reply
     events: list[dict[str, Any] | str] = []
+    resolved: list[bool] = []
     async for line in stream:
         assert line.startswith("data: "), line
         assert line.endswith("\n\n"), line
         payload = line[len("data: ") : -2]
         events.append(payload if payload == "[DONE]" else json.loads(payload))
+        resolved.append(served.outcome.done())
+    assert resolved[-2], "the outcome must resolve before the stream's last chunk"
     return events
 
 
@@ -77,7 +92,8 @@ async def models_list_the_served_name(h: PortHarness) -> None:
 
 async def chat_reply_carries_usage_and_its_outcome(h: PortHarness) -> None:
     gid = _gid()
-    reply = await h.port.chat(_chat(h.port, max_tokens=8), k=h.max_depth, gateway_id=gid)
+    served = await h.port.chat(_chat(h.port, max_tokens=8), k=h.max_depth, gateway_id=gid)
+    reply = served.reply
     assert isinstance(reply, ChatCompletionResponse), reply
     assert reply.id.endswith(gid)
     assert reply.model == h.port.served_model_name
@@ -85,7 +101,7 @@ async def chat_reply_carries_usage_and_its_outcome(h: PortHarness) -> None:
     assert choice.finish_reason in {"length", "stop"}
     assert choice.message.role == "assistant"
     assert choice.message.content is not None  # may be "" where a random model stops at once
-    outcome = h.outcomes[gid]  # delivered before the reply was returned
+    outcome = _resolved(served)
     assert reply.usage.completion_tokens == outcome.output_tokens <= 8
     assert reply.usage.prompt_tokens > 0
     assert outcome.speculation.k == h.max_depth
@@ -99,13 +115,14 @@ async def chat_reply_carries_usage_and_its_outcome(h: PortHarness) -> None:
 
 
 async def chat_stream_is_openai_sse_and_says_what_the_reply_says(h: PortHarness) -> None:
-    reply = await h.port.chat(_chat(h.port, max_tokens=12), k=0, gateway_id=_gid())
+    reply = (await h.port.chat(_chat(h.port, max_tokens=12), k=0, gateway_id=_gid())).reply
     assert isinstance(reply, ChatCompletionResponse)
     gid = _gid()
     request = _chat(h.port, max_tokens=12, stream=True, stream_options={"include_usage": True})
-    stream = await h.port.chat(request, k=0, gateway_id=gid)
-    assert not isinstance(stream, ChatCompletionResponse)
-    events = await _events(stream)
+    served = await h.port.chat(request, k=0, gateway_id=gid)
+    assert not isinstance(served.reply, ChatCompletionResponse)
+    events = await _events(served)
+    outcome = _resolved(served)
     assert events[-1] == "[DONE]"
     chunks = [e for e in events[:-1] if isinstance(e, dict)]
     assert all(c["object"] == "chat.completion.chunk" and c["id"].endswith(gid) for c in chunks)
@@ -116,27 +133,28 @@ async def chat_stream_is_openai_sse_and_says_what_the_reply_says(h: PortHarness)
     assert text == reply.choices[0].message.content
     usage_chunk = chunks[-1]
     assert usage_chunk["choices"] == []
-    assert usage_chunk["usage"]["completion_tokens"] == h.outcomes[gid].output_tokens
+    assert usage_chunk["usage"]["completion_tokens"] == outcome.output_tokens
     # vLLM's block rides on the usage chunk alone; at k = 0 it counts no verify step.
     assert [c for c in chunks if "metrics" in c] == [usage_chunk]
     block = usage_chunk["metrics"]["speculative_decoding"]
-    assert block == speculative_decoding(h.outcomes[gid].speculation)
+    assert block == speculative_decoding(outcome.speculation)
     assert (block["num_spec_steps"], block["num_draft_tokens"]) == (0, 0)
 
 
 async def completion_reply_and_stream_agree(h: PortHarness) -> None:
     gid = _gid()
-    reply = await h.port.completion(_completion(h.port, max_tokens=10), k=1, gateway_id=gid)
+    served = await h.port.completion(_completion(h.port, max_tokens=10), k=1, gateway_id=gid)
+    reply = served.reply
     assert isinstance(reply, CompletionResponse), reply
     assert reply.id.endswith(gid)
     assert reply.choices[0].finish_reason in {"length", "stop"}
-    assert reply.usage.completion_tokens == h.outcomes[gid].output_tokens
+    assert reply.usage.completion_tokens == _resolved(served).output_tokens
     request = _completion(
         h.port, max_tokens=10, stream=True, stream_options={"include_usage": True}
     )
-    stream = await h.port.completion(request, k=1, gateway_id=_gid())
-    assert not isinstance(stream, CompletionResponse)
-    events = await _events(stream)
+    streamed = await h.port.completion(request, k=1, gateway_id=_gid())
+    assert not isinstance(streamed.reply, CompletionResponse)
+    events = await _events(streamed)
     assert events[-1] == "[DONE]"
     chunks = [e for e in events[:-1] if isinstance(e, dict)]
     text = "".join(c["choices"][0]["text"] for c in chunks if c["choices"])
@@ -154,25 +172,29 @@ async def responses_reply_and_stream_agree(h: PortHarness) -> None:
     """A Responses answer under `resp_<gateway id>` with its outcome at depth k; its
     stream is vLLM's typed events, numbered, ending in `response.completed`."""
     gid = _gid()
-    reply = await h.port.responses(_responses(h.port, max_output_tokens=10), k=1, gateway_id=gid)
+    served = await h.port.responses(_responses(h.port, max_output_tokens=10), k=1, gateway_id=gid)
+    reply = served.reply
     assert isinstance(reply, ResponsesResponse), reply
     assert reply.id == f"resp_{gid}"
     assert reply.status in {"completed", "incomplete"}
     assert reply.usage is not None
-    assert reply.usage.output_tokens == h.outcomes[gid].output_tokens <= 10
-    assert h.outcomes[gid].speculation.k == 1
+    outcome = _resolved(served)
+    assert reply.usage.output_tokens == outcome.output_tokens <= 10
+    assert outcome.speculation.k == 1
     (message,) = reply.output
     text = message.content[0].text  # type: ignore[union-attr, index]
     sid = _gid()
-    stream = await h.port.responses(
+    streamed = await h.port.responses(
         _responses(h.port, max_output_tokens=10, stream=True), k=1, gateway_id=sid
     )
-    assert not isinstance(stream, ResponsesResponse)
+    assert not isinstance(streamed.reply, ResponsesResponse)
     events = []
-    async for line in stream:
+    async for line in streamed.reply:
         kind, data = line.removesuffix("\n\n").split("\n", 1)
         event = json.loads(data.removeprefix("data: "))
         assert kind == f"event: {event['type']}"
+        if event["type"] == "response.completed":
+            assert streamed.outcome.done(), "resolved before response.completed"
         events.append(event)
     assert [e["type"] for e in events[:2]] == ["response.created", "response.in_progress"]
     assert events[-1]["type"] == "response.completed"
@@ -181,23 +203,23 @@ async def responses_reply_and_stream_agree(h: PortHarness) -> None:
     assert deltas == text
     final = events[-1]["response"]
     assert final["id"] == f"resp_{sid}"
-    assert final["usage"]["output_tokens"] == h.outcomes[sid].output_tokens
+    assert final["usage"]["output_tokens"] == _resolved(streamed).output_tokens
 
 
 async def k_zero_drafts_nothing_and_k_is_clamped_to_the_maximum(h: PortHarness) -> None:
-    low, high = _gid(), _gid()
-    await h.port.completion(_completion(h.port, max_tokens=6), k=0, gateway_id=low)
-    await h.port.completion(_completion(h.port, max_tokens=6), k=h.max_depth + 3, gateway_id=high)
-    assert h.outcomes[low].speculation.k == 0
-    assert h.outcomes[low].speculation.draft_tokens == 0
-    assert h.outcomes[high].speculation.k == h.max_depth
+    request = _completion(h.port, max_tokens=6)
+    low = _resolved(await h.port.completion(request, k=0, gateway_id=_gid()))
+    request = _completion(h.port, max_tokens=6)
+    high = _resolved(await h.port.completion(request, k=h.max_depth + 3, gateway_id=_gid()))
+    assert low.speculation.k == 0
+    assert low.speculation.draft_tokens == 0
+    assert high.speculation.k == h.max_depth
 
 
 async def a_cap_is_taken_with_the_request(h: PortHarness) -> None:
-    gid = _gid()
-    reply = await h.port.chat(_chat(h.port, max_tokens=4), k=1, gateway_id=gid, cap=0)
-    assert isinstance(reply, ChatCompletionResponse)
-    assert h.outcomes[gid].speculation.k == 1
+    served = await h.port.chat(_chat(h.port, max_tokens=4), k=1, gateway_id=_gid(), cap=0)
+    assert isinstance(served.reply, ChatCompletionResponse)
+    assert _resolved(served).speculation.k == 1
 
 
 async def an_unknown_model_is_a_not_found_error(h: PortHarness) -> None:
@@ -238,6 +260,40 @@ async def a_prompt_over_the_context_is_a_client_error(h: PortHarness) -> None:
     await _refused(h.port.chat(too_many, k=0, gateway_id=_gid()))
 
 
+async def a_refused_request_leaves_no_outcome_pending(h: PortHarness) -> None:
+    """A request the backend refuses never runs to an end: nothing stays pending."""
+    long = " ".join(["river"] * (h.max_model_len + 8))
+    await _refused(h.port.completion(_completion(h.port, prompt=long), k=0, gateway_id=_gid()))
+    too_many = _chat(h.port, max_tokens=h.max_model_len * 2)
+    await _refused(h.port.chat(too_many, k=0, gateway_id=_gid()))
+    with pytest.raises(EngineError):
+        await h.port.chat(_chat(h.port, model="no-such-model"), k=0, gateway_id=_gid())
+    assert len(h.tap) == 0
+
+
+async def a_stream_closed_early_resolves_or_is_cancelled(h: PortHarness) -> None:
+    """A stream its consumer closes after one chunk ends the engine request: the outcome
+    is None or an abort, never a finished answer; one the consumer stops waiting for
+    (cancels) leaves nothing pending. A stream never read leaves its outcome pending
+    (the engine never saw the request) until it is cancelled."""
+    request = _chat(h.port, max_tokens=64, stream=True)
+    served = await h.port.chat(request, k=h.max_depth, gateway_id=_gid())
+    stream = served.reply
+    await anext(stream)
+    await stream.aclose()
+    for _ in range(3):  # a close reaches the engine's stream in a loop turn or two
+        await asyncio.sleep(0)
+    if served.outcome.done():
+        outcome = served.outcome.result()
+        assert outcome is None or outcome.finish_reason == "abort", outcome
+    unread = await h.port.chat(_chat(h.port, max_tokens=4, stream=True), k=0, gateway_id=_gid())
+    for each in (served, unread):
+        each.outcome.cancel()
+    await unread.reply.aclose()
+    await asyncio.sleep(0)  # the cancellation's callback drops the entry
+    assert len(h.tap) == 0
+
+
 async def sampling_defaults_and_token_counts(h: PortHarness) -> None:
     port = h.port
     assert port.temperature_of(_chat(port, temperature=0.3)) == pytest.approx(0.3)
@@ -263,6 +319,8 @@ PORT_CONTRACT: dict[str, Callable[[PortHarness], Awaitable[None]]] = {
         a_cap_is_taken_with_the_request,
         an_unknown_model_is_a_not_found_error,
         a_prompt_over_the_context_is_a_client_error,
+        a_refused_request_leaves_no_outcome_pending,
+        a_stream_closed_early_resolves_or_is_cancelled,
         sampling_defaults_and_token_counts,
     )
 }

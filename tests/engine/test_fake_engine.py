@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -12,6 +13,7 @@ from engine.interface import (
     SPEC_CAP_ARG,
     EngineDeadError,
     GenerateRequest,
+    InvalidRequestError,
 )
 from engine.step_rule import (
     SPEC_COSTS_ARG,
@@ -100,15 +102,50 @@ async def test_a_cap_lowers_the_requests_already_running() -> None:
     assert newcomer.speculation.verify_steps > 0
 
 
-async def test_outcomes_reach_the_callback_by_gateway_id() -> None:
-    delivered: list[tuple[str, int]] = []
-    engine = FakeEngine(on_outcome=lambda gid, o: delivered.append((gid, o.output_tokens)))
+async def test_outcomes_resolve_in_the_tap_by_gateway_id() -> None:
+    engine = FakeEngine()
+    outcome = engine.outcome_tap.expect("gw-1")
     tagged = GenerateRequest("a", prompt="p", max_tokens=5, extra={GATEWAY_ID_ARG: "gw-1"})
     async for chunk in engine.generate(tagged):
-        assert bool(delivered) == chunk.finished  # handed over just before the last chunk
-    assert delivered == [("gw-1", 5)]
+        assert outcome.done() == chunk.finished  # resolved just before the last chunk
+    resolved = outcome.result()
+    assert resolved is not None
+    assert resolved.output_tokens == 5
     await collect(engine, GenerateRequest("b", prompt="p", max_tokens=3))  # no gateway id
-    assert len(delivered) == 1
+    assert len(engine.outcome_tap) == 0
+
+
+async def test_a_request_that_ends_without_an_outcome_resolves_none() -> None:
+    """Closed early, refused, or on an engine that died or shut down: each waiting
+    outcome is None at once, and the tap keeps no entry."""
+    engine = FakeEngine()
+    tap = engine.outcome_tap
+
+    def tagged(gid: str, **fields: Any) -> GenerateRequest:
+        return GenerateRequest(gid, prompt="p", extra={GATEWAY_ID_ARG: gid}, **fields)
+
+    closed, refused, died, never = (tap.expect(g) for g in ("closed", "refused", "died", "never"))
+    stream = engine.generate(tagged("closed", max_tokens=50))
+    await anext(stream)
+    await stream.aclose()
+    assert closed.done()
+    assert closed.result() is None
+    with pytest.raises(InvalidRequestError):
+        await collect(engine, tagged("refused", max_tokens=0))
+    assert refused.done()
+    assert refused.result() is None
+    running = engine.generate(tagged("died", max_tokens=50))
+    await anext(running)
+    engine.kill()
+    with pytest.raises(EngineDeadError):
+        await anext(running)
+    assert died.done()
+    assert died.result() is None
+    assert not never.done()  # its request never reached the engine
+    await engine.shutdown()
+    assert never.done()
+    assert never.result() is None
+    assert len(tap) == 0
 
 
 async def test_a_voter_beside_requests_at_zero_weighs_them_as_the_scheduler_does() -> None:

@@ -21,11 +21,10 @@ SERVED = "specgw-contract"
 
 
 async def _fake() -> AsyncIterator[PortHarness]:
-    harness = PortHarness(port=None, max_depth=4, max_model_len=512)  # type: ignore[arg-type]
-    config = FakeEngineConfig(max_depth=harness.max_depth, max_prompt_tokens=512)
-    engine = FakeEngine(config, on_outcome=harness.deliver)
-    harness.port = FakeFrontend(engine, FakeFrontendConfig(served_model_name=SERVED))
-    yield harness
+    config = FakeEngineConfig(max_depth=4, max_prompt_tokens=512)
+    engine = FakeEngine(config)
+    port = FakeFrontend(engine, FakeFrontendConfig(served_model_name=SERVED))
+    yield PortHarness(port, 4, 512, engine.outcome_tap)
     await engine.shutdown()
 
 
@@ -35,15 +34,16 @@ async def _vllm() -> AsyncIterator[PortHarness]:
     from tests.engine.engines import engine_settings
 
     settings = engine_settings()
-    harness = PortHarness(port=None, max_depth=4, max_model_len=settings.max_model_len)  # type: ignore[arg-type]
-    async with VLLMEngine.started(settings, on_outcome=harness.deliver) as engine:
+    async with VLLMEngine.started(settings) as engine:
         target, _ = settings.resolved_models()
         config = FrontendConfig(model=str(target), served_model_name=SERVED)
-        harness.port = await OpenAIFrontend.create(
-            engine.serving_client, config, lossless_sampling=engine.lossless_sampling
+        port = await OpenAIFrontend.create(
+            engine.serving_client,
+            config,
+            lossless_sampling=engine.lossless_sampling,
+            outcomes=engine.outcome_tap,
         )
-        harness.max_depth = engine.max_depth
-        yield harness
+        yield PortHarness(port, engine.max_depth, settings.max_model_len, engine.outcome_tap)
 
 
 @pytest_asyncio.fixture(
@@ -60,3 +60,4 @@ async def harness(request: pytest.FixtureRequest) -> AsyncIterator[PortHarness]:
 @pytest.mark.parametrize("check", sorted(PORT_CONTRACT))
 async def test_port_contract(harness: PortHarness, check: str) -> None:
     await PORT_CONTRACT[check](harness)
+    assert len(harness.tap) == 0, "every outcome resolved once its request ended"

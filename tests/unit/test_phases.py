@@ -27,7 +27,6 @@ from gateway.app import RuntimeFactory, create_app
 from gateway.calibration import calibrate, rounds_in_all
 from gateway.control.cost_model import CostModel
 from gateway.control.settings import ControllerSettings
-from gateway.outcomes import OutcomeBoard
 from gateway.phase import Phase, PhaseBoard
 from gateway.runtime import Runtime, _control_plane
 from gateway.settings import GatewaySettings
@@ -58,12 +57,10 @@ def staged_factory(stages: Stages, controller: ControllerSettings) -> RuntimeFac
 
     @asynccontextmanager
     async def factory(settings: GatewaySettings) -> AsyncIterator[Runtime]:
-        board = OutcomeBoard()
-
         @asynccontextmanager
         async def start_engine() -> AsyncIterator[FakeEngine]:
             await (stages.restart if stages.engines else stages.load).wait()
-            engine = FakeEngine(INSTANT, on_outcome=board.deliver)
+            engine = FakeEngine(INSTANT)
             if stages.wedge_first and not stages.engines:
                 engine.wedge()
             stages.engines.append(engine)
@@ -79,7 +76,7 @@ def staged_factory(stages: Stages, controller: ControllerSettings) -> RuntimeFac
         async with AsyncExitStack() as stack:
             await slot.start()
             stack.push_async_callback(slot.close)
-            runtime = await _control_plane(stack, settings, controller, slot, board)
+            runtime = await _control_plane(stack, settings, controller, slot)
             supervisor = EngineSupervisor(
                 slot,
                 on_down=runtime.engine_down,
