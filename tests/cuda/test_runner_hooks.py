@@ -216,5 +216,7 @@ def test_the_worker_extension_mixes_in_without_clashing() -> None:
         "specgw_draft_confidence_records",
         "specgw_draft_confidences",
         "specgw_draft_confidence_mismatches",
+        "specgw_install_class_verification",
+        "specgw_class_verification",
     }
     assert not ours & set(dir(worker_cls))
