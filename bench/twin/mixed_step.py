@@ -4,7 +4,7 @@
         bench/twin/profiles/measured-h100-llama8b-eagle3.json
     python -m bench.twin.mixed_step MEASUREMENT --plot ratios.png   # the ratios as a figure
 
-`bench/twin/gpu_pieces.py` times, on a GPU, the step in which b0 of b requests verify nothing
+`bench/gpu/gpu_pieces.py` times, on a GPU, the step in which b0 of b requests verify nothing
 beside b - b0 verifying k drafts, run PIECEWISE as vLLM runs such a step, against the uniform
 step at k with a FULL graph; `bench/mixed_step_cpu.py` times the same mix on the CPU engine
 with per-request depths (its step clock). Each row becomes `ratio[b][k][b0 / b]`. A profile whose
@@ -25,7 +25,7 @@ from bench.twin.schema import Profile
 
 #: Each measurement's ratio field and the command that measures it.
 MEASURED_BY = {
-    "piecewise_over_uniform": "python -m bench.twin.gpu_pieces",
+    "piecewise_over_uniform": "python -m bench.gpu.gpu_pieces",
     "mixed_over_uniform": "python -m bench.mixed_step_cpu",
 }
 

@@ -71,7 +71,7 @@ class MixedStepCost(_Strict):
     """What a step mixing k = 0 and drafting requests costs, as a multiple of the uniform
     step at its depth. Under `uniform` batch depth vLLM runs such a step PIECEWISE
     (attention outside the graphs), and its k = 0 requests verify nothing, so it loses the
-    FULL graph and gains the rows it does not verify (`bench/twin/gpu_pieces.py`). Under
+    FULL graph and gains the rows it does not verify (`bench/gpu/gpu_pieces.py`). Under
     `per-request` depths (the CPU engine) its k = 0 requests verify nothing either, and no
     graph is lost (`bench/mixed_step_cpu.py`); a step whose drafting requests differ in
     depth is priced as if all drafted its deepest, an upper estimate.

@@ -1,4 +1,4 @@
-"""bench/twin/gpu_pieces.py on the CPU: its --tiny run, and the mixed step's one attention call.
+"""bench/gpu/gpu_pieces.py on the CPU: its --tiny run, and the mixed step's one attention call.
 
 The GPU run is the lead's (its output is in bench/twin/measurements); here the script must run
 end to end and write every row, the piecewise stages must compute what the whole step computes,
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench.twin import gpu_pieces
-from bench.twin.gpu_profile import TINY, TINY_MOE, Twin
+from bench.gpu import gpu_pieces
+from bench.gpu.gpu_profile import TINY, TINY_MOE, Twin
 
 
 def test_tiny_run_writes_every_row_with_the_same_drafts_both_ways(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""bench/twin/gpu_profile.py on the CPU: its --tiny run, its deadline, and its attention.
+"""bench/gpu/gpu_profile.py on the CPU: its --tiny run, its deadline, and its attention.
 
 The GPU run is the lead's; here the script must run end to end, write the profile's shape, stop
 cleanly at its deadline, and compute the same attention as repeating K/V for every query head.
@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "bench" / "twin" / "gpu_profile.py"
+SCRIPT = REPO / "bench" / "gpu" / "gpu_profile.py"
 TINY_BATCHES = ("1", "2")
 TINY_KS = ("0", "1", "2", "3")
 
@@ -39,7 +39,7 @@ def profile(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def script() -> ModuleType:
-    """The script as a module (it has no package: bench/twin is a folder of scripts)."""
+    """The script as a module (run as a script, by its path)."""
     spec = importlib.util.spec_from_file_location("gpu_profile", SCRIPT)
     assert spec is not None
     assert spec.loader is not None

@@ -1,8 +1,8 @@
 """What a step mixing k = 0 and drafting requests costs on a GPU, for the engine twin.
 
-    python -m bench.twin.gpu_pieces --out mixed_depth.json          # CUDA, Llama-3.1-8B shape
-    python -m bench.twin.gpu_pieces --moe --out mixed_depth_moe.json  # Qwen3-30B-A3B shape
-    python -m bench.twin.gpu_pieces --tiny --out /tmp/m.json         # CPU, float32, seconds
+    python -m bench.gpu.gpu_pieces --out mixed_depth.json          # CUDA, Llama-3.1-8B shape
+    python -m bench.gpu.gpu_pieces --moe --out mixed_depth_moe.json  # Qwen3-30B-A3B shape
+    python -m bench.gpu.gpu_pieces --tiny --out /tmp/m.json         # CPU, float32, seconds
 
 vLLM replays a FULL decode graph only for a step whose requests all verify the same number of
 tokens (`engine/vllm/batch_depth.py`); a step in which some requests verify none (k = 0) and
@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from bench.twin.gpu_profile import (
+from bench.gpu.gpu_profile import (
     Attend,
     Clock,
     Twin,
@@ -295,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     model = ("tiny " + ("MoE " if args.moe else "") + "test shape") if args.tiny else model
     expected = sum(len(zeros(b, args.zero_fractions)) for b in args.batches) * len(args.ks)
     document = {
-        "source": f"measured by python -m bench.twin.gpu_pieces on {name}, torch "
+        "source": f"measured by python -m bench.gpu.gpu_pieces on {name}, torch "
         f"{torch.__version__}, random {str(dtype).removeprefix('torch.')} weights, {model}, "
         f"one-layer EAGLE-3 head, context {shape.context}, CUDA graphs {clock.graphs}",
         "graphs": clock.graphs,

@@ -1,9 +1,9 @@
 """Step-cost profile of EAGLE-3 speculative decoding on a GPU, for the engine twin.
 
-    python bench/twin/gpu_profile.py --out gpu_profile.json   # CUDA, about 1 to 2 minutes
-    python bench/twin/gpu_profile.py --tiny --out /tmp/p.json  # CPU, float32, seconds
-    python bench/twin/gpu_profile.py --moe --out moe.json      # Qwen3-30B-A3B shape (~70 GB)
-    python bench/twin/gpu_profile.py --mixed --batches 1,16,64 --out mixed.json  # newcomer steps
+    python bench/gpu/gpu_profile.py --out gpu_profile.json   # CUDA, about 1 to 2 minutes
+    python bench/gpu/gpu_profile.py --tiny --out /tmp/p.json  # CPU, float32, seconds
+    python bench/gpu/gpu_profile.py --moe --out moe.json      # Qwen3-30B-A3B shape (~70 GB)
+    python bench/gpu/gpu_profile.py --mixed --batches 1,16,64 --out mixed.json  # newcomer steps
 
 Needs only torch. The models are random bf16 weights in the shapes of Llama-3.1-8B (the target)
 and of a one-layer EAGLE-3 head for it: these are the costs of the shapes, not of a trained
@@ -607,7 +607,7 @@ def profile_json(
     longest = max(res.prefill, default=0)
     return {
         "name": args.name,
-        "source": f"measured by bench/twin/gpu_profile.py on {device}, torch {torch.__version__}, "
+        "source": f"measured by bench/gpu/gpu_profile.py on {device}, torch {torch.__version__}, "
         f"random {dtype} weights, {model}, one-layer EAGLE-3 head, context {shape.context}, "
         f"CUDA graphs {'yes' if graphs else 'no'}",
         "device": device,
