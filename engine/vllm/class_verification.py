@@ -301,9 +301,14 @@ def _per_class(
     return [(manager, "record_confidences", record_per_class), (estimator, "step", step_per_class)]
 
 
-async def serve_class_verification(llm: Any, per_class: bool = True) -> bool:
-    """The install on every worker of a started `AsyncLLM`: whether all took it."""
-    installed = await llm.collective_rpc("specgw_install_class_verification", args=(per_class,))
+async def serve_class_verification(llm: Any, mode: str) -> bool:
+    """The install on every worker of a started `AsyncLLM` for the verify-budget setting
+    (`EngineSettings.verify_budget`): `on` installs bounds and per-class estimators; `off`
+    and `vllm-av` (0.33 as shipped) nothing. Whether every worker took it (False on a
+    runner without adaptive verification: the CPU's V1 runner trims in its scheduler)."""
+    if mode != "on":
+        return False
+    installed = await llm.collective_rpc("specgw_install_class_verification")
     return bool(installed) and all(installed)
 
 

@@ -37,6 +37,7 @@ from engine.vllm.class_verification import (
     HOOKS,
     ClassVerificationExtension,
     runner_supports_class_verification,
+    serve_class_verification,
 )
 from engine.vllm.compat import hook_problem
 
@@ -320,3 +321,27 @@ def test_a_class_group_goes_to_a_newcomer_only_once_no_live_request_uses_it() ->
     assert groups.folded == 1
     assert groups.group_of("c", lambda: {1}) == (2, True)  # "b"'s, reset before use
     assert groups.known() == {"a": 1, "c": 2}
+
+
+class _Engine:
+    """An `AsyncLLM`'s `collective_rpc` over workers in this process."""
+
+    def __init__(self, *workers: _Worker) -> None:
+        self.workers = workers
+
+    async def collective_rpc(self, method: str, args: tuple[Any, ...] = ()) -> list[Any]:
+        return [getattr(worker, method)(*args) for worker in self.workers]
+
+
+async def test_the_engine_installs_it_where_the_verify_budget_is_on() -> None:
+    for mode in ("off", "vllm-av"):  # vLLM as shipped: its pooled estimator, no bounds
+        runner = _runner()
+        assert await serve_class_verification(_Engine(_Worker(runner)), mode) is False
+        assert "get_num_tokens" not in vars(runner.adaptive_verification)
+    runners = [_runner(), _runner()]  # two tensor-parallel ranks
+    engine = _Engine(*(_Worker(r) for r in runners))
+    assert await serve_class_verification(engine, "on") is True
+    assert all("get_num_tokens" in vars(r.adaptive_verification) for r in runners)
+    lone = _runner()
+    lone.adaptive_verification = None  # one rank without: not installed everywhere
+    assert await serve_class_verification(_Engine(_Worker(_runner()), _Worker(lone)), "on") is False
