@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from bench.twin.markdown import fmt, table
 from bench.twin.metrics import NEAR_SHARE
 from bench.twin.modes import (
     ADAPTIVE,
@@ -68,25 +69,13 @@ NEAR_NOTE = (
 )
 
 
-def _f(value: float | None, digits: int = 3) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
-
-
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    return [
-        "| " + " | ".join(header) + " |",
-        "|" + "|".join("---" for _ in header) + "|",
-        *("| " + " | ".join(row) + " |" for row in rows),
-    ]
-
-
 def _ratio(cell: Mapping[str, Any], name: str) -> str:
     s = cell["ratios"].get(name)
     if s is None:
         return "-"
     if s["min"] == s["max"]:
-        return _f(s["median"])
-    return f"{_f(s['median'])} ({_f(s['min'])}-{_f(s['max'])})"
+        return fmt(s["median"])
+    return f"{fmt(s['median'])} ({fmt(s['min'])}-{fmt(s['max'])})"
 
 
 def _throughput(arrivals: Mapping[str, Any]) -> list[str]:
@@ -95,10 +84,10 @@ def _throughput(arrivals: Mapping[str, Any]) -> list[str]:
     first = next(iter(arrivals.values()))["seeds"] if arrivals else {}
     order = list(next(iter(first.values()))) if first else modes
     rows = [
-        [m, *(_f(arrivals[a]["tokens_per_s"].get(m, {}).get("median"), 1) for a in labels)]
+        [m, *(fmt(arrivals[a]["tokens_per_s"].get(m, {}).get("median"), 1) for a in labels)]
         for m in order
     ]
-    return _table(["mode", *(f"{a} tokens/s" for a in labels)], rows)
+    return table(["mode", *(f"{a} tokens/s" for a in labels)], rows)
 
 
 RATIO_ROWS = (
@@ -136,7 +125,7 @@ def _ratios(arrivals: Mapping[str, Any]) -> list[str]:
         "adaptive's worst class (first seed)",
         *(_first_seed(arrivals[a]["worst_class"]).get(ADAPTIVE, "-") for a in labels),
     ]
-    return _table(["ratio", *labels], [*rows, best, worst])
+    return table(["ratio", *labels], [*rows, best, worst])
 
 
 TRADE_OFF_NOTE = (
@@ -159,7 +148,7 @@ def _trade_off(arrivals: Mapping[str, Any]) -> list[str]:
         for a in labels:
             ratios = arrivals[a]["ratios"]
             best, worst = target_figures(ratios, mode)
-            row.append("-" if best is None else f"{_f(best)} · {_f(worst, 2)}")
+            row.append("-" if best is None else f"{fmt(best)} · {fmt(worst, 2)}")
             if both_met(best, worst):
                 met[a].append(mode)
         rows.append(row)
@@ -167,7 +156,7 @@ def _trade_off(arrivals: Mapping[str, Any]) -> list[str]:
     return [
         TRADE_OFF_NOTE.format(floor=CLASS_FLOOR),
         "",
-        *_table(["mode", *labels], [*rows, both]),
+        *table(["mode", *labels], [*rows, both]),
     ]
 
 
@@ -181,7 +170,7 @@ def _settle(arrivals: Mapping[str, Any], mode: str = ADAPTIVE, key: str = "settl
     its class's own vote (the depth the rule gives the class alone). `key`
     "near_settle": until its depths stayed near-best (`bench.twin.metrics`)."""
     labels = list(arrivals)
-    table: dict[str, dict[str, str]] = {}
+    counts: dict[str, dict[str, str]] = {}
     marked = False
     for label in labels:
         stretches = _first_seed(arrivals[label].get(key, {})).get(mode, [])
@@ -192,10 +181,10 @@ def _settle(arrivals: Mapping[str, Any], mode: str = ADAPTIVE, key: str = "settl
             for cls, n in stretch["classes"].items():
                 mark = "*" if cls in idle else ""
                 marked = marked or bool(mark)
-                table.setdefault(f"{stretch['stretch']} / {cls}", {})[label] = f"{n}{mark}"
-    rows = [[key, *(v.get(a, "-") for a in labels)] for key, v in table.items()]
+                counts.setdefault(f"{stretch['stretch']} / {cls}", {})[label] = f"{n}{mark}"
+    rows = [[key, *(v.get(a, "-") for a in labels)] for key, v in counts.items()]
     what = "to settle" if key == "settle" else "until near-best"
-    out = _table([f"{mode}: requests {what} (first seed)", *labels], rows)
+    out = table([f"{mode}: requests {what} (first seed)", *labels], rows)
     if marked:
         out += ["", UNDRAFTED_NOTE]
     return out
@@ -212,13 +201,13 @@ def _checks(checks: Sequence[Mapping[str, Any]]) -> list[str]:
     rows = [
         [
             c["claim"],
-            _f(c["value"]) if isinstance(c["value"], float) else str(c["value"]),
+            fmt(c["value"]) if isinstance(c["value"], float) else str(c["value"]),
             c["target"],
             "pass" if c["pass"] else "FAIL",
         ]
         for c in checks
     ]
-    return _table(
+    return table(
         [
             "claim (ratios: median over seeds; settling: the slowest seed)",
             "value",
@@ -264,15 +253,15 @@ def _validation(v: Mapping[str, Any]) -> list[str]:
         [
             r["arrival"],
             r["mode"],
-            _f(r["real"]),
-            _f(r["twin"]),
-            _f(r["difference"], 2),
+            fmt(r["real"]),
+            fmt(r["twin"]),
+            fmt(r["difference"], 2),
             "yes" if abs(r["difference"]) > v["tolerance"] else "",
         ]
         for r in v["rows"]
     ]
     agreement = [
-        [a, _f(x["kendall_tau"], 2), x["real_best"], x["twin_best"]]
+        [a, fmt(x["kendall_tau"], 2), x["real_best"], x["twin_best"]]
         for a, x in v["ranking"].items()
     ]
     return [
@@ -280,7 +269,7 @@ def _validation(v: Mapping[str, Any]) -> list[str]:
         "",
         v["what"],
         "",
-        *_table(
+        *table(
             [
                 "arrival",
                 "mode",
@@ -292,7 +281,7 @@ def _validation(v: Mapping[str, Any]) -> list[str]:
             rows,
         ),
         "",
-        *_table(["arrival", "Kendall tau", "real best mode", "twin best mode"], agreement),
+        *table(["arrival", "Kendall tau", "real best mode", "twin best mode"], agreement),
         "",
     ]
 
@@ -310,7 +299,7 @@ def _spread(summary: Mapping[str, Any]) -> list[str]:
                 f"{ADAPTIVE_STEP}/best-static",
             ):
                 s = cell["ratios"].get(ratio)
-                row += ["-"] * 3 if s is None else [_f(s["min"]), _f(s["median"]), _f(s["max"])]
+                row += ["-"] * 3 if s is None else [fmt(s["min"]), fmt(s["median"]), fmt(s["max"])]
             rows.append(row)
     seeds = ", ".join(str(s) for s in summary["meta"]["seeds"])
     header = [
@@ -320,7 +309,7 @@ def _spread(summary: Mapping[str, Any]) -> list[str]:
     ]
     header += [f"adaptive / oracle {q}" for q in ("min", "median", "max")]
     header += [f"{ADAPTIVE_STEP} / best static {q}" for q in ("min", "median", "max")]
-    return [f"## Spread over seeds ({seeds})", "", *_table(header, rows), ""]
+    return [f"## Spread over seeds ({seeds})", "", *table(header, rows), ""]
 
 
 def _run(info: Mapping[str, Any]) -> list[str]:

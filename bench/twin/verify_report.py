@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from bench.twin.markdown import fmt, table
 from bench.twin.modes import ADAPTIVE, NOSPEC, UPPER_BOUND
 from bench.twin.modes.verify import GATEWAY_AV, VLLM_AV
 from bench.twin.verify_summary import LOAD_ARRIVAL, p99_ratios
@@ -35,18 +36,6 @@ COLUMNS = (
 )
 
 
-def _f(value: float | None, digits: int = 3) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
-
-
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    return [
-        "| " + " | ".join(header) + " |",
-        "|" + "|".join("---" for _ in header) + "|",
-        *("| " + " | ".join(row) + " |" for row in rows),
-    ]
-
-
 def _median(cell: Mapping[str, Any], name: str) -> float | None:
     found = cell["ratios"].get(name)
     return None if found is None else float(found["median"])
@@ -55,10 +44,10 @@ def _median(cell: Mapping[str, Any], name: str) -> float | None:
 def _lead_table(p: Mapping[str, Any]) -> list[str]:
     k = p["max_k"]
     rows = [
-        [label, *(_f(_median(cell, name.format(K=k))) for name, _ in COLUMNS)]
+        [label, *(fmt(_median(cell, name.format(K=k))) for name, _ in COLUMNS)]
         for label, cell in p["arrivals"].items()
     ]
-    return _table(["arrival", *(title for _, title in COLUMNS)], rows)
+    return table(["arrival", *(title for _, title in COLUMNS)], rows)
 
 
 def _latency(p: Mapping[str, Any]) -> list[str]:
@@ -71,19 +60,19 @@ def _latency(p: Mapping[str, Any]) -> list[str]:
     rows = [
         [
             cls,
-            _f(lat["ttft_p99_s"]),
-            _f(lat["e2e_p99_s"]),
-            *(_f(by_mode[m].get(cls)) for m in by_mode),
+            fmt(lat["ttft_p99_s"]),
+            fmt(lat["e2e_p99_s"]),
+            *(fmt(by_mode[m].get(cls)) for m in by_mode),
         ]
         for cls, lat in base.items()
     ]
     capacity = p.get("capacity_per_s", {})
     rate = next(iter(capacity.values()), None)
     return [
-        f"Poisson at 0.8 of no-speculation capacity ({_f(rate, 2)} requests/s full): "
+        f"Poisson at 0.8 of no-speculation capacity ({fmt(rate, 2)} requests/s full): "
         "no speculation's TTFT and end-to-end p99 (s), and each mode's end-to-end p99 over it",
         "",
-        *_table(
+        *table(
             [
                 "class",
                 "no spec TTFT p99",
@@ -98,20 +87,20 @@ def _latency(p: Mapping[str, Any]) -> list[str]:
 
 def _checks(checks: Sequence[Mapping[str, Any]]) -> list[str]:
     rows = [
-        [c["claim"], _f(c["value"]), c["target"], "pass" if c["pass"] else "FAIL"] for c in checks
+        [c["claim"], fmt(c["value"]), c["target"], "pass" if c["pass"] else "FAIL"] for c in checks
     ]
-    return _table(["target", "value", "needs", "result"], rows) if rows else []
+    return table(["target", "value", "needs", "result"], rows) if rows else []
 
 
 def _published(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     if not rows:
         return []
-    table = [
+    cells = [
         [
             r["arrival"],
             f"vllm-av / {r['against']}",
-            _f(r["twin"]),
-            _f(r["published"]),
+            fmt(r["twin"]),
+            fmt(r["published"]),
             "yes" if r["same_direction"] else "no",
             r["source"],
         ]
@@ -121,7 +110,7 @@ def _published(rows: Sequence[Mapping[str, Any]]) -> list[str]:
         "`vllm-av` beside what vLLM published (on `h100-llama8b-eagle3`, the nearest "
         "shipped profile):",
         "",
-        *_table(["arrival", "ratio", "twin", "published", "same direction", "source"], table),
+        *table(["arrival", "ratio", "twin", "published", "same direction", "source"], cells),
         "",
     ]
 
@@ -140,8 +129,8 @@ def lead(summary: Mapping[str, Any]) -> list[str]:
         lines += [
             f"### {name}",
             "",
-            f"Confidence: AUC {', '.join(_f(a, 2) for a in aucs)} (scale "
-            f"{_f(confidence.get('scale'), 2)}); {confidence.get('source', '')}",
+            f"Confidence: AUC {', '.join(fmt(a, 2) for a in aucs)} (scale "
+            f"{fmt(confidence.get('scale'), 2)}); {confidence.get('source', '')}",
             "",
             *_lead_table(p),
             "",
