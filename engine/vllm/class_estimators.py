@@ -11,7 +11,7 @@ request (vLLM issue 57533). `ClassAcceptanceEstimators` keeps one per class grou
 request's rows indexed by its slot's group. The arithmetic is the kernels', row for row
 (`_accumulate_kernel`, `_refit_kernel`), in float32 torch ops on whatever device the
 estimator it replaces lives on, without host synchronisation (a step's statistics are
-summed by group in one reduction; the refit solves every group's arrowhead system at once).
+summed by group in one matrix product; the refit solves every group's arrowhead system at once).
 Deterministic, as the kernels are: every tensor-parallel rank fits alike, and so trims alike.
 
 `ClassGroups` maps class ids (`SPEC_CLASS_ARG`, None for unclassified) to group indices:
@@ -103,10 +103,13 @@ class ClassAcceptanceEstimators:
         w = torch.where(observed, p * (1.0 - p), 0.0)
         resid = torch.where(observed, label - p, 0.0)
         rows = torch.stack((w * f * f, w * f, w, resid * f, resid, observed.to(w.dtype)), -1)
-        # Summed per group by a reduction, not `index_add_`: atomics would add rows in a
-        # different order on each tensor-parallel rank, and the ranks must fit alike.
-        onehot = groups.long().unsqueeze(1) == torch.arange(self.groups, device=rows.device)
-        per_group = (onehot.to(rows.dtype)[:, :, None, None] * rows[:, None]).sum(0)
+        # Summed per group by one product with the rows' one-hot groups, not `index_add_`:
+        # atomics would add rows in a different order on each tensor-parallel rank, and the
+        # ranks must fit alike (cuBLAS gives bit-identical results on the same GPU model).
+        onehot = (
+            groups.long().unsqueeze(0) == torch.arange(self.groups, device=rows.device)[:, None]
+        )
+        per_group = (onehot.to(rows.dtype) @ rows.flatten(1)).view(self.groups, -1, 6)
         self.info += per_group[..., 0:3]
         self.grad += per_group[..., 3:5]
         self.counts += per_group[..., 5]

@@ -51,6 +51,7 @@ import numpy as np
 from engine.interface import SPEC_CLASS_ARG, SPEC_DEPTH_ARG, depth_arg
 from engine.vllm.class_estimators import DEFAULT_GROUPS, ClassAcceptanceEstimators, ClassGroups
 from engine.vllm.compat import Hook, hook_problem
+from engine.vllm.confidence_budget import VERIFY_BUDGET_KEY
 
 _RUNNER = "vllm.v1.worker.gpu.model_runner:GPUModelRunner"
 _AV = "vllm.v1.worker.gpu.spec_decode.adaptive_verification:AdaptiveVerificationManager"
@@ -185,13 +186,21 @@ class ClassVerificationExtension:
     """Worker extension (mixed into vLLM's worker class by `worker_extension_cls`)."""
 
     def specgw_install_class_verification(
-        self, per_class: bool = True, groups: int = DEFAULT_GROUPS
+        self, per_class: bool | None = None, groups: int = DEFAULT_GROUPS
     ) -> bool:
         """Install the bounds, and with `per_class` the per-class estimators (else 0.33's
-        pooled one stays: `vllm-av` with the gateway's bounds)."""
+        pooled one stays). None: as the verify-budget setting says (`VERIFY_BUDGET_KEY` in
+        the engine's `additional_config`): `on` per class, `vllm-av` pooled (the CPU's
+        scheduler trims alike: `engine.vllm.confidence_budget`), anything else not at all."""
         runner: Any = getattr(self, "model_runner", None)
         if runner is None or getattr(runner, "_specgw_class_verification", None) is not None:
             return False
+        if per_class is None:
+            extra = getattr(getattr(runner, "vllm_config", None), "additional_config", None)
+            mode = extra.get(VERIFY_BUDGET_KEY) if isinstance(extra, dict) else None
+            if mode not in ("on", "vllm-av"):
+                return False
+            per_class = mode == "on"
         if not runner_supports_class_verification(runner):
             return False
         runner._specgw_class_verification = install(runner, per_class=per_class, groups=groups)
@@ -301,13 +310,10 @@ def _per_class(
     return [(manager, "record_confidences", record_per_class), (estimator, "step", step_per_class)]
 
 
-async def serve_class_verification(llm: Any, mode: str) -> bool:
-    """The install on every worker of a started `AsyncLLM` for the verify-budget setting
-    (`EngineSettings.verify_budget`): `on` installs bounds and per-class estimators; `off`
-    and `vllm-av` (0.33 as shipped) nothing. Whether every worker took it (False on a
-    runner without adaptive verification: the CPU's V1 runner trims in its scheduler)."""
-    if mode != "on":
-        return False
+async def serve_class_verification(llm: Any) -> bool:
+    """The install on every worker of a started `AsyncLLM`, as its verify-budget setting
+    says: whether every worker took it (False where the setting is off, and on a runner
+    without adaptive verification: the CPU's V1 runner trims in its scheduler)."""
     installed = await llm.collective_rpc("specgw_install_class_verification")
     return bool(installed) and all(installed)
 

@@ -40,6 +40,7 @@ from engine.vllm.class_verification import (
     serve_class_verification,
 )
 from engine.vllm.compat import hook_problem
+from engine.vllm.confidence_budget import VERIFY_BUDGET_KEY
 
 K = 4
 SLOTS = 8
@@ -112,6 +113,7 @@ def _runner(curves: tuple[Any, Any] = CHEAP) -> Any:
     runner.req_states = req_states
     runner.speculator = speculator
     runner.adaptive_verification = _manager(req_states, curves)
+    runner.vllm_config = SimpleNamespace(additional_config={VERIFY_BUDGET_KEY: "on"})
     return runner
 
 
@@ -333,15 +335,23 @@ class _Engine:
         return [getattr(worker, method)(*args) for worker in self.workers]
 
 
-async def test_the_engine_installs_it_where_the_verify_budget_is_on() -> None:
-    for mode in ("off", "vllm-av"):  # vLLM as shipped: its pooled estimator, no bounds
+async def test_the_engine_installs_it_as_the_verify_budget_setting_says() -> None:
+    """`on`: bounds and per-class estimators; `vllm-av`: bounds, 0.33's pooled estimator
+    (as the CPU's scheduler trims); `off` or none: nothing."""
+    for mode in ("off", None):
         runner = _runner()
-        assert await serve_class_verification(_Engine(_Worker(runner)), mode) is False
+        runner.vllm_config.additional_config = {} if mode is None else {VERIFY_BUDGET_KEY: mode}
+        assert await serve_class_verification(_Engine(_Worker(runner))) is False
         assert "get_num_tokens" not in vars(runner.adaptive_verification)
+    runner = _runner()
+    runner.vllm_config.additional_config[VERIFY_BUDGET_KEY] = "vllm-av"
+    assert await serve_class_verification(_Engine(_Worker(runner))) is True
+    assert "get_num_tokens" in vars(runner.adaptive_verification)
+    assert "step" not in vars(runner.speculator.acceptance_estimator)
+    assert "classes" not in _Worker(runner).specgw_class_verification()
     runners = [_runner(), _runner()]  # two tensor-parallel ranks
-    engine = _Engine(*(_Worker(r) for r in runners))
-    assert await serve_class_verification(engine, "on") is True
-    assert all("get_num_tokens" in vars(r.adaptive_verification) for r in runners)
+    assert await serve_class_verification(_Engine(*(_Worker(r) for r in runners))) is True
+    assert all("step" in vars(r.speculator.acceptance_estimator) for r in runners)
     lone = _runner()
     lone.adaptive_verification = None  # one rank without: not installed everywhere
-    assert await serve_class_verification(_Engine(_Worker(_runner()), _Worker(lone)), "on") is False
+    assert await serve_class_verification(_Engine(_Worker(_runner()), _Worker(lone))) is False
