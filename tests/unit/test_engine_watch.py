@@ -16,6 +16,7 @@ from collections.abc import Callable
 import pytest
 
 from engine.interface import EngineDeadError, EngineHealth
+from gateway.clock import ManualClock
 from gateway.engine_watch import Conditions, EngineState, EngineWatch, engine_state
 from tests.unit.conftest import InProcessGateway, gateway_settings, serve_in_process
 from tests.unit.test_ops import samples
@@ -145,59 +146,116 @@ class ScriptedEngine:
             raise self.error
 
 
-def watch_on(engine: ScriptedEngine, published: list[EngineState]) -> EngineWatch:
-    return EngineWatch(lambda: engine, Conditions, published.append, interval_s=0.05, timeout_s=0.2)
+#: Production's canary: every 2 s, answered within 5 s.
+INTERVAL_S, TIMEOUT_S = 2.0, 5.0
+
+
+def watch_on(
+    engine: ScriptedEngine, clock: ManualClock, published: list[EngineState] | None = None
+) -> EngineWatch:
+    publish = published.append if published is not None else lambda _: None
+    return EngineWatch(
+        lambda: engine,
+        Conditions,
+        publish,
+        interval_s=INTERVAL_S,
+        timeout_s=TIMEOUT_S,
+        clock=clock,
+    )
 
 
 async def test_busy_engine_gets_no_canary_and_one_canary_is_in_flight_at_a_time() -> None:
     """Work in flight that produced output recently: the stall bound judges, no canary
     queues behind a long step. Idle: one canary per period, never two at once."""
+    clock = ManualClock()
     engine = ScriptedEngine(EngineHealth(alive=True, ready=True, stalled_for_s=0.02))
     published: list[EngineState] = []
-    watch = watch_on(engine, published)
+    watch = watch_on(engine, clock, published)
     for _ in range(5):
         await watch.check()
-        await asyncio.sleep(0.06)
+        await clock.advance(INTERVAL_S + 0.1)
     assert engine.pings == 0
     engine.health_now = UP
     for _ in range(5):
         await watch.check()
-        await asyncio.sleep(0.06)
+        await clock.advance(INTERVAL_S + 0.1)
     assert engine.pings == 1  # unanswered: no second one
     assert published == [EngineState.READY, EngineState.HUNG]
     engine.answer.set()
-    await asyncio.sleep(0)
+    await clock.settle()
     state, _ = await watch.check()
     assert state is EngineState.READY
     await watch.close()
 
 
+async def test_the_watch_publishes_hung_as_the_deadline_passes_on_its_own() -> None:
+    """No request and nobody asking: the watch's own loop sends the canary and turns
+    hung just after the canary's deadline, then ready on the late answer."""
+    clock = ManualClock()
+    engine = ScriptedEngine(UP)
+    published: list[EngineState] = []
+    watch = watch_on(engine, clock, published)
+    watch.start()
+    await clock.advance(TIMEOUT_S)
+    assert (engine.pings, published) == (1, [EngineState.READY])
+    await clock.advance(0.02)
+    assert published == [EngineState.READY, EngineState.HUNG]
+    await clock.advance(10.0)
+    assert watch.hung_for_s() == pytest.approx(10.0, abs=0.02)
+    assert engine.pings == 1  # still one in flight
+    engine.answer.set()
+    await clock.settle()
+    assert published[-1] is EngineState.READY
+    assert watch.hung_for_s() == 0.0
+    assert engine.pings == 2  # the last one went out over a period ago: the next at once
+    await clock.advance(INTERVAL_S - 0.01)
+    assert engine.pings == 2
+    await clock.advance(0.01)
+    assert engine.pings == 3  # then one per period
+    await watch.close()
+
+
+async def test_with_the_canary_off_nothing_asks_a_stopped_engine() -> None:
+    clock = ManualClock()
+    engine = ScriptedEngine(UP)
+    published: list[EngineState] = []
+    watch = EngineWatch(
+        lambda: engine, Conditions, published.append, interval_s=0, timeout_s=5, clock=clock
+    )
+    watch.start()
+    await clock.advance(60.0)
+    assert (engine.pings, published) == (0, [EngineState.READY])
+    await watch.close()
+
+
 async def test_a_canary_that_fails_marks_the_engine_hung_until_one_succeeds() -> None:
+    clock = ManualClock()
     engine = ScriptedEngine(UP)
     engine.answer.set()
     engine.error = RuntimeError("worker check_health failed")
-    watch = watch_on(engine, [])
+    watch = watch_on(engine, clock)
     await watch.check()
-    await asyncio.sleep(0.01)
+    await clock.settle()
     state, health = await watch.check()
     assert state is EngineState.HUNG
     assert "worker check_health failed" in watch.describe(state, health)
     engine.error = None
-    await asyncio.sleep(0.06)
+    await clock.advance(INTERVAL_S)
     await watch.check()  # sends the next canary
-    await asyncio.sleep(0.01)
+    await clock.settle()
     state, _ = await watch.check()
     assert state is EngineState.READY
     await watch.close()
 
 
 async def test_a_dead_engines_canary_error_does_not_hide_that_it_is_dead() -> None:
+    clock = ManualClock()
     engine = ScriptedEngine(UP)
     engine.answer.set()
     engine.error = EngineDeadError("gone")
-    watch = watch_on(engine, [])
+    watch = watch_on(engine, clock)
     await watch.check()
-    await asyncio.sleep(0.01)
+    await clock.settle()
     engine.health_now = GONE
     state, _ = await watch.check()
     assert state is EngineState.DEAD
@@ -206,21 +264,27 @@ async def test_a_dead_engines_canary_error_does_not_hide_that_it_is_dead() -> No
 
 async def test_a_canary_to_a_replaced_engine_is_dropped() -> None:
     """The supervisor swapped engines while a canary waited on the old one."""
+    clock = ManualClock()
     old, new = ScriptedEngine(UP), ScriptedEngine(UP)
     current = [old]
     watch = EngineWatch(
-        lambda: current[0], Conditions, lambda _: None, interval_s=0.05, timeout_s=0.2
+        lambda: current[0],
+        Conditions,
+        lambda _: None,
+        interval_s=INTERVAL_S,
+        timeout_s=TIMEOUT_S,
+        clock=clock,
     )
     await watch.check()
-    await asyncio.sleep(0)  # the canary task starts
+    await clock.settle()  # the canary task starts
     assert old.pings == 1
     current[0] = new
     state, _ = await watch.check()  # the old canary is cancelled, a new one sent
-    await asyncio.sleep(0)
+    await clock.settle()
     assert state is EngineState.READY
     assert new.pings == 1
     new.answer.set()
-    await asyncio.sleep(0.3)
+    await clock.advance(TIMEOUT_S + 1.0)  # past the old canary's deadline
     state, _ = await watch.check()
     assert state is EngineState.READY
     await watch.close()
