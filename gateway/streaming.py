@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.interface import EngineError
+from gateway.clock import MONOTONIC, Clock, Timer
 from gateway.errors import ErrorKind, GatewayError, from_engine
 
 _DONE = "data: [DONE]"
@@ -60,13 +61,14 @@ class IdleWatch:
     task if the current wait has run past the bound and otherwise re-arms itself at
     that wait's deadline. It cancels only while the task is suspended in the wait
     (never in the middle of a send to the client), and `absorb` tells its own
-    cancellation from anyone else's, as `asyncio.timeout` does.
+    cancellation from anyone else's, as `asyncio.timeout` does. The timer runs on
+    `clock` (the event loop's by default).
     """
 
-    __slots__ = ("_base", "_fired", "_handle", "_loop", "_since", "_task", "_timeout", "waiting")
+    __slots__ = ("_base", "_clock", "_fired", "_handle", "_since", "_task", "_timeout", "waiting")
 
-    def __init__(self, timeout_s: float) -> None:
-        self._loop = asyncio.get_running_loop()
+    def __init__(self, timeout_s: float, clock: Clock = MONOTONIC) -> None:
+        self._clock = clock
         task = asyncio.current_task()
         if task is None:
             raise RuntimeError("IdleWatch needs a running task")
@@ -75,24 +77,22 @@ class IdleWatch:
         self._timeout = timeout_s
         self._fired = False
         self.waiting = False
-        self._since = self._loop.time()
-        self._handle: asyncio.TimerHandle | None = self._loop.call_at(
-            self._since + timeout_s, self._check
-        )
+        self._since = clock.now()
+        self._handle: Timer | None = clock.call_later(timeout_s, self._check)
 
     def wait_starts(self) -> None:
-        self._since = self._loop.time()
+        self._since = self._clock.now()
         self.waiting = True
 
     def _check(self) -> None:
-        now = self._loop.time()
+        now = self._clock.now()
         if self.waiting and now >= self._since + self._timeout:
             self._handle = None
             self._fired = True
             self._task.cancel()
             return
         due = (self._since if self.waiting else now) + self._timeout
-        self._handle = self._loop.call_at(due, self._check)
+        self._handle = self._clock.call_later(due - now, self._check)
 
     def absorb(self) -> bool:
         """Whether the CancelledError being handled is this watch's (now taken back)."""
@@ -134,11 +134,12 @@ async def relay(
     idle_timeout_s: float,
     report: ReportWriter,
     on_end: Callable[[StreamEnd], Awaitable[None]],
+    clock: Clock = MONOTONIC,
 ) -> AsyncGenerator[str, None]:
     end = StreamEnd()
     finished = False
     iterator = aiter(source)
-    watch = IdleWatch(idle_timeout_s)
+    watch = IdleWatch(idle_timeout_s, clock)
     try:
         while (chunk := await next_or_end(iterator, watch, idle_timeout_s)) is not None:
             if isinstance(chunk, GatewayError):
