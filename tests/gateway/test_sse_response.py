@@ -12,6 +12,7 @@ from starlette.types import Message
 
 from gateway.api.responses import SSEResponse
 from gateway.replies import StreamReply
+from tests.clock import until
 
 SCOPE: dict[str, Any] = {
     "type": "http",
@@ -35,7 +36,7 @@ class Stream:
                 yield f"data: {i}\n\n"
                 await asyncio.sleep(0)
             if self.hang:
-                await asyncio.sleep(3600)
+                await asyncio.Event().wait()
         finally:
             self.closed = True
 
@@ -76,7 +77,7 @@ async def test_a_client_that_stays_gets_every_chunk_then_the_end() -> None:
 async def test_a_client_that_leaves_stops_the_stream_without_an_error() -> None:
     stream, client = Stream(2, hang=True), Client()
     task = asyncio.ensure_future(stream.response()(SCOPE, client.receive, client.send))
-    await asyncio.sleep(0.05)
+    await until(lambda: len(client.sent) == 3, what="the start and both chunks sent")
     client.left.set()
     await asyncio.wait_for(task, 5)  # returns: the client's leaving is not an error
     assert not task.cancelled()
@@ -88,7 +89,7 @@ async def test_a_client_that_leaves_stops_the_stream_without_an_error() -> None:
 async def test_a_cancellation_not_from_the_client_propagates() -> None:
     stream, client = Stream(1, hang=True), Client()
     task = asyncio.ensure_future(stream.response()(SCOPE, client.receive, client.send))
-    await asyncio.sleep(0.05)
+    await until(lambda: len(client.sent) == 2, what="the start and the chunk sent")
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
