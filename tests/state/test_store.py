@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
 from gateway.state import ClassStateSettings, RedisClassStore
+from tests.clock import until
 from tests.redis_fixtures import DelayProxy, RedisServer
 from tests.timing import collector_paused
 
@@ -45,15 +45,6 @@ async def running(url: str, **overrides: Any) -> AsyncIterator[RedisClassStore]:
 NO_WAIT_S = 0.05
 
 
-async def until(predicate: Callable[[], bool], timeout_s: float = 5.0) -> float:
-    start = time.monotonic()
-    while not predicate():
-        if time.monotonic() - start > timeout_s:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.02)
-    return time.monotonic() - start
-
-
 def counter(store: RedisClassStore, class_id: str, name: str) -> float:
     snap = store.cluster_totals().get(class_id)
     return 0.0 if snap is None else snap.counters.get(name, 0.0)
@@ -64,12 +55,12 @@ async def test_batches_many_outcomes_into_few_script_calls(redis_server: RedisSe
     async with running(redis_server.url) as store:
         for i in range(600):
             store.record(f"c{i % 3}", {"requests": 1, "accepted": 2.5})
-            if i % 100 == 0:
-                await asyncio.sleep(0.1)
+            if i % 100 == 0:  # six rounds of the background flush while outcomes arrive
+                await until(lambda: store.stats().pending_classes == 0, what="a flush")
         await store.flush_now()
     after = redis_server.command_calls()
     scripts = sum(after.get(c, 0) - before.get(c, 0) for c in ("evalsha", "eval"))
-    # 600 outcomes over ~0.6 s at a 0.1 s flush interval: a handful of batches, not 600.
+    # 600 outcomes over six flushes at a 0.1 s flush interval: a handful of batches, not 600.
     assert 1 <= scripts <= 20, scripts
     assert after.get("hincrbyfloat", 0) - before.get("hincrbyfloat", 0) <= 2 * 3 * scripts
     with redis_server.client() as client:
@@ -122,26 +113,25 @@ async def test_redis_stopped_mid_load_then_restarted(redis_server: RedisServer) 
     slowest = 0.0
     async with running(redis_server.url) as store:
 
-        async def load(seconds: float) -> None:
+        def one() -> None:
             nonlocal sent, slowest
-            end = time.monotonic() + seconds
-            while time.monotonic() < end:
-                with collector_paused():
-                    t0 = time.perf_counter()
-                    store.record("c", {"n": 1})
-                    store.cluster_totals()
-                    slowest = max(slowest, time.perf_counter() - t0)
-                sent += 1
-                await asyncio.sleep(0.002)
+            with collector_paused():
+                t0 = time.perf_counter()
+                store.record("c", {"n": 1})
+                store.cluster_totals()
+                slowest = max(slowest, time.perf_counter() - t0)
+            sent += 1
 
-        await load(0.3)
+        async def load_until(condition: Callable[[], bool], timeout_s: float) -> None:
+            """An outcome per poll until `condition` holds (and at least one more)."""
+            await until(lambda: one() or condition(), timeout_s)
+
+        await load_until(lambda: sent >= 30, 5.0)
         redis_server.stop()
-        await load(0.6)
-        await until(lambda: store.status == "degraded", 2.0)
+        await load_until(lambda: store.status == "degraded", 2.0)
         assert store.stats().pending_classes == 1
         redis_server.start()
-        await load(0.3)
-        await until(lambda: store.status == "ok", 5.0)
+        await load_until(lambda: store.status == "ok", 5.0)
         await until(lambda: counter(store, "c", "n") == sent, 5.0)
         # The local view counts what is still queued: wait until Redis applied it all
         # (the background flush retries; a loaded host may take a few rounds).
@@ -160,17 +150,21 @@ async def test_slow_redis_never_blocks_callers_and_counts_exactly_once(
         store.record("c", {"n": 1})
         await store.flush_now()  # connection established: the next script is sent, then delayed
         delay_proxy.delay_s = 0.5  # every round trip now takes > 2 x op_timeout
-        slowest = 0.0
-        for _ in range(200):
+        slowest, sent = 0.0, 1
+
+        def one() -> None:
+            nonlocal slowest, sent
             with collector_paused():
                 t0 = time.perf_counter()
                 store.record("c", {"n": 1})
                 store.cluster_totals()
                 slowest = max(slowest, time.perf_counter() - t0)
-            await asyncio.sleep(0.005)
+            sent += 1
+
+        # An outcome per poll while the delayed round trips run out their timeouts.
+        await until(lambda: one() or (sent > 50 and store.status == "degraded"), 3.0)
         assert slowest < NO_WAIT_S, slowest
-        await until(lambda: store.status == "degraded", 3.0)
-        assert store.cluster_totals()["c"].counters["n"] == 201  # local view stays whole
+        assert store.cluster_totals()["c"].counters["n"] == sent  # local view stays whole
         delay_proxy.delay_s = 0.0
         await until(lambda: store.status == "ok", 5.0)
         # Not flush_now(): on a loaded host one round trip may still miss the 0.2 s bound;
@@ -178,7 +172,7 @@ async def test_slow_redis_never_blocks_callers_and_counts_exactly_once(
         await until(lambda: store.stats().pending_classes == 0, 5.0)
     with redis_server.client() as client:
         applied_batches = len(client.keys("specgw:{t}:batch:*"))
-        assert client.hget("specgw:{t}:class:c", "c:n") == "201"
+        assert client.hget("specgw:{t}:class:c", "c:n") == str(sent)
     # The batch that timed out still reached Redis (late) and was sent again with the same
     # id: more script runs than batches, and still no double count.
     assert redis_server.command_calls()["evalsha"] > applied_batches + 1
