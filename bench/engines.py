@@ -76,22 +76,31 @@ async def one_request(
     *,
     first: asyncio.Event | None = None,
     cold: bool = True,
+    salt: str | None = None,
+    extra: dict[str, object] | None = None,
+    tokens: list[int] | None = None,
 ) -> RequestOutcome:
     """One greedy request on an in-process engine to its outcome; sets `first`, where
-    given, at its first token. `cold`: a unique first block (no prefix-cache hit) and
-    `ignore_eos` (the reply runs to `max_tokens`); otherwise the text as it is."""
+    given, at its first token, and appends its output token ids to `tokens`. `cold`: a
+    unique first block (no prefix-cache hit; `salt` where given, so that every engine
+    reads the same prompt, else a random one) and `ignore_eos` (the reply runs to
+    `max_tokens`); otherwise the text as it is. `extra`: the request's extra engine args."""
     from engine.interface import GenerateRequest
 
+    head = salt if salt is not None else uuid.uuid4().hex[:8]
     request = GenerateRequest(
         request_id=f"bench-{uuid.uuid4().hex[:12]}",
-        prompt=f"#{uuid.uuid4().hex[:8]}\n{text}" if cold else text,
+        prompt=f"#{head}\n{text}" if cold else text,
         max_tokens=max_tokens,
         k=k,
         ignore_eos=cold,
+        extra=dict(extra or {}),
     )
     async for chunk in engine.generate(request):
         if first is not None and (chunk.token_ids_delta or chunk.outcome is not None):
             first.set()
+        if tokens is not None:
+            tokens.extend(chunk.token_ids_delta)
         if chunk.outcome is not None:
             outcome: RequestOutcome = chunk.outcome
             return outcome

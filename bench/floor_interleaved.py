@@ -57,6 +57,7 @@ from bench.floor_summary import (
     table,
     timer_table,
 )
+from bench.floor_versus import digest, identity, versus, versus_table
 from bench.gateway_proc import descendants
 
 #: The resident speculative engine without extra arguments.
@@ -79,18 +80,37 @@ def burst_plans(conc: int, bursts: int, max_tokens: int, seed: int) -> list[Plan
     return plans
 
 
-async def run_burst(engine: Any, pids: set[int], plan: Plan, k: int) -> BurstRun:
-    """The plan's starters together, then its joiner once each starter has a token."""
+async def run_burst(
+    engine: Any, pids: set[int], plan: Plan, k: int, salt: str | None = None
+) -> BurstRun:
+    """The plan's starters together, then its joiner once each starter has a token. Each
+    request carries its family as its class (`SPEC_CLASS_ARG`). With `salt`, every
+    request's unique first block is `salt` and its index (the same prompt on every
+    engine) and its output tokens are kept as a digest."""
+    from engine.interface import SPEC_CLASS_ARG
+
     starters = len(plan.texts) - 1
     firsts = [asyncio.Event() for _ in range(starters)]
+    outputs: list[list[int]] = [[] for _ in plan.texts]
+
+    def request(i: int, first: asyncio.Event | None) -> Any:
+        family = plan.families[i] if plan.families else None
+        return one_request(
+            engine,
+            plan.texts[i],
+            k,
+            plan.lengths[i],
+            first=first,
+            salt=None if salt is None else f"{salt}-{i}",
+            extra={SPEC_CLASS_ARG: family} if family else None,
+            tokens=outputs[i],
+        )
+
     cpu0 = cpu_seconds(pids)
-    tasks = [
-        asyncio.create_task(one_request(engine, plan.texts[i], k, plan.lengths[i], first=firsts[i]))
-        for i in range(starters)
-    ]
+    tasks = [asyncio.create_task(request(i, firsts[i])) for i in range(starters)]
     for event in firsts:
         await event.wait()
-    joiner = asyncio.create_task(one_request(engine, plan.texts[-1], k, plan.lengths[-1]))
+    joiner = asyncio.create_task(request(starters, None))
     outcomes = await asyncio.gather(*tasks, joiner)
     cpu = cpu_seconds(pids) - cpu0
     tokens = sum(o.output_tokens for o in outcomes)
@@ -100,6 +120,7 @@ async def run_burst(engine: Any, pids: set[int], plan: Plan, k: int) -> BurstRun
         run.ttft_start.append(None if joined else o.ttft_s)
         run.ttft_join.append(o.ttft_s if joined else None)
         run.tpot.append(o.tpot_s)
+        run.digests.append(digest(outputs[i]) if salt is not None else "")
     run.cpu_per_token.append(cpu / max(tokens, 1))
     return run
 
@@ -114,12 +135,17 @@ def turn_order(seed: int, names: Sequence[str]) -> list[str]:
 
 
 def variants(
-    depths: Sequence[int], null: bool, labels: Sequence[str] = ()
+    depths: Sequence[int],
+    null: bool,
+    labels: Sequence[str] = (),
+    variant_depths: Sequence[int] | None = None,
 ) -> dict[str, tuple[str, int]]:
-    """Each variant's name -> (the engine that runs it, its depth k)."""
+    """Each variant's name -> (the engine that runs it, its depth k); the `--variant`
+    engines at `variant_depths` (None: at `depths`)."""
     names = {BASE: (BASE, 0), **({NULL: (BASE, 0)} if null else {})}
     names.update({f"k = {d}": (SPEC, d) for d in depths})
-    names.update({f"{label} k = {d}": (label, d) for label in labels for d in depths})
+    extra = depths if variant_depths is None else variant_depths
+    names.update({f"{label} k = {d}": (label, d) for label in labels for d in extra})
     return names
 
 
@@ -196,7 +222,9 @@ async def resident_engines(
 
 
 async def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict[str, Any]:
-    names = variants(args.depths, args.null, [label for label, _ in args.variant])
+    names = variants(
+        args.depths, args.null, [label for label, _ in args.variant], args.variant_depths
+    )
     bursts = dict(zip(args.concurrency, args.bursts, strict=True))
     runs: dict[tuple[int, str], list[BurstRun]] = {
         (c, n): [] for c in args.concurrency for n in names
@@ -213,8 +241,11 @@ async def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> d
                     # vLLM's workers spin on their queue for a second after their last read
                     # (`shm_broadcast`): let the engine that ran last fall asleep first.
                     await asyncio.sleep(args.gap)
-                    burst = await run_burst(engines[which], pids[which], plan, k)
+                    salt = f"{conc}-{b}" if args.compare_outputs else None
+                    burst = await run_burst(engines[which], pids[which], plan, k, salt)
                     runs[(conc, name)].append(burst)
+                    if salt is not None:  # the next engine's run of this prompt starts cold
+                        await engines[which]._llm.reset_prefix_cache()
                     if args.profile:  # read after the burst, outside its timing
                         cases[(conc, name)].absorb(await take_timers(engines[which]))
                 if (b + 1) % max(1, len(plans) // 4) == 0 or b + 1 == len(plans):
@@ -227,9 +258,9 @@ async def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> d
                         f"{time.perf_counter() - started:.0f} s: {brief}"
                     )
     profile = {f"c{c} {n}": case.totals for (c, n), case in cases.items() if case.totals}
-    rows, families = report(runs, all_plans, list(names), log, profile)
+    rows, families, against = report(runs, all_plans, list(names), log, profile, args.versus)
     raw = {
-        f"c{c} {n}": [{m: getattr(r, m) for m in METRICS} for r in burst_runs]
+        f"c{c} {n}": [{m: getattr(r, m) for m in (*METRICS, "digests")} for r in burst_runs]
         for (c, n), burst_runs in runs.items()
     }
     return {
@@ -237,6 +268,7 @@ async def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> d
         "model": described,
         "rows": rows,
         "families": families,
+        **against,
         "bursts": raw,
         **({"profile": profile} if profile else {}),
     }
@@ -248,19 +280,27 @@ def report(
     names: Sequence[str],
     log: Callable[[str], None],
     profile: dict[str, Totals] | None = None,
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The summary rows and the family rows, both tables logged; with timer totals, the
-    attribution table per concurrency and phase."""
+    against: Sequence[str] = (),
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
+    """The summary rows and the family rows, both tables logged; with `against`, those
+    variants against the static depths and the outputs' identity (`bench.floor_versus`);
+    with timer totals, the attribution table per concurrency and phase."""
     rows = summarise(runs, list(plans), names)
     families = by_family(runs, plans, names)
     for line in [*table(rows), "", *family_table(families)]:
         log(line)
+    extra: dict[str, Any] = {}
+    if against:
+        extra["versus"] = [row for label in against for row in versus(runs, plans, names, label)]
+        extra["identity"] = identity(runs, list(plans), names)
+        for line in ["", *versus_table(extra["versus"], extra["identity"])]:
+            log(line)
     for conc in plans if profile else ():
         cases = [Case(n, (profile or {}).get(f"c{conc} {n}", {})) for n in names]
         for phase in PHASES:
             log(f"\nconcurrency {conc}, {phase} steps")
             log(timer_table(cases, phase))
-    return rows, families
+    return rows, families, extra
 
 
 def from_results(
@@ -271,7 +311,7 @@ def from_results(
     body = json.loads(path.read_text())
     args = body["args"]
     labels = [parse_variant(v)[0] for v in args.get("variant") or []]
-    names = list(variants(args["depths"], args["null"], labels))
+    names = list(variants(args["depths"], args["null"], labels, args.get("variant_depths")))
     # `main` writes one burst count per concurrency (a single count already expanded).
     plans = {
         c: burst_plans(c, n, args["max_tokens"], seed=c)
@@ -304,6 +344,26 @@ def main() -> None:
         help="one more speculative engine with these extra engine arguments (repeatable)",
     )
     parser.add_argument(
+        "--variant-depths",
+        type=int,
+        nargs="+",
+        help="the depths the --variant engines run at (default: --depths)",
+    )
+    parser.add_argument(
+        "--versus",
+        action="append",
+        default=[],
+        metavar="VARIANT",
+        help="print this variant (e.g. 'budget k = 4') against the best static depth and "
+        "per-class depths of the same bursts (bench.floor_versus; repeatable)",
+    )
+    parser.add_argument(
+        "--compare-outputs",
+        action="store_true",
+        help="the same prompts on every engine (prefix cache reset after each burst) and "
+        "each output compared with k = 0's",
+    )
+    parser.add_argument(
         "--profile", action="store_true", help="load the per-component step timers too"
     )
     parser.add_argument("--max-depth", type=int, default=4)
@@ -325,7 +385,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.summarise_only:
         runs, plans, names, profile = from_results(args.summarise_only)
-        report(runs, plans, names, print_now, profile)
+        report(runs, plans, names, print_now, profile, args.versus)
         return
     if args.plot_only:
         rows = [row for f in args.plot_only for row in json.loads(f.read_text())["rows"]]

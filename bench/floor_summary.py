@@ -60,6 +60,8 @@ class BurstRun:
     ttft_join: list[float | None] = field(default_factory=list)
     tpot: list[float | None] = field(default_factory=list)
     cpu_per_token: list[float | None] = field(default_factory=list)
+    #: Each request's output tokens as a digest (`bench.floor_versus`; "" where not kept).
+    digests: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)

@@ -425,7 +425,7 @@ async def measure(server: Server, args: argparse.Namespace) -> Turn:
                 await ttft(client, server, queue.pop(), args.max_tokens)
 
         cpu0, wall0 = sum(front.cpu_times()[:2]), time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(args.concurrency)))
+        await asyncio.gather(*(worker() for _ in range(args.concurrency[-1])))
         cpu1, wall1 = sum(front.cpu_times()[:2]), time.perf_counter()
     turn.cpu_s_per_request = (cpu1 - cpu0) / args.load_requests
     turn.requests_per_s = args.load_requests / (wall1 - wall0)
@@ -474,7 +474,7 @@ def run(args: argparse.Namespace) -> None:
         return
     print(
         f"\n{args.repeats} turns each (A B B A), median [min-max] over turns; "
-        f"saturation: {args.concurrency} clients, {args.load_requests} requests"
+        f"saturation: {args.concurrency[-1]} clients, {args.load_requests} requests"
     )
     print("\n".join(summary_rows(turns)))
     print("\n".join(verdict(turns)))
@@ -486,8 +486,30 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2, help="turns per server")
     parser.add_argument("--ttft-requests", type=int, default=40)
     parser.add_argument("--load-requests", type=int, default=64)
-    parser.add_argument("--concurrency", type=int, default=16)
-    parser.add_argument("--max-tokens", type=int, default=16)
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        nargs="+",
+        default=[16],
+        help="saturation clients (the last one given); with --client vllm-bench, each a pass",
+    )
+    parser.add_argument(
+        "--max-tokens", type=int, default=16, help="per reply (vllm-bench: 128 unless given)"
+    )
+    parser.add_argument(
+        "--client",
+        choices=("httpx", "vllm-bench"),
+        default="httpx",
+        help="vllm-bench: `vllm bench serve` against the gateway's defaults and `vllm serve` "
+        "at --vllm-depths (bench.vllm_bench_client)",
+    )
+    parser.add_argument(
+        "--vllm-depths", type=int, nargs="+", default=[0], help="vllm-bench: 0 is no drafter"
+    )
+    parser.add_argument(
+        "--prompts", type=int, nargs="+", help="vllm-bench: prompts per --concurrency pass"
+    )
+    parser.add_argument("--out", type=Path, default=Path("bench/results/vllm_bench.json"))
     parser.add_argument("--max-depth", type=int, default=4)
     parser.add_argument(
         "--interleaved", type=int, default=0, help="prompts sent to both servers in turn"
@@ -497,7 +519,18 @@ def main() -> None:
     )
     parser.add_argument("--gap-ms", type=float, default=300, help="idle before each request")
     parser.add_argument("--dry", action="store_true", help="print both commands and exit")
-    run(parser.parse_args())
+    args = parser.parse_args()
+    if args.client == "vllm-bench":
+        from bench.vllm_bench_client import run_vllm_bench
+
+        if "--max-tokens" not in sys.argv:
+            args.max_tokens = 128
+        args.prompts = args.prompts or [max(16, 4 * c) for c in args.concurrency]
+        if len(args.prompts) != len(args.concurrency):
+            parser.error("--prompts: one count per --concurrency")
+        run_vllm_bench(args)
+        return
+    run(args)
 
 
 if __name__ == "__main__":

@@ -167,7 +167,7 @@ def test_a_results_file_summarises_again_with_its_plans(tmp_path: Path) -> None:
     assert again == runs
     assert plans == {c: burst_plans(c, 2, 8, seed=c) for c in (1, 4)}
     lines: list[str] = []
-    rows, families = report(again, plans, read_names, lines.append)
+    rows, families, _ = report(again, plans, read_names, lines.append)
     assert len(rows) == 4
     assert families
     assert any(line.startswith("| 4 | k = 0 | 2 |") for line in lines)
