@@ -18,12 +18,11 @@ flood until all of B's requests wait in the queue: the race starts at release.
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable
 
 import pytest
 
 from engine.fake import FakeEngineConfig, StepTimeModel
+from tests.clock import until
 from tests.tenants.limits import KEY_A, KEY_B, MESSAGES
 from tests.tenants.test_gateway_limits import settings
 from tests.unit.conftest import MODEL, InProcessGateway, serve_in_process
@@ -41,14 +40,6 @@ async def stream(gw: InProcessGateway, key: str, ends: list[str]) -> None:
     async for _ in chunks:
         pass
     ends.append(key)
-
-
-async def until(condition: Callable[[], bool], timeout_s: float = 60.0) -> None:
-    """Poll `condition`: admission exposes counts, no event (bounded only against a hang)."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached"
-        await asyncio.sleep(0.005)
 
 
 async def test_a_flood_from_one_key_leaves_the_other_its_share() -> None:

@@ -19,6 +19,7 @@ import pytest
 from engine.fake import FakeEngineConfig, StepTimeModel
 from gateway.auth import digest
 from gateway.settings import GatewaySettings
+from tests.clock import until
 from tests.redis_fixtures import RedisServer
 from tests.tenants.limits import KEY_A, KEY_B, MESSAGES
 from tests.unit.conftest import MODEL, InProcessGateway, serve_in_process
@@ -121,8 +122,7 @@ async def test_concurrency_limit_per_key() -> None:
     slow = FakeEngineConfig(step_time=StepTimeModel(base_s=0.05))
     async with serve_in_process(settings(limits), engine=slow) as gw:
         running = asyncio.ensure_future(chat(gw, KEY_A, max_tokens=16))
-        while gw.runtime.admission.running == 0:  # noqa: ASYNC110 (no event to wait on)
-            await asyncio.sleep(0.005)
+        await until(lambda: gw.runtime.admission.running, what="the first request running")
         with pytest.raises(openai.RateLimitError) as caught:
             await chat(gw, KEY_A)
         assert "concurrent" in caught.value.message

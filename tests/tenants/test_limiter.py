@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -13,6 +12,7 @@ import pytest
 from gateway.errors import ErrorKind, GatewayError
 from gateway.observability.logs import RequestContextFilter, request_context
 from gateway.tenants import KeyLimiter, KeyPolicy, Tenant, TenantDirectory
+from tests.clock import until
 from tests.redis_fixtures import DelayProxy, RedisServer
 from tests.tenants.limits import KEY_A, KEY_B, directory, limiter, tenant
 from tests.timing import collector_paused
@@ -82,13 +82,7 @@ async def test_redis_stopped_each_replica_enforces_its_share_and_serves(
         grant_headers = (await replicas[0].admit(tenant(tenants, KEY_B), 1)).headers
         assert grant_headers["x-ratelimit-limit-requests"] == "5"  # what is enforced now
         redis_server.start()
-        await asyncio.wait_for(_until_mode(replicas, "cluster"), 5.0)
-
-
-async def _until_mode(limiters: list[KeyLimiter], mode: str) -> None:
-    """Poll: the limiter has no event for its mode (the probe runs on its own schedule)."""
-    while any(one.mode != mode for one in limiters):  # noqa: ASYNC110
-        await asyncio.sleep(0.01)
+        await until_mode(replicas, "cluster")
 
 
 async def test_a_share_already_spent_through_redis_still_counts_after_it_goes(
@@ -123,7 +117,7 @@ async def test_slow_redis_is_bounded_and_falls_back(
             await one.admit(tenant(tenants, KEY_A), 1)  # no second wait on a known-slow Redis
             assert time.monotonic() - started < 0.1  # a wait would take the timeout
         delay_proxy.delay_s = 0.0
-        await asyncio.wait_for(_until_mode([one], "cluster"), 5.0)
+        await until_mode([one], "cluster")
 
 
 async def test_the_probe_is_no_part_of_the_request_that_found_redis_gone(
@@ -138,7 +132,7 @@ async def test_the_probe_is_no_part_of_the_request_that_found_redis_gone(
         with request_context("req-1"):
             await one.admit(tenant(tenants, KEY_A), 1)
         redis_server.start()
-        await asyncio.wait_for(_until_mode([one], "cluster"), 5.0)
+        await until_mode([one], "cluster")
     failed, back = (
         next(r for r in caplog.records if text in r.getMessage())
         for text in ("check failed", "Redis is back")
@@ -193,7 +187,7 @@ async def test_settlements_made_while_redis_is_away_are_replayed(
         one.settle(grant, 1)  # the in-flight entry cannot be removed now
         await one.settled()
         redis_server.start()
-        await asyncio.wait_for(_until_mode([one], "cluster"), 5.0)
+        await until_mode([one], "cluster")
         await one.admit(a, 1)  # the replayed settlement freed the slot
 
 
@@ -231,3 +225,8 @@ async def test_one_round_trip_per_check(redis_server: RedisServer) -> None:
     # What remains ran inside the script (commandstats counts those too), or is the
     # stats client's own connection (hello, info).
     assert set(calls) <= {"time", "get", "set", "hello", "info"}, calls
+
+
+async def until_mode(limiters: list[KeyLimiter], mode: str) -> None:
+    """Polled: the limiter has no event for its mode (the probe runs on its own schedule)."""
+    await until(lambda: all(one.mode == mode for one in limiters), 5.0, f"mode {mode}")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +12,7 @@ from pydantic import SecretStr
 from gateway.auth import digest
 from gateway.settings import GatewaySettings
 from gateway.state.connection import RedisConnection
+from tests.clock import until
 from tests.tenants.limits import KEY_A
 from tests.tenants.secure_redis import Pki, SecureRedis, make_pki
 from tests.tenants.test_gateway_limits import chat, settings
@@ -169,10 +169,8 @@ async def test_the_gateway_on_an_acl_user_over_tls(acl_tls: SecureRedis, pki: Pk
         pinned = await gw.http.put("/admin/flags/pin-k", json={"value": 1}, headers=gw.auth(ADMIN))
         assert pinned.status_code == 200, pinned.text
         with acl_tls.client() as admin:
-            for _ in range(100):  # the class store flushes every 0.5 s
-                if list(admin.scan_iter(match="specgw:*:class:*")):
-                    break
-                await asyncio.sleep(0.05)
+            # The class store flushes every 0.5 s.
+            await until(lambda: list(admin.scan_iter(match="specgw:*:class:*")), 5.0)
             assert list(admin.scan_iter(match="specgw:*:rl:*:requests"))
             assert list(admin.scan_iter(match="specgw:*:class:*"))
         ready = (await gw.http.get("/ready")).json()["detail"]
