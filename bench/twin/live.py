@@ -26,6 +26,7 @@ class Live:
     __slots__ = (
         "drafter_s",
         "enter_t",
+        "feature_rows",
         "first_t",
         "joint",
         "k",
@@ -68,6 +69,18 @@ class Live:
         #: Adaptive verification: its drafts' predicted acceptance in its last step (the
         #: budget's one-step-stale copy, `bench.twin.modes.verify`); empty before.
         self.predicted: list[float] = []
+        #: Adaptive verification: the request's confidence draws as lists, one per output
+        #: position (`features`); None until first read.
+        self.feature_rows: list[list[float]] | None = None
+
+    def features(self) -> list[list[float]]:
+        """The request's confidence draws per output position (`TwinRequest.confidence`)."""
+        rows = self.feature_rows
+        if rows is None:
+            drawn = self.request.confidence
+            assert drawn is not None, "adaptive verification needs confidence draws"
+            rows = self.feature_rows = drawn[:, : self.width - 1].tolist()
+        return rows
 
     def hists(self) -> tuple[list[int], list[int]]:
         """(steps by drafts accepted, steps by drafts made)."""

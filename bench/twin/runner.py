@@ -190,7 +190,10 @@ def run_case(
         # One jitter sequence per seed, the same for every mode (common random numbers).
         costs = median_costs.with_noise(case.step_noise, seed, case.host_drift)
         on_gateway = costs.on_gateway()
-        requests = build_requests(workload, seed, case.confidence_scale)
+        # The confidence draws only where a mode reads them (their own stream: the
+        # other draws are the same either way).
+        verifies = s < VERIFY_SEEDS and any(m in VERIFY_MODES for m in chosen)
+        requests = build_requests(workload, seed, case.confidence_scale if verifies else None)
         check_classes(workload, requests)
         by_load = any(isinstance(a, PoissonArrival) and a.load for a in workload.arrivals)
         capacity = capacity_rate(requests, costs) if by_load else None

@@ -73,23 +73,27 @@ class BudgetedVerification:
         stale: list[list[float]] = []
         caps: list[int] = []
         step = self._step = []
+        of = self.estimators.of
         for live in running:
-            cap = min(live.k, k)
+            cap = live.k
+            if cap > k:
+                cap = k
             caps.append(cap)
             if cap == 0:
-                step.append(([], [], self.estimators.of(live.request.class_index)))
+                step.append(((), (), of(live.request.class_index)))
                 confidences.append([])
                 stale.append([])
                 continue
-            features = live.request.confidence
-            assert features is not None, "adaptive verification needs confidence draws"
-            f = features[live.pos, :cap].tolist()
-            estimator = self.estimators.of(live.request.class_index)
+            f = live.features()[live.pos][:cap]
+            estimator = of(live.request.class_index)
             q = estimator.predict(f)
             step.append((f, q, estimator))
             confidences.append(q)
             before = live.predicted
-            stale.append([*before[:cap], *[1.0] * (cap - len(before))])
+            if len(before) >= cap:
+                stale.append(before if len(before) == cap else before[:cap])
+            else:
+                stale.append([*before, *[1.0] * (cap - len(before))])
         scheduled = sum(caps)
         if scheduled == 0 and self._skip_idle:
             self._admitted = caps
