@@ -1,6 +1,6 @@
 """Suite-wide fixtures and hooks: a real redis-server on loopback (tests/redis_fixtures.py),
-the unit tier's no-engine guard (tests/tier_guard.py), and the model the engine tier runs
-(tests/models.py)."""
+the engine tier's shared gateway processes (tests/gateway_fixtures.py), the unit tier's
+no-engine guard (tests/tier_guard.py), and the model the engine tier runs (tests/models.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from tests.models import ModelPair, model_pair
 
-pytest_plugins = ["tests.redis_fixtures", "tests.tier_guard"]
+pytest_plugins = ["tests.redis_fixtures", "tests.gateway_fixtures", "tests.tier_guard"]
 
 
 @pytest.fixture(scope="session")

@@ -1,20 +1,20 @@
-"""A real gateway process on a loopback port, driven with the official `openai` client."""
+"""A real gateway process on a loopback port, driven with the official `openai` client.
+
+The session's shared processes (`gateway`, `shared_gateway`) are in tests/gateway_fixtures.py."""
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import openai
-import pytest
 
 from gateway.auth import digest
 from gateway.config.catalogue import env_names
@@ -178,6 +178,43 @@ def stop_gateways(gateways: list[GatewayProcess]) -> None:
         stop_gateway(gw)
 
 
+class ReusableGateway:
+    """One gateway process for a module's tests that may end it: each test gets the
+    running process while it is up and ready, else a fresh one with the same settings.
+    A test that kills its engine core and waits for the in-process restart, or wedges it
+    and lets it go, hands the next one a ready process; one that ends the process (a
+    SIGTERM) runs last in its module, or the next test pays for a start."""
+
+    def __init__(
+        self,
+        tmp: Path,
+        extra_env: dict[str, str] | None = None,
+        extra_args: list[str] | None = None,
+    ) -> None:
+        self.tmp, self.extra_env, self.extra_args = tmp, extra_env, extra_args
+        self._current: GatewayProcess | None = None
+
+    def get(self) -> GatewayProcess:
+        current = self._current
+        if current is not None and current.process.poll() is None and _ready(current):
+            return current
+        self.close()
+        self._current = start_gateway(self.tmp, self.extra_env, self.extra_args)
+        return self._current
+
+    def close(self) -> None:
+        if self._current is not None:
+            stop_gateway(self._current)
+            self._current = None
+
+
+def _ready(gw: GatewayProcess) -> bool:
+    try:
+        return httpx.get(f"{gw.base_url}/ready", timeout=5).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
 def wait_for(predicate: Callable[..., object], timeout_s: float) -> float:
     """Poll `predicate` until it holds; the seconds that took (fails after `timeout_s`)."""
     started = time.monotonic()
@@ -186,11 +223,3 @@ def wait_for(predicate: Callable[..., object], timeout_s: float) -> float:
             return time.monotonic() - started
         time.sleep(0.05)
     raise AssertionError(f"condition not met within {timeout_s} s")
-
-
-@pytest.fixture(scope="session")
-def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
-    calibration = {CALIBRATE_BATCHES: json.dumps(SESSION_CALIBRATION)}
-    gw = start_gateway(tmp_path_factory.mktemp("gw"), calibration)
-    yield gw
-    stop_gateway(gw)

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.gateway.conftest import NO_CALIBRATION, GatewayProcess, start_gateway, stop_gateway
+from tests.gateway.conftest import GatewayProcess
 from tests.observability.prometheus_server import running_prometheus, until
 from tools.dashboards.build import RULE_FILES, concrete, shipped_expressions
 
@@ -24,15 +24,13 @@ pytestmark = [pytest.mark.engine, pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 @pytest.fixture(scope="module")
-def live_gateway(
-    prometheus_binary: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[GatewayProcess]:
-    # No start-up calibration: the acceptance panels and rules need speculating traffic,
-    # and on a CPU the calibrated policy (first-token price, step costs) rightly runs
-    # 24-token replies at k = 0; from the cost prior it speculates.
-    gw = start_gateway(tmp_path_factory.mktemp("gw-live"), NO_CALIBRATION)
-    yield gw
-    stop_gateway(gw)
+def live_gateway(prometheus_binary: str, shared_gateway: GatewayProcess) -> GatewayProcess:
+    # The session's uncalibrated gateway (tests/gateway_fixtures.py): the acceptance panels
+    # and rules need speculating traffic, and on a CPU the calibrated policy (first-token
+    # price, step costs) rightly runs 24-token replies at k = 0; from the cost prior it
+    # speculates. Other modules' traffic before this one only adds series; the scrapes
+    # start with this module's Prometheus, so rates are this module's load.
+    return shared_gateway
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,9 @@
 
 Each test drives a real `spec-gateway serve` (real vLLM CPU engine) over a
 loopback socket and checks the nothing-lost contract: every request ends in a
-real finish or an explicit error, and readiness tells the truth.
+real finish or an explicit error, and readiness tells the truth. The tests run in
+file order on one process while it comes back ready (`ReusableGateway`); the SIGTERM,
+which ends it, comes last.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from itertools import groupby
-from pathlib import Path
 
 import httpx
 import psutil
@@ -23,9 +24,8 @@ import pytest
 from tests.gateway.conftest import (
     NO_CALIBRATION,
     GatewayProcess,
+    ReusableGateway,
     probe_phase,
-    start_gateway,
-    stop_gateway,
 )
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
@@ -104,14 +104,19 @@ class StreamProbe:
         return bool(self.events) and self.events[-1] == "[DONE]"
 
 
+@pytest.fixture(scope="module")
+def fault_gateways(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReusableGateway]:
+    env = {"SPECGW_ENGINE_STALL_BOUND_S": "4", "SPECGW_DRAIN_TIMEOUT_S": "3", **NO_CALIBRATION}
+    gateways = ReusableGateway(tmp_path_factory.mktemp("faults"), env)
+    yield gateways
+    gateways.close()
+
+
 @pytest.fixture
-def gateway_proc(tmp_path: Path) -> Iterator[GatewayProcess]:
-    gw = start_gateway(
-        tmp_path,
-        {"SPECGW_ENGINE_STALL_BOUND_S": "4", "SPECGW_DRAIN_TIMEOUT_S": "3", **NO_CALIBRATION},
-    )
-    yield gw
-    stop_gateway(gw)
+def gateway_proc(fault_gateways: ReusableGateway) -> GatewayProcess:
+    """A ready process: the one the test before left ready (a wedged core let go, a killed
+    one replaced in process), else a fresh start. The SIGTERM test, which ends it, is last."""
+    return fault_gateways.get()
 
 
 def test_wedged_engine_is_not_ready_within_10s(gateway_proc: GatewayProcess) -> None:
