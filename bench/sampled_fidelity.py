@@ -18,6 +18,14 @@ temperature:
   speculation yields.
 
     .venv/bin/python -m bench.sampled_fidelity [--prompts 8] [--seeds 4] [--max-tokens 48]
+        [--budget on|vllm-av]
+
+`--budget` adds a fourth engine: the gateway's own engine arguments
+(`engine.vllm.engine_args`: its depth-capping scheduler and worker, the expand fix
+applied) with the verify budget on, which trims each step's drafts by the drafter's
+confidence before they are verified (`engine.vllm.confidence_budget`). Its requests
+carry no depth, which the scheduler reads as K; a trim changes which drafts are
+verified, never the distribution sampled, so its figures must match the others'.
 
 A benchmark, not a test: it prints figures and asserts nothing.
 """
@@ -80,6 +88,24 @@ def score(llm: Any, samples: list[Drawn]) -> list[float]:
     return figures
 
 
+def budget_llm(paths: ModelPaths, k: int, mode: str) -> Any:
+    """A vLLM `LLM` with the gateway's engine arguments and the verify budget `mode`,
+    otherwise as `open_llm` builds the others (eager, bfloat16, 2,048 tokens, seed 0)."""
+    from vllm import LLM
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    from bench.frontend_vs_vllm import changed_engine_args
+    from engine.settings import EngineSettings
+    from engine.vllm.engine_args import engine_args
+
+    settings = EngineSettings(
+        model=paths.target, drafter=paths.eagle31, max_depth=k, verify_budget=mode, dtype="bfloat16"
+    )
+    changed = changed_engine_args(engine_args(settings), AsyncEngineArgs())
+    changed.update(enforce_eager=True, max_model_len=2048, seed=0)
+    return LLM(**changed)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--root", type=Path, default=default_model_root())
@@ -89,6 +115,11 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=3)
     ap.add_argument("--temperatures", type=float, nargs="+", default=[0.3, 0.7])
     ap.add_argument("--json", type=Path, default=None, help="Also write the figures here.")
+    ap.add_argument(
+        "--budget",
+        choices=("on", "vllm-av"),
+        help="also the gateway's engine with this verify budget (module docstring)",
+    )
     args = ap.parse_args()
     paths = ModelPaths(args.root)
     chats = family_prompts(load_corpus(), "chat_main", "heldout", args.prompts)
@@ -96,16 +127,21 @@ def main() -> None:
     shipped = f"EAGLE 3.1 k={args.k}, vLLM as shipped"
     fixed = f"EAGLE 3.1 k={args.k}, gateway worker (expand fix)"
     plain = "no speculation"
+    budget = f"EAGLE 3.1 k={args.k}, gateway engine, verify budget {args.budget}"
     engines = (
         (shipped, paths.eagle31, args.k, ""),
         (fixed, paths.eagle31, args.k, "engine.vllm.worker.SpecGatewayWorker"),
+        *([(budget, paths.eagle31, args.k, "budget")] if args.budget else []),
         (plain, None, 0, ""),
     )
     # The speculative engines sample first; the plain engine then samples and, being
     # the target without speculation, scores every set: three engine starts, not four.
     drawn: dict[str, dict[float, list[Drawn]]] = {}
     for name, drafter, k, extension in engines:
-        llm: Any = open_llm(paths.target, drafter, k, worker_extension_cls=extension)
+        if extension == "budget":
+            llm: Any = budget_llm(paths, k, args.budget)
+        else:
+            llm = open_llm(paths.target, drafter, k, worker_extension_cls=extension)
         if extension:
             print(f"{name}: expand kernel {llm.collective_rpc('specgw_fix_expand')}", flush=True)
         tok = llm.get_tokenizer()
