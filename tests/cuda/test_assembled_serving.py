@@ -2,7 +2,7 @@
 
 The pod of test_assembled_startup.py (tests/cuda/production.py), on vLLM's CUDA platform
 answering as H100s (tests/cuda/h100.py), started as `spec-gateway serve` starts it: the
-gateway's HTTP app (`create_app`, the production runtime factory `real_runtime_factory`
+gateway's HTTP app (`create_app`, the production runtime factory `runtime_factory`
 on the vLLM backend, its serving port `OpenAIFrontend.create`: 0.33's whole OpenAI serving
 layer, chat, completions, responses, models, the tool and reasoning parsers chosen from
 the model), driven by the official `openai` client through `httpx.ASGITransport`.
@@ -35,21 +35,19 @@ from vllm.entrypoints.openai.responses.serving import OpenAIServingResponses
 from vllm.tool_parsers.llama_tool_parser import Llama3JsonToolParser
 from vllm.v1.request import Request
 
-import gateway.plugins
 from engine.interface import GATEWAY_ID_ARG
 from engine.step_rule import SPEC_COSTS_ARG, SPEC_VOTE_ARG, StepCostTable, StepVote
 from engine.vllm.openai_frontend import OpenAIFrontend
 from engine.vllm.scheduler import requested_depth
 from gateway.app import create_app
-from gateway.runtime import Runtime, real_runtime_factory
+from gateway.runtime import Runtime, runtime_factory
 from tests.cuda.h100 import cuda_platform
 from tests.cuda.llama31 import END_OF_TEXT, EOM, EOT, special_tokens
 from tests.cuda.production import USER_KEY, ProductionPod, production_pod
+from tests.cuda.scripted_engine import BACKEND as SCRIPTED
 from tests.cuda.scripted_engine import ScriptedEngineClient
 
 BASE_URL = "http://gateway.test"
-#: The backend name the scripted-core backend is plugged in under (`gateway.plugins`).
-SCRIPTED = "vllm-scripted-core"
 #: Set on the served pod through the chart's `gateway.extraEnv`: start-up calibration at
 #: three batch sizes, not every power of two to `max_running` (15 s of scripted steps,
 #: whose times are no GPU's anyway).
@@ -102,9 +100,8 @@ async def served(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Serv
             external_services=False,
             extra_env=SERVED_ENV,
         )
-        patch.setitem(gateway.plugins.PLUGINS, SCRIPTED, "tests.cuda.scripted_engine:BACKEND")
         settings = pod.settings
-        factory = real_runtime_factory(settings.engine, settings.control, backend=SCRIPTED)
+        factory = runtime_factory(settings.engine, settings.control, backend=SCRIPTED)
         app = create_app(settings, factory)
         transport = httpx.ASGITransport(app=app)
         with cuda_platform(pod.gpus, tmp_path_factory.mktemp("driver")):
