@@ -55,7 +55,7 @@ POSITIVE_STATUSES = ["2xx", "3xx", "400", "401", "403", "404", "409", "429", "5x
 def _app() -> Any:
     from engine.settings import EngineSettings
     from gateway.app import create_app
-    from gateway.runtime import real_runtime_factory
+    from gateway.runtime import runtime_factory
 
     models = model_pair()
     engine_settings = EngineSettings(model=models.target, drafter=models.drafter, kv_cache_gib=1)
@@ -63,7 +63,7 @@ def _app() -> Any:
     # No start-up calibration: what is checked is the API's conformance, not the speculation
     # depth; the unset default times five batch sizes (about two minutes on this host).
     control = ControllerSettings(calibrate_batches=[])
-    return create_app(gateway_settings, real_runtime_factory(engine_settings, control))
+    return create_app(gateway_settings, runtime_factory(engine_settings, control))
 
 
 def load_schema() -> Any:
