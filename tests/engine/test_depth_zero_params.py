@@ -227,7 +227,7 @@ def test_a_depth_zero_request_is_never_raised(tiny: TinyModels) -> None:
 def test_a_generation_config_min_p_reaches_the_serving_defaults(tiny: TinyModels) -> None:
     """vLLM fills a request's unset min_p from the model's generation config (or
     `override_generation_config`) through `get_diff_sampling_param`, which its serving
-    layer keeps as `default_sampling_params`: what `OpenAIFrontend.min_p_of` reads, so
+    layer keeps as `default_sampling_params`: what `OpenAIFrontend.sampling_of` reads, so
     the gateway plans such requests at k = 0 instead of meeting vLLM's refusal."""
     config = EngineArgs(
         model=str(tiny.target), override_generation_config={"min_p": 0.05}
@@ -241,8 +241,8 @@ def test_a_generation_config_min_p_reaches_the_serving_defaults(tiny: TinyModels
     request = ChatCompletionRequest.model_validate(
         {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
     )
-    assert frontend.min_p_of(request) == 0.05
+    assert frontend.sampling_of(request).min_p == 0.05
     own = ChatCompletionRequest.model_validate(
         {"model": "m", "messages": [{"role": "user", "content": "hi"}], "min_p": 0.0}
     )
-    assert frontend.min_p_of(own) == 0.0
+    assert frontend.sampling_of(own).min_p == 0.0
