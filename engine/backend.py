@@ -1,18 +1,21 @@
-"""A backend as the gateway's composition root loads it: by a `module:attribute` string.
+"""The backend registry: each backend by name, as a `module:attribute` string (`PLUGINS`).
 
-The gateway names a backend's module and attribute as text (`gateway.plugins`) and
-imports it only when that backend is chosen, so no gateway module imports an engine
-library, even indirectly: the import contracts in pyproject.toml let the gateway reach
-vLLM only through `engine.protocol` (the wire models) and the serving port. Importing
-a backend module must be cheap (`spec-gateway --version` reads `library_version`):
-the engine library is imported inside the methods.
+A backend is an `EngineBackend`: its engine, the serving port on it, the checks before
+both. It is named here as text and imported only when chosen (`load_backend`), so no
+gateway module imports an engine library, even indirectly: the import contracts in
+pyproject.toml let the gateway reach vLLM only through `engine.protocol` (the wire
+models) and the serving port. Importing a backend module must be cheap (`spec-gateway
+--version` reads `library_version`): the engine library is imported inside the methods.
+`EngineSettings.backend` accepts the names registered here; adding a backend is one
+line in `PLUGINS`, and its port passes tests/engine/port_contract.py.
 """
 
 from __future__ import annotations
 
+import importlib
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from engine.interface import EngineError
 
@@ -67,4 +70,22 @@ class EngineBackend(Protocol):
         ...
 
 
-__all__ = ["EngineBackend", "PortConfig", "PreflightError"]
+#: Backend name -> "module:attribute" of its `EngineBackend`.
+PLUGINS: dict[str, str] = {
+    # The embedded vLLM engine behind vLLM's own OpenAI serving layer.
+    "vllm": "engine.vllm.backend:BACKEND",
+    # The scripted engine: the in-process test tier, trials without a model.
+    "fake": "engine.fake_backend:BACKEND",
+}
+
+
+def load_backend(name: str) -> EngineBackend:
+    """The backend `PLUGINS` names; ValueError naming the known ones for any other."""
+    if name not in PLUGINS:
+        known = ", ".join(sorted(PLUGINS))
+        raise ValueError(f"unknown engine backend {name!r}; known backends: {known}")
+    module, _, attribute = PLUGINS[name].partition(":")
+    return cast(EngineBackend, getattr(importlib.import_module(module), attribute))
+
+
+__all__ = ["PLUGINS", "EngineBackend", "PortConfig", "PreflightError", "load_backend"]

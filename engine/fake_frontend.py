@@ -49,7 +49,7 @@ from engine.interface import (
     RequestOutcome,
 )
 from engine.outcomes import OutcomeTap, served
-from engine.port import ChatResult, CompletionResult, ResponsesResult, SampledRequest
+from engine.port import ChatResult, CompletionResult, ResponsesResult, SampledRequest, Sampling
 from engine.protocol import (
     ChatCompletionRequest,
     ChatCompletionResponse,
@@ -133,10 +133,6 @@ class FakeFrontend:
         return self._config.served_model_name
 
     @property
-    def lossless_sampling(self) -> bool:
-        return self._engine.lossless_sampling
-
-    @property
     def harmony_messages(self) -> bool:
         """The fake model is no gpt-oss: harmony messages are refused up front."""
         return False
@@ -146,15 +142,17 @@ class FakeFrontend:
         """Longest prompt + completion, in the fake's tokens."""
         return self._engine.config.max_prompt_tokens
 
-    def temperature_of(self, request: SampledRequest) -> float:
-        if request.temperature is None:
-            return self._config.default_temperature
-        return float(request.temperature)
+    def sampling_of(self, request: SampledRequest) -> Sampling:
+        config = self._config
+        temperature = request.temperature
+        return Sampling(
+            config.default_temperature if temperature is None else float(temperature),
+            config.default_min_p if request.min_p is None else float(request.min_p),
+            self._engine.lossless_sampling,
+        )
 
-    def min_p_of(self, request: SampledRequest) -> float:
-        return self._config.default_min_p if request.min_p is None else float(request.min_p)
-
-    def count_tokens(self, text: str) -> int:
+    @staticmethod
+    def _tokens(text: str) -> int:
         """The fake's tokens are words (`FakeEngine` counts a prompt the same way)."""
         return len(text.split())
 
@@ -198,7 +196,7 @@ class FakeFrontend:
             id=job.request_id,
             model=self.served_model_name,
             choices=[choice],
-            usage=usage(self.count_tokens(prompt), run.tokens),
+            usage=usage(self._tokens(prompt), run.tokens),
             metrics=_metrics(run.outcome),
         )
 
@@ -226,7 +224,7 @@ class FakeFrontend:
             id=f"cmpl-{gateway_id}",
             model=self.served_model_name,
             choices=[choice],
-            usage=usage(self.count_tokens(prompt), run.tokens),
+            usage=usage(self._tokens(prompt), run.tokens),
             metrics=_metrics(run.outcome),
         )
 
@@ -276,7 +274,7 @@ class FakeFrontend:
         step: StepArgs | None,
     ) -> GenerateRequest:
         """The engine request, after vLLM's length checks (`vllm.renderers.params`)."""
-        prompt_tokens = self.count_tokens(prompt)
+        prompt_tokens = self._tokens(prompt)
         context = self.max_model_len
         if prompt_tokens > context:
             raise InvalidRequestError(
@@ -293,7 +291,7 @@ class FakeFrontend:
             )
         # vLLM's own check with a drafter (`engine.vllm.depth_zero_params`): k = 0 alone may.
         drafts = k > 0 and self._engine.max_depth > 0
-        if drafts and refused_with_drafts(request.logit_bias, self.min_p_of(request)):
+        if drafts and refused_with_drafts(request.logit_bias, self.sampling_of(request).min_p):
             raise InvalidRequestError(VLLM_REFUSAL)
         max_tokens = asked if asked is not None else self._config.default_max_tokens
         max_tokens = min(max_tokens, context - prompt_tokens)
@@ -308,7 +306,7 @@ class FakeFrontend:
             request_id=engine_id,
             prompt=prompt,
             max_tokens=max_tokens,
-            temperature=self.temperature_of(request),
+            temperature=self.sampling_of(request).temperature,
             top_p=1.0 if request.top_p is None else request.top_p,
             seed=request.seed,
             ignore_eos=request.ignore_eos,
@@ -378,7 +376,7 @@ class FakeFrontend:
                 created=created,
                 model=self.served_model_name,
                 choices=[],
-                usage=usage(self.count_tokens(job.prompt or ""), tokens),
+                usage=usage(self._tokens(job.prompt or ""), tokens),
                 metrics=_metrics(outcome),
             )
             yield sse(last.model_dump_json(exclude_unset=True, exclude_none=True))
@@ -413,7 +411,7 @@ class FakeFrontend:
                 created=created,
                 model=self.served_model_name,
                 choices=[],
-                usage=usage(self.count_tokens(job.prompt or ""), tokens),
+                usage=usage(self._tokens(job.prompt or ""), tokens),
                 metrics=_metrics(outcome),
             )
             yield sse(last.model_dump_json(exclude_none=True))

@@ -30,7 +30,7 @@ The contract, beyond the signatures:
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from engine.interface import GATEWAY_ID_ARG, SPEC_CAP_ARG, SPEC_CLASS_ARG, SPEC_DEPTH_ARG
 from engine.outcomes import Served
@@ -62,8 +62,22 @@ ChatResult = ChatCompletionResponse | AsyncIterator[str]
 CompletionResult = CompletionResponse | AsyncIterator[str]
 #: A Responses stream is typed events (`engine.responses_wire`), not `data:` chunks.
 ResponsesResult = ResponsesResponse | AsyncIterator[str]
-#: The requests whose sampling the backend reports (`temperature_of`).
+#: The requests whose sampling the backend reports (`sampling_of`).
 SampledRequest = ChatCompletionRequest | CompletionRequest | ResponsesRequest
+
+
+class Sampling(NamedTuple):
+    """How a backend samples one request: what the gateway classifies it by and checks
+    against the drafts before it plans k."""
+
+    #: The request's temperature, else the model's generation-config default, else 1.0.
+    temperature: float
+    #: Its min_p, else the model's default (a generation config may set one, which vLLM
+    #: refuses beside drafts), else 0.
+    min_p: float
+    #: Whether speculation leaves a sampled request's output distribution unchanged on
+    #: this engine (`Engine.lossless_sampling`; greedy requests are exact everywhere).
+    lossless: bool
 
 
 class ServingPort(Protocol):
@@ -75,27 +89,12 @@ class ServingPort(Protocol):
         ...
 
     @property
-    def lossless_sampling(self) -> bool:
-        """Whether speculation leaves a sampled request's output distribution unchanged
-        (`Engine.lossless_sampling`); where not, the gateway runs sampled requests at k = 0."""
-        ...
-
-    @property
     def harmony_messages(self) -> bool:
         """Whether the model reads OpenAI-harmony messages (author/channel: gpt-oss only)."""
         ...
 
-    def temperature_of(self, request: SampledRequest) -> float:
-        """The temperature the backend will sample this request at (its default filled in)."""
-        ...
-
-    def min_p_of(self, request: SampledRequest) -> float:
-        """The min_p the backend will sample this request at (its default filled in: a
-        model's generation config may set one, which vLLM refuses beside drafts)."""
-        ...
-
-    def count_tokens(self, text: str) -> int:
-        """Tokens of plain text with the served tokenizer."""
+    def sampling_of(self, request: SampledRequest) -> Sampling:
+        """How the backend will sample this request, its defaults filled in."""
         ...
 
     async def check_model(self, request: SampledRequest) -> None:

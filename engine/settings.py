@@ -13,8 +13,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, PrivateAttr, model_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from engine.backend import PLUGINS
 
 #: `max_num_seqs` where the settings leave it unset, by vLLM build: the embedded model's
 #: on the CPU; on a GPU vLLM's own default for most cards (`EngineArgs`, 256), which an 8B
@@ -46,11 +48,11 @@ class EngineSettings(BaseSettings):
     #: (`ServeSettings`), so that vLLM's metric label and the answers say one name.
     _served: tuple[str, ...] = PrivateAttr(default=())
 
-    backend: Literal["vllm", "fake"] = Field(
+    backend: str = Field(
         "vllm",
-        description="Engine backend, by name (`gateway.backends.BACKENDS`): `vllm`, the "
-        "embedded vLLM engine; `fake`, a scripted engine with no model (the in-process test "
-        "tier, trials of the gateway).",
+        description=f"Engine backend, by name, one of `engine.backend.PLUGINS` "
+        f"({', '.join(PLUGINS)}): `vllm`, the embedded vLLM engine; `fake`, a scripted "
+        "engine with no model (the in-process test tier, trials of the gateway).",
     )
     model: Path | None = Field(
         None, description="Target model directory (None = the embedded default model)."
@@ -179,6 +181,13 @@ class EngineSettings(BaseSettings):
         description="Scheduler flavour: `auto` lets vLLM choose (CPU forces sync, CUDA "
         "defaults to async) and the depth cap follows; `sync` / `async` force one.",
     )
+
+    @field_validator("backend")
+    @classmethod
+    def _registered(cls, backend: str) -> str:
+        if backend not in PLUGINS:
+            raise ValueError(f"backend must be one of {', '.join(sorted(PLUGINS))}")
+        return backend
 
     @model_validator(mode="after")
     def _schedule_fits(self) -> EngineSettings:

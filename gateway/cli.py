@@ -37,7 +37,7 @@ def _version(value: bool) -> None:
         return
     from importlib import metadata
 
-    from gateway.plugins import load_backend
+    from engine.backend import load_backend
 
     try:
         own = metadata.version("spec-gateway")
@@ -171,14 +171,13 @@ def serve(
 
 
 def _run(settings: ServeSettings) -> None:
-    """Preflight (vLLM backend), the app, the server until it drains; exit 3 when the
+    """The backend's preflight, the app, the server until it drains; exit 3 when the
     engine could not be kept alive."""
     from gateway.observability.logs import configure_logging
     from gateway.server import DrainingServer, server_config
 
     configure_logging(settings.log_level)
-    if settings.engine.backend == "vllm":
-        _preflight_or_exit(settings.engine)
+    _preflight_or_exit(settings.engine)
     try:
         application = build_app(settings)
     except ValueError as exc:
@@ -192,7 +191,7 @@ def _run(settings: ServeSettings) -> None:
 def build_app(settings: ServeSettings) -> FastAPI:
     """The app `serve` runs: the backend, engine and controller its settings name."""
     from gateway.app import create_app
-    from gateway.backends import runtime_factory
+    from gateway.runtime import runtime_factory
 
     return create_app(settings, runtime_factory(settings.engine, settings.control))
 
@@ -218,12 +217,12 @@ def _settings_or_exit(args: list[str]) -> ServeSettings:
 
 
 def _preflight_or_exit(engine_settings: Any) -> None:
-    """A wrong vLLM, a missing model, a drafter that does not fit: one line, exit 2."""
-    from engine.backend import PreflightError
-    from gateway.plugins import load_backend
+    """What the backend refuses to start (a wrong vLLM, a missing model, a drafter that
+    does not fit): one line, exit 2."""
+    from engine.backend import PreflightError, load_backend
 
     try:
-        load_backend("vllm").preflight(engine_settings)
+        load_backend(engine_settings.backend).preflight(engine_settings)
     except PreflightError as exc:
         typer.echo(f"spec-gateway: {exc}", err=True)
         raise SystemExit(2) from None
@@ -254,12 +253,12 @@ def plan(
     short = {"model": model, "drafter": drafter, "config": config}
     spelt = [part for k, v in short.items() if v is not None for part in (_SHORT_FLAGS[k], str(v))]
     settings = _settings_or_exit([*ctx.args, *spelt])
-    from engine.backend import PreflightError
-    from gateway.plugins import load_backend
+    from engine.backend import PreflightError, load_backend
 
     try:
         running = None if settings.max_running_follows_engine else settings.max_running
-        text = load_backend("vllm").startup_plan(settings.engine, running, gpu_memory_gib)
+        backend = load_backend(settings.engine.backend)
+        text = backend.startup_plan(settings.engine, running, gpu_memory_gib)
     except PreflightError as exc:
         typer.echo(f"spec-gateway: {exc}", err=True)
         raise SystemExit(2) from None

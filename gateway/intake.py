@@ -3,12 +3,14 @@ token estimate for the length buckets."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import json
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from engine.port import RESERVED_XARGS
 from engine.protocol import ChatCompletionRequest, CompletionRequest
 from gateway import limits
+from gateway.control.features import ChatView
 from gateway.errors import invalid
 from gateway.settings import GatewaySettings
 
@@ -35,18 +37,25 @@ def plain_messages(messages: Iterable[Any], harmony: bool) -> list[dict[str, Any
     return plain
 
 
-def chat_view(request: ChatCompletionRequest, messages: list[dict[str, Any]]) -> dict[str, Any]:
-    """Plain-data view of what classification looks at."""
-    tools = [t.model_dump(exclude_none=True) for t in request.tools] if request.tools else None
-    fmt = request.response_format
-    choice = request.tool_choice
-    return {
-        "messages": messages,
-        "tools": tools,
-        # A named choice is a model object; classification only needs to know it is named.
-        "tool_choice": choice if choice is None or isinstance(choice, str) else {"named": True},
-        "response_format": {"type": fmt.type} if fmt is not None else None,
-    }
+def chat_view(
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+    choice: Any,
+    format_type: str | None,
+) -> ChatView:
+    """What classification reads, for chat and for a Responses request as chat alike:
+    the messages and tools as JSON, the tool choice's kind (a named choice is a model
+    object; classification only needs to know it is named), the response format's type."""
+    kind = choice if choice is None or isinstance(choice, str) else "named"
+    return ChatView(messages, tools or None, kind, format_type)
+
+
+def chat_max_tokens(request: ChatCompletionRequest) -> int | None:
+    """A chat request's `max_tokens`, read past the field's deprecation descriptor (vLLM
+    deprecates it for `max_completion_tokens`): pydantic's descriptor calls `warnings.warn`
+    on every read, a DeprecationWarning no one sees, at a cost per request."""
+    value: int | None = request.__dict__.get("max_tokens")
+    return value
 
 
 def approx_tokens(chars: int) -> int:
@@ -56,9 +65,10 @@ def approx_tokens(chars: int) -> int:
 
 def chat_intake(
     request: ChatCompletionRequest, harmony: bool, settings: GatewaySettings
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+) -> ChatView:
     """A chat request's checks (reserved xargs, one choice, size bounds, the response
-    format's schema); its messages as plain data and the view classification reads."""
+    format's schema, the tools' bounds); the view classification reads (its messages as
+    plain data)."""
     limits.reject_reserved_xargs(request.vllm_xargs, RESERVED_XARGS)
     messages = plain_messages(request.messages, harmony)
     body = {
@@ -68,20 +78,34 @@ def chat_intake(
         "use_beam_search": request.use_beam_search,
     }
     limits.check_chat(body, settings)
-    view = chat_view(request, messages)
+    tools = [t.model_dump(exclude_none=True) for t in request.tools] if request.tools else None
+    fmt = request.response_format
+    view = chat_view(messages, tools, request.tool_choice, fmt.type if fmt is not None else None)
     if request.response_format is not None:
         limits.check_schema(
             request.response_format.model_dump(exclude_none=True), "response_format", settings
         )
-    return messages, view
+    check_tools(view.tools, settings)
+    return view
 
 
-def check_tools(tools: list[dict[str, Any]] | None, settings: GatewaySettings) -> None:
+def check_tools(tools: Sequence[Mapping[str, Any]] | None, settings: GatewaySettings) -> None:
     """At most `max_tools` tools, each schema within the schema bounds."""
     if tools:
         if len(tools) > settings.max_tools:
             raise invalid(f"at most {settings.max_tools} tools", param="tools")
         limits.check_schema(tools, "tools", settings)
+
+
+def chat_tokens(view: ChatView) -> int:
+    """A chat-shaped prompt's approximate tokens: its messages' text and, as the chat
+    template renders the tool definitions into the prompt, its tools' schemas (a
+    tool-call request's prompt is mostly those: they count in its length bucket and in
+    its token reserve)."""
+    chars = sum(len(str(m.get("content") or "")) for m in view.messages)
+    if view.tools:
+        chars += len(json.dumps(view.tools, separators=(",", ":"), default=str))
+    return approx_tokens(chars)
 
 
 def completion_intake(request: CompletionRequest, settings: GatewaySettings) -> str:

@@ -35,10 +35,6 @@ class Finished:
     clock: RequestClock | None = None
 
 
-#: The reason a sampled request runs at k = 0 on an engine with lossy sampled speculation.
-SAMPLED_NOT_EXACT = "sampled request: speculation is not lossless on this engine build"
-
-
 class Telemetry(Protocol):
     def request_finished(self, finished: Finished) -> None: ...
 

@@ -20,9 +20,14 @@ from __future__ import annotations
 from typing import Any
 
 from engine.interface import InvalidRequestError
+from engine.port import RESERVED_XARGS
 from engine.protocol import ResponsesRequest
 from engine.responses_wire import as_chat
+from gateway import limits
+from gateway.control.features import ChatView
 from gateway.errors import invalid
+from gateway.intake import chat_view, check_tools
+from gateway.settings import GatewaySettings
 
 #: Why state-bound features are refused.
 NO_STORE = (
@@ -62,7 +67,7 @@ def refuse_unserved(request: ResponsesRequest) -> None:
         )
 
 
-def chat_reading(request: ResponsesRequest) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def chat_reading(request: ResponsesRequest) -> tuple[list[dict[str, Any]], ChatView]:
     """(chat messages, the classification view `ControlPlane.plan_chat` reads)."""
     if isinstance(request.input, list) and not request.input:
         raise invalid("input must not be empty", "input")
@@ -70,16 +75,9 @@ def chat_reading(request: ResponsesRequest) -> tuple[list[dict[str, Any]], dict[
         messages, tools = as_chat(request)
     except InvalidRequestError as exc:
         raise invalid(str(exc), exc.param) from None
-    choice = request.tool_choice
     text_format = request.text.format if request.text is not None else None
-    view = {
-        "messages": messages,
-        "tools": tools or None,
-        # A named function is a model object; classification only needs to know it is named.
-        "tool_choice": choice if isinstance(choice, str) else {"named": True},
-        "response_format": {"type": text_format.type} if text_format is not None else None,
-    }
-    return messages, view
+    format_type = text_format.type if text_format is not None else None
+    return messages, chat_view(messages, tools, request.tool_choice, format_type)
 
 
 def text_format_schema(request: ResponsesRequest) -> dict[str, Any] | None:
@@ -88,3 +86,20 @@ def text_format_schema(request: ResponsesRequest) -> dict[str, Any] | None:
         return None
     schema: dict[str, Any] = request.text.format.model_dump(by_alias=True, exclude_none=True)
     return schema
+
+
+def responses_intake(request: ResponsesRequest, settings: GatewaySettings) -> ChatView:
+    """A Responses request's checks (reserved xargs, what it refuses, the chat limits on
+    what it renders to, the text format's schema, the tools' bounds); the view
+    classification reads, as `gateway.intake.chat_intake` gives it for chat."""
+    limits.reject_reserved_xargs(request.vllm_xargs, RESERVED_XARGS)
+    refuse_unserved(request)
+    # Never kept: vLLM's opt-in store holds every response in memory for good.
+    request.store = False
+    messages, view = chat_reading(request)
+    limits.check_chat({"messages": messages, "stop": request.stop}, settings)
+    text_format = text_format_schema(request)
+    if text_format is not None:
+        limits.check_schema(text_format, "text.format", settings)
+    check_tools(view.tools, settings)
+    return view

@@ -1,7 +1,8 @@
 """Everything one replica runs, built in order and torn down in reverse.
 
 `Runtime` is the typed app state the routes reach through dependencies;
-`real_runtime(settings, engine_settings)` builds it on the embedded vLLM engine.
+`runtime_factory(engine_settings)` builds it on the backend the settings name (the
+embedded vLLM engine, or the scripted fake): one factory for every backend.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from engine.backend import PortConfig
+from engine.backend import EngineBackend, PortConfig, load_backend
 from engine.interface import Engine
 from engine.port import ServingPort
 from gateway import assembly
@@ -35,7 +36,6 @@ from gateway.flags import (
 from gateway.observability.events import MetricsEvents, SpanEvents
 from gateway.phase import Phase, PhaseBoard, start_up_board
 from gateway.planner import FlagOverrides
-from gateway.plugins import load_backend
 from gateway.replies import Telemetry
 from gateway.service import InferenceService
 from gateway.settings import GatewaySettings
@@ -174,20 +174,20 @@ def build_service(
     return service, admission
 
 
-def real_runtime_factory(
+def runtime_factory(
     engine_settings: Any,
     controller_settings: ControllerSettings | None = None,
     *,
-    backend: str = "vllm",
+    backend: EngineBackend | None = None,
 ) -> Callable[[GatewaySettings], AbstractAsyncContextManager[Runtime]]:
-    """A runtime factory for `create_app` on a plugged-in backend's engine
-    (`gateway.plugins`; the embedded vLLM engine by default)."""
+    """A runtime factory for `create_app` on a backend's engine and port: `backend`, else
+    the one `engine_settings.backend` names in the registry (`engine.backend.PLUGINS`;
+    ValueError for a name it does not know)."""
+    plugin = backend if backend is not None else load_backend(engine_settings.backend)
 
     @asynccontextmanager
     async def factory(settings: GatewaySettings) -> AsyncIterator[Runtime]:
-        plugin = load_backend(backend)
-        vllm_version = plugin.library_version() or "none"
-
+        library = plugin.library_version()
         target, _ = engine_settings.resolved_models()
         config = PortConfig(
             model=str(target),
@@ -210,7 +210,7 @@ def real_runtime_factory(
                 control,
                 slot,
                 drafter=drafter_name(drafter),
-                vllm_version=vllm_version,
+                vllm_version=library or "none",
             )
             supervisor = EngineSupervisor(
                 slot,
@@ -220,11 +220,12 @@ def real_runtime_factory(
             )
             supervisor.start()
             stack.push_async_callback(supervisor.close)
-            freeze_startup_heap()
-            # Given back to the collector on the way out, so that the interpreter's exit
-            # frees the start-up heap (nanobind reports objects that outlive their
-            # bindings as leaked).
-            stack.callback(gc.unfreeze)
+            if library is not None:  # a backend without an engine library has no heap to freeze
+                freeze_startup_heap()
+                # Given back to the collector on the way out, so that the interpreter's exit
+                # frees the start-up heap (nanobind reports objects that outlive their
+                # bindings as leaked).
+                stack.callback(gc.unfreeze)
             log.info("spec-gateway ready (K=%d)", slot.engine.max_depth)
             try:
                 yield runtime

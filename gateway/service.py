@@ -7,41 +7,36 @@ which serves it through the port and ends it once (its outcome and telemetry rep
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
 
 from opentelemetry.trace import Tracer
 
 from engine.interface import SPEC_CLASS_ARG, EngineError, EngineStep
-from engine.port import RESERVED_XARGS, SampledRequest, ServingPort
+from engine.port import SampledRequest, ServingPort
 from engine.protocol import ChatCompletionRequest, CompletionRequest, ResponsesRequest
-from gateway import limits
 from gateway.admission import ANY_KEY, Admission
-from gateway.control.features import sampling_bucket, unserved_by_drafts
+from gateway.control.features import ChatView, sampling_bucket, unserved_by_drafts
 from gateway.control.plane import ControlPlane, PlannedRequest
 from gateway.errors import GatewayError, from_engine
 from gateway.exchange import Exchange, PortCall, Settlement
-from gateway.intake import approx_tokens, chat_intake, check_tools, completion_intake
+from gateway.intake import (
+    approx_tokens,
+    chat_intake,
+    chat_max_tokens,
+    chat_tokens,
+    completion_intake,
+)
 from gateway.observability.inference_span import InferenceSpans
-from gateway.replies import SAMPLED_NOT_EXACT, JsonReply, StreamReply, Telemetry
+from gateway.replies import JsonReply, StreamReply, Telemetry
 from gateway.request_clock import RequestClock, stamp_arrival
-from gateway.responses_request import chat_reading, refuse_unserved, text_format_schema
+from gateway.responses_request import responses_intake
 from gateway.settings import GatewaySettings
 from gateway.speculation_report import ReportLevel, SpeculationReport, requested_level
 from gateway.tenants import KeyLimiter, Tenant
 from gateway.tenants.admit import admit
 from gateway.tenants.directory import UNLIMITED_ANONYMOUS
-
-
-def _chat_max_tokens(request: ChatCompletionRequest) -> int | None:
-    """A chat request's `max_tokens`, read past the field's deprecation descriptor (vLLM
-    deprecates it for `max_completion_tokens`): pydantic's descriptor calls `warnings.warn`
-    on every read, a DeprecationWarning no one sees, at a cost per request."""
-    value: int | None = request.__dict__.get("max_tokens")
-    return value
 
 
 class InferenceService:
@@ -99,14 +94,6 @@ class InferenceService:
     def served_model_name(self) -> str:
         return self._frontend.served_model_name
 
-    def _exact(self, planned: PlannedRequest, sampling: str) -> PlannedRequest:
-        """k = 0 where speculation would change what the request samples: a sampled
-        request (`sampling`, its temperature's bucket; "" when greedy) on an engine
-        whose sampled speculation is not lossless."""
-        if planned.engine_k > 0 and sampling and not self._frontend.lossless_sampling:
-            return planned.without_speculation(SAMPLED_NOT_EXACT)
-        return planned
-
     def enter(self, endpoint: str, key: str = ANY_KEY) -> None:
         """At arrival, before the body is parsed: take an edge ticket of `key` (a tenant's
         key digest) or shed now.
@@ -153,9 +140,9 @@ class InferenceService:
         with self._refusing("chat"):
             await self._served(request)
             report = requested_level(request, self._settings.speculation_report)
-            messages, view = chat_intake(request, self._frontend.harmony_messages, self._settings)
-            planned, tokens = self._plan_chat_view(view, messages, request)
-        asked = request.max_completion_tokens or _chat_max_tokens(request)
+            view = chat_intake(request, self._frontend.harmony_messages, self._settings)
+            planned, tokens = self._plan_chat(view, request)
+        asked = request.max_completion_tokens or chat_max_tokens(request)
         return await self._run(
             "chat",
             "chatcmpl-",
@@ -177,16 +164,8 @@ class InferenceService:
         with self._refusing("responses"):
             await self._served(request)
             report = requested_level(request, self._settings.speculation_report)
-            limits.reject_reserved_xargs(request.vllm_xargs, RESERVED_XARGS)
-            refuse_unserved(request)
-            # Never kept: vLLM's opt-in store holds every response in memory for good.
-            request.store = False
-            messages, view = chat_reading(request)
-            limits.check_chat({"messages": messages, "stop": request.stop}, self._settings)
-            text_format = text_format_schema(request)
-            if text_format is not None:
-                limits.check_schema(text_format, "text.format", self._settings)
-            planned, tokens = self._plan_chat_view(view, messages, request)
+            view = responses_intake(request, self._settings)
+            planned, tokens = self._plan_chat(view, request)
         return await self._run(
             "responses",
             "resp_",
@@ -201,23 +180,12 @@ class InferenceService:
             engine_suffix="_0",  # vLLM's first (and, without built-in tools, only) sub-request
         )
 
-    def _plan_chat_view(
-        self,
-        view: dict[str, Any],
-        messages: list[dict[str, Any]],
-        request: ChatCompletionRequest | ResponsesRequest,
+    def _plan_chat(
+        self, view: ChatView, request: ChatCompletionRequest | ResponsesRequest
     ) -> tuple[PlannedRequest, int]:
-        """The tool limits, then the plan of a chat-shaped request, and its prompt's
-        approximate tokens."""
-        check_tools(view["tools"], self._settings)
-        chars = sum(len(str(m.get("content") or "")) for m in messages)
-        if view["tools"]:
-            # The chat template renders the tool definitions into the prompt, so a tool-call
-            # request's prompt is mostly its schemas: they count in its length bucket and in
-            # its token reserve.
-            chars += len(json.dumps(view["tools"], separators=(",", ":"), default=str))
-        tokens = approx_tokens(chars)
-        sampling = sampling_bucket(self._frontend.temperature_of(request))
+        """The plan of a chat-shaped request, and its prompt's approximate tokens."""
+        tokens = chat_tokens(view)
+        sampling, unserved = self._sampling(request)
         admission = self._admission
         planned = self._plane.plan_chat(
             view,
@@ -225,9 +193,18 @@ class InferenceService:
             running=admission.running,
             queued=admission.queued,
             sampling=sampling,
-            unserved=unserved_by_drafts(request.logit_bias, self._frontend.min_p_of(request)),
+            unserved=unserved,
         )
-        return self._exact(planned, sampling), tokens
+        return planned, tokens
+
+    def _sampling(self, request: SampledRequest) -> tuple[str, str]:
+        """The request's sampling bucket ("" when greedy) and why it must not draft ("":
+        it may), from how the backend will sample it (`ServingPort.sampling_of`)."""
+        sampling = self._frontend.sampling_of(request)
+        bucket = sampling_bucket(sampling.temperature)
+        return bucket, unserved_by_drafts(
+            request.logit_bias, sampling.min_p, bucket, sampling.lossless
+        )
 
     async def completion(
         self, request: CompletionRequest, tenant: Tenant = UNLIMITED_ANONYMOUS
@@ -237,7 +214,7 @@ class InferenceService:
             report = requested_level(request, self._settings.speculation_report)
             text = completion_intake(request, self._settings)
         tokens = approx_tokens(len(text))
-        sampling = sampling_bucket(self._frontend.temperature_of(request))
+        sampling, unserved = self._sampling(request)
         admission = self._admission
         planned = self._plane.plan_completion(
             text,
@@ -245,9 +222,8 @@ class InferenceService:
             running=admission.running,
             queued=admission.queued,
             sampling=sampling,
-            unserved=unserved_by_drafts(request.logit_bias, self._frontend.min_p_of(request)),
+            unserved=unserved,
         )
-        planned = self._exact(planned, sampling)
         return await self._run(
             "completions",
             "cmpl-",

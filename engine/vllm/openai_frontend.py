@@ -31,6 +31,7 @@ from engine.port import (
     CompletionResult,
     ResponsesResult,
     SampledRequest,
+    Sampling,
 )
 from engine.protocol import (
     ChatCompletionRequest,
@@ -196,19 +197,16 @@ class OpenAIFrontend:
             outcomes=outcomes,
         )
 
-    def temperature_of(self, request: SampledRequest) -> float:
-        """The temperature vLLM will sample this request at: the request's, else the
-        model's generation-config default, else 1.0 (below vLLM's 1e-5: greedy)."""
-        if request.temperature is not None:
-            return float(request.temperature)
-        return float(self._defaults(request).get("temperature", 1.0))
-
-    def min_p_of(self, request: SampledRequest) -> float:
-        """The min_p vLLM will sample this request at: the request's, else the model's
-        generation-config default, else 0."""
-        if request.min_p is not None:
-            return float(request.min_p)
-        return float(self._defaults(request).get("min_p", 0.0))
+    def sampling_of(self, request: SampledRequest) -> Sampling:
+        """How vLLM will sample this request: the request's temperature and min_p, else
+        the model's generation-config defaults, else 1.0 (below vLLM's 1e-5: greedy) and
+        0; `lossless` the engine's."""
+        temperature, min_p = request.temperature, request.min_p
+        if temperature is None or min_p is None:
+            defaults = self._defaults(request)
+            temperature = defaults.get("temperature", 1.0) if temperature is None else temperature
+            min_p = defaults.get("min_p", 0.0) if min_p is None else min_p
+        return Sampling(float(temperature), float(min_p), self._lossless_sampling)
 
     def _defaults(self, request: SampledRequest) -> Mapping[str, Any]:
         """The sampling defaults vLLM fills into a request that sets none: the model's
@@ -223,12 +221,6 @@ class OpenAIFrontend:
         if isinstance(request, CompletionRequest):
             return state.openai_serving_completion
         return state.openai_serving_chat
-
-    @property
-    def lossless_sampling(self) -> bool:
-        """Whether speculation leaves a sampled request's output distribution unchanged
-        on this engine (greedy requests are exact everywhere)."""
-        return self._lossless_sampling
 
     @property
     def engine_traces(self) -> bool:
@@ -346,8 +338,3 @@ class OpenAIFrontend:
     async def models(self) -> ModelList:
         listed: ModelList = await self._state.openai_serving_models.show_available_models()
         return listed
-
-    def count_tokens(self, text: str) -> int:
-        """Token count of plain text with the served tokenizer (for classification)."""
-        tokenizer = self._state.openai_serving_chat.renderer.tokenizer
-        return len(tokenizer.encode(text, add_special_tokens=False))

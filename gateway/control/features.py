@@ -116,13 +116,26 @@ def sampling_bucket(temperature: float) -> str:
 _SAMPLING_EPS = 1e-5
 
 
-def unserved_by_drafts(logit_bias: Mapping[Any, float] | None, min_p: float | None) -> str:
-    """The reason a request must run at k = 0 whatever its class decides, or "" for none.
+#: Why a sampled request runs at k = 0 on an engine whose sampled speculation is lossy.
+SAMPLED_NOT_EXACT = "unserved sampling: speculation is not lossless on this engine build"
+
+
+def unserved_by_drafts(
+    logit_bias: Mapping[Any, float] | None,
+    min_p: float | None,
+    sampling: str = "",
+    lossless: bool = True,
+) -> str:
+    """The reason a request must run at k = 0 whatever its class decides, or "" for none:
+    the one place that says why this engine cannot draft this request.
 
     vLLM refuses `logit_bias` and `min_p` once a request drafts (the rejection sampler
     applies neither to draft rows; `SamplingParams._validate_spec_decode`); a request
     that never drafts samples them exactly as an engine without a drafter
-    (`engine.vllm.depth_zero_params`). The reason starts with its kind, like the controller's.
+    (`engine.vllm.depth_zero_params`). A sampled request (`sampling`, its temperature's
+    bucket, "" when greedy) on an engine whose sampled speculation is not `lossless`
+    would sample another distribution with drafts. The reason starts with its kind, like
+    the controller's.
     """
     names = [
         name
@@ -132,9 +145,34 @@ def unserved_by_drafts(logit_bias: Mapping[Any, float] | None, min_p: float | No
         )
         if used
     ]
-    if not names:
-        return ""
-    return f"unserved {' and '.join(names)}: served only to a request that never drafts"
+    if names:
+        return f"unserved {' and '.join(names)}: served only to a request that never drafts"
+    return SAMPLED_NOT_EXACT if sampling and not lossless else ""
+
+
+class ChatView(NamedTuple):
+    """What classification reads of a chat-shaped request (a chat request, or a Responses
+    request as the chat request it renders to), as plain data."""
+
+    messages: Sequence[Mapping[str, Any]]
+    tools: Sequence[Mapping[str, Any]] | None = None
+    #: `none`, `auto`, `required`, or `named` (a named function: only its kind is read);
+    #: None where the request sets none.
+    tool_choice: str | None = None
+    #: The response format's type (`text`, `json_object`, `json_schema`, ...); None: unset.
+    response_format: str | None = None
+
+    @classmethod
+    def of(cls, body: Mapping[str, Any]) -> ChatView:
+        """The view of an OpenAI chat body as JSON (the engine twin's, tests')."""
+        choice = body.get("tool_choice")
+        fmt = body.get("response_format")
+        return cls(
+            body["messages"],
+            body.get("tools") or None,
+            choice if choice is None or isinstance(choice, str) else "named",
+            fmt.get("type") if isinstance(fmt, Mapping) else fmt,
+        )
 
 
 def turns_bucket(user_turns: int) -> int:
@@ -218,15 +256,18 @@ def _tool_choice_kind(tool_choice: Any) -> str:
     if tool_choice is None:
         return ""
     if isinstance(tool_choice, str):
-        return tool_choice if tool_choice in ("none", "auto", "required") else "other"
+        return tool_choice if tool_choice in ("none", "auto", "required", "named") else "other"
     return "named"
 
 
 def _response_format_kind(response_format: Any) -> str:
-    if isinstance(response_format, Mapping):
-        kind = response_format.get("type", "")
-        return kind if kind in ("text", "json_object", "json_schema", "structural_tag") else "other"
-    return ""
+    """Its type, from the type itself (`ChatView`) or a `response_format` object."""
+    kind = response_format.get("type", "") if isinstance(response_format, Mapping) else ""
+    if isinstance(response_format, str):
+        kind = response_format
+    if not kind:
+        return ""
+    return kind if kind in ("text", "json_object", "json_schema", "structural_tag") else "other"
 
 
 def features_from_chat(

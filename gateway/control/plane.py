@@ -14,8 +14,8 @@ object, so both run the same rules; nothing here knows HTTP or vLLM.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 from engine.interface import EngineStep, RequestOutcome
 from engine.step_rule import StepArgs, StepVote
@@ -24,6 +24,7 @@ from gateway.control.classify import RequestClass
 from gateway.control.controller import Controller
 from gateway.control.decision import ControlOverrides, LoadSnapshot, SpeculationDecision
 from gateway.control.features import (
+    ChatView,
     IdentityCache,
     RequestFeatures,
     features_from_chat,
@@ -261,7 +262,7 @@ class ControlPlane:
 
     def plan_chat(
         self,
-        body: Mapping[str, Any],
+        view: ChatView,
         prompt_tokens: int,
         *,
         running: int,
@@ -269,15 +270,14 @@ class ControlPlane:
         sampling: str = "",
         unserved: str = "",
     ) -> PlannedRequest:
-        """A chat request as plain data (`messages`, `tools`, `tool_choice`,
-        `response_format`); `sampling`: "" when greedy, else its temperature's
-        bucket (`gateway.control.features.sampling_bucket`); `unserved`: see
-        `plan_features`."""
+        """A chat-shaped request as classification reads it (`ChatView`); `sampling`: ""
+        when greedy, else its temperature's bucket (`features.sampling_bucket`);
+        `unserved`: see `plan_features`."""
         features = features_from_chat(
-            body["messages"],
-            body.get("tools"),
-            body.get("tool_choice"),
-            body.get("response_format"),
+            view.messages,
+            view.tools,
+            view.tool_choice,
+            view.response_format,
             prompt_tokens,
             self._identities,
             sampling,

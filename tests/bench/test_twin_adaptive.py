@@ -20,6 +20,7 @@ from bench.twin.modes.adaptive import AdaptiveControl, Trace, build_plane, plan_
 from bench.twin.requests import TwinRequest, build_requests
 from bench.twin.runner import check_classes, scaled
 from bench.twin.schema import TwinInputError, Workload, load_profile, load_workload
+from gateway.control.features import ChatView
 from gateway.control.plane import ControlPlane, PlannedRequest
 from gateway.control.settings import ControllerSettings
 
@@ -134,7 +135,7 @@ def test_adaptive_keeps_the_gateways_default_floor_for_the_profiles_engine(unifo
     request's own (`ControllerSettings.batch_floor_for`); `adaptive-floor` sets it."""
     costs, _, _ = _inputs()
     costs = dataclasses.replace(costs, uniform=uniform)
-    body = {"messages": [{"role": "user", "content": "Name three rivers."}]}
+    body = ChatView([{"role": "user", "content": "Name three rivers."}])
     expected = ControllerSettings().batch_floor_for(one_depth_per_step=uniform)
     default = build_plane(costs, VirtualClock(), SEED).plan_chat(body, 8, running=0)
     assert default.plan.floor == expected

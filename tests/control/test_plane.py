@@ -9,16 +9,16 @@ import pytest
 from engine.interface import EngineStep, RequestOutcome, SpeculationOutcome
 from gateway.control.controller import Controller
 from gateway.control.decision import ControlOverrides
-from gateway.control.features import unserved_by_drafts
+from gateway.control.features import SAMPLED_NOT_EXACT, ChatView, unserved_by_drafts
 from gateway.control.plane import ControlPlane
 from gateway.control.settings import ControllerSettings
 
-CHAT = {"messages": [{"role": "user", "content": "Tell me about the sea."}]}
-TOOLS = {
-    "messages": [{"role": "user", "content": "Weather in Paris?"}],
-    "tools": [{"type": "function", "function": {"name": "weather", "parameters": {}}}],
-    "tool_choice": "auto",
-}
+CHAT = ChatView([{"role": "user", "content": "Tell me about the sea."}])
+TOOLS = ChatView(
+    [{"role": "user", "content": "Weather in Paris?"}],
+    [{"type": "function", "function": {"name": "weather", "parameters": {}}}],
+    "auto",
+)
 
 
 class Clock:
@@ -87,6 +87,19 @@ def test_without_speculation_runs_at_zero_and_is_refused_once_entered() -> None:
     plain.enter()
     with pytest.raises(RuntimeError):
         plain.without_speculation("again")
+
+
+def test_a_sampled_request_on_a_lossy_engine_is_unserved_by_drafts() -> None:
+    """The plane's one "why k = 0" rule covers sampling too: a sampled request runs at
+    k = 0 where the engine's sampled speculation is not lossless; a greedy one drafts."""
+    assert unserved_by_drafts(None, None, "t1", lossless=False) == SAMPLED_NOT_EXACT
+    assert unserved_by_drafts(None, None, "", lossless=False) == ""
+    assert unserved_by_drafts(None, None, "t1", lossless=True) == ""
+    assert unserved_by_drafts({"1": 2.0}, None, "t1", lossless=False).startswith("unserved")
+    plane, _ = plane_with(None)
+    reason = unserved_by_drafts(None, None, "t1", lossless=False)
+    planned = plane.plan_chat(CHAT, 100, running=0, sampling="t1", unserved=reason)
+    assert (planned.k, planned.reason, planned.engine_k) == (0, SAMPLED_NOT_EXACT, 0)
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,9 @@
-"""The serving-port contract (`port_contract.py`) on each backend's port.
+"""The serving-port contract (`port_contract.py`) on each backend's port, built by its plugin.
 
-The fake runs in the unit tier; vLLM's serving layer on the embedded engine (or the
-tiny model) is the `engine` parametrisation, in the engine tier.
+Each backend is loaded from the registry (`engine.backend.PLUGINS`) and started as the
+gateway starts it: `start_engine(settings)`, then `serving_port(engine, config)`. The fake
+runs in the unit tier; vLLM's serving layer on the embedded engine (or the tiny model) is
+the `engine` parametrisation, in the engine tier.
 """
 
 from __future__ import annotations
@@ -11,8 +13,8 @@ from collections.abc import AsyncIterator
 import pytest
 import pytest_asyncio
 
-from engine.fake import FakeEngine, FakeEngineConfig
-from engine.fake_frontend import FakeFrontend, FakeFrontendConfig
+from engine.backend import PortConfig, load_backend
+from engine.settings import EngineSettings
 from tests.engine.port_contract import PORT_CONTRACT, PortHarness
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -20,30 +22,24 @@ pytestmark = pytest.mark.asyncio(loop_scope="session")
 SERVED = "specgw-contract"
 
 
-async def _fake() -> AsyncIterator[PortHarness]:
-    config = FakeEngineConfig(max_depth=4, max_prompt_tokens=512)
-    engine = FakeEngine(config)
-    port = FakeFrontend(engine, FakeFrontendConfig(served_model_name=SERVED))
-    yield PortHarness(port, 4, 512, engine.outcome_tap)
-    await engine.shutdown()
-
-
-async def _vllm() -> AsyncIterator[PortHarness]:
-    from engine.vllm.engine import VLLMEngine
-    from engine.vllm.openai_frontend import FrontendConfig, OpenAIFrontend
+def _settings(backend: str) -> EngineSettings:
+    if backend == "fake":
+        return EngineSettings(backend="fake", max_depth=4, max_model_len=512)
     from tests.engine.engines import engine_settings
 
-    settings = engine_settings()
-    async with VLLMEngine.started(settings) as engine:
-        target, _ = settings.resolved_models()
-        config = FrontendConfig(model=str(target), served_model_name=SERVED)
-        port = await OpenAIFrontend.create(
-            engine.serving_client,
-            config,
-            lossless_sampling=engine.lossless_sampling,
-            outcomes=engine.outcome_tap,
-        )
-        yield PortHarness(port, engine.max_depth, settings.max_model_len, engine.outcome_tap)
+    return engine_settings()
+
+
+async def _started(backend: str) -> AsyncIterator[PortHarness]:
+    plugin = load_backend(backend)
+    settings = _settings(backend)
+    target, _ = settings.resolved_models()
+    config = PortConfig(model=str(target), served_model_name=SERVED)
+    async with plugin.start_engine(settings) as engine:
+        port = await plugin.serving_port(engine, config)
+        max_model_len = settings.max_model_len
+        assert max_model_len is not None
+        yield PortHarness(port, engine.max_depth, max_model_len, engine.outcome_tap)
 
 
 @pytest_asyncio.fixture(
@@ -52,8 +48,7 @@ async def _vllm() -> AsyncIterator[PortHarness]:
     params=["fake", pytest.param("vllm", marks=pytest.mark.engine)],
 )
 async def harness(request: pytest.FixtureRequest) -> AsyncIterator[PortHarness]:
-    backend = _fake if request.param == "fake" else _vllm
-    async for started in backend():
+    async for started in _started(request.param):
         yield started
 
 

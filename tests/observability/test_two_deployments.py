@@ -2,7 +2,7 @@
 dashboard query, filtered by its variables for one of them, returns series of that one
 only, and the two together are the sum of each.
 
-The gateways are the whole app on the fake backend (`gateway.backends`), served by
+The gateways are the whole app on the fake backend (`engine.fake_backend`), served by
 uvicorn on loopback ports in this process, with different drafters (so the drift
 dashboard's drafter panel has two); the `vllm:*` series of the vLLM dashboard are a
 replay of a real gateway's (`tests/observability/recorded.py`), which both export.
@@ -25,7 +25,7 @@ from prometheus_client import REGISTRY
 
 from engine.settings import EngineSettings
 from gateway.app import create_app
-from gateway.backends import fake_runtime_factory
+from gateway.runtime import runtime_factory
 from tests.gateway.conftest import free_port
 from tests.observability.prometheus_server import running_prometheus, until
 from tests.observability.recorded import RecordedVllmSeries
@@ -57,7 +57,7 @@ class Deployment:
 def serve(deployment: Deployment) -> Callable[[], None]:
     """The app on the fake backend, served by uvicorn in a thread; returns its stopper."""
     engine = EngineSettings(backend="fake", drafter=DEFAULT_MODEL / deployment.drafter)
-    app = create_app(gateway_settings(), fake_runtime_factory(engine, QUICK_START))
+    app = create_app(gateway_settings(), runtime_factory(engine, QUICK_START))
     config = uvicorn.Config(app, host="127.0.0.1", port=deployment.port, log_level="warning")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)

@@ -1,7 +1,7 @@
 """The whole gateway in process on the fake backend, driven by the official `openai` client.
 
-`create_app(settings, fake_runtime_factory(...))` is the production composition root
-on `FakeEngine` + `FakeFrontend` (`gateway.backends`): the same routes, auth,
+`create_app(settings, runtime_factory(...))` is the production composition root on the
+fake backend (`engine.fake_backend`: `FakeEngine` + `FakeFrontend`): the same routes, auth,
 admission, control plane, metrics and flags as `spec-gateway serve`. Requests go
 through `httpx.ASGITransport` (no socket, no subprocess); the app's lifespan runs
 through `app.router.lifespan_context`, so start-up and teardown are the real ones.
@@ -21,13 +21,13 @@ import pytest_asyncio
 from fastapi import FastAPI
 
 from engine.fake import FakeEngine, FakeEngineConfig
+from engine.fake_backend import FakeBackend
 from engine.fake_frontend import FakeFrontendConfig
 from engine.settings import EngineSettings
 from gateway.app import create_app
 from gateway.auth import digest
-from gateway.backends import fake_runtime_factory
 from gateway.control.settings import ControllerSettings
-from gateway.runtime import Runtime
+from gateway.runtime import Runtime, runtime_factory
 from gateway.settings import GatewaySettings
 
 USER_KEY = "sk-unit-user"
@@ -146,11 +146,10 @@ async def serve_in_process(
     frontend: FakeFrontendConfig | None = None,
 ) -> AsyncIterator[InProcessGateway]:
     """The app started (lifespan entered) and a client on it; stopped on exit."""
-    factory = fake_runtime_factory(
+    factory = runtime_factory(
         EngineSettings(backend="fake"),
         controller or QUICK_START,
-        engine_config=engine,
-        frontend_config=frontend,
+        backend=FakeBackend(engine, frontend or FakeFrontendConfig()),
     )
     app = create_app(settings or gateway_settings(), factory)
     transport = BoundedASGITransport(app)

@@ -1,4 +1,5 @@
-"""The backend registry: names, the setting that picks one, and the error for a wrong one."""
+"""The backend registry (`engine.backend.PLUGINS`): names, the setting that picks one, the
+error for a wrong one, and each backend loaded by its plugin like any other."""
 
 from __future__ import annotations
 
@@ -7,31 +8,43 @@ import subprocess
 import sys
 import tomllib
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
+from engine.backend import PLUGINS, EngineBackend, load_backend
+from engine.fake_backend import FakeBackend
 from engine.fake_frontend import FakeFrontend
 from engine.settings import EngineSettings
-from gateway.backends import BACKENDS, fake_runtime_factory, runtime_factory
 from gateway.cli import app
 from gateway.config import resolve
-from gateway.runtime import real_runtime_factory
+from gateway.runtime import runtime_factory
 from tests.unit.conftest import QUICK_START, gateway_settings
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 
-def test_the_registry_names_both_backends() -> None:
-    assert {"vllm": real_runtime_factory, "fake": fake_runtime_factory} == BACKENDS
+def test_the_registry_names_both_backends_each_an_engine_backend() -> None:
+    assert PLUGINS == {
+        "vllm": "engine.vllm.backend:BACKEND",
+        "fake": "engine.fake_backend:BACKEND",
+    }
+    fake = load_backend("fake")
+    assert isinstance(fake, FakeBackend)
+    assert fake.library_version() is None
+    for name in PLUGINS:
+        backend: EngineBackend = load_backend(name)
+        for member in ("library_version", "preflight", "startup_plan", "start_engine"):
+            assert callable(getattr(backend, member)), (name, member)
 
 
 def test_the_setting_names_exactly_the_registered_backends() -> None:
-    """`engine.backend` is validated as settings are read: its names are the registry's."""
-    assert set(get_args(EngineSettings.model_fields["backend"].annotation)) == set(BACKENDS)
-    with pytest.raises(ValidationError, match="'vllm' or 'fake'"):
+    """`engine.backend` is validated as settings are read, against the registry."""
+    for name in PLUGINS:
+        assert EngineSettings(backend=name).backend == name
+    with pytest.raises(ValidationError, match="backend must be one of fake, vllm"):
         EngineSettings(backend="sglang")
 
 
@@ -60,7 +73,7 @@ def test_serve_refuses_an_unknown_backend_before_starting(monkeypatch: pytest.Mo
     monkeypatch.delenv("SPECGW_ENGINE_BACKEND", raising=False)
     result = CliRunner().invoke(app, ["serve", "--backend", "nope"], env={"COLUMNS": "200"})
     assert result.exit_code == 2, result.output
-    assert "engine.backend: Input should be 'vllm' or 'fake' (got 'nope')" in result.output
+    assert "engine.backend: backend must be one of fake, vllm (got 'nope')" in result.output
 
 
 async def test_the_fake_backend_builds_the_production_runtime() -> None:
@@ -78,7 +91,6 @@ async def test_the_fake_backend_builds_the_production_runtime() -> None:
 def test_the_vllm_backend_plugs_in_by_its_module_and_attribute() -> None:
     from engine.vllm.backend import BACKEND, VLLMBackend
     from engine.vllm.compat import installed_vllm_version
-    from gateway.plugins import PLUGINS, load_backend
 
     assert PLUGINS["vllm"] == "engine.vllm.backend:BACKEND"
     backend = load_backend("vllm")
@@ -88,10 +100,10 @@ def test_the_vllm_backend_plugs_in_by_its_module_and_attribute() -> None:
 
 
 def test_the_gateway_imports_the_vllm_backend_only_when_it_is_chosen() -> None:
-    """The composition root names the backend as text: importing the gateway's modules
-    (the app, the registry, the CLI) imports nothing of `engine.vllm`."""
+    """The registry names each backend as text: importing the gateway's modules (the app,
+    the runtime, the CLI) and the registry imports nothing of `engine.vllm`."""
     code = (
-        "import sys, gateway.app, gateway.backends, gateway.cli, gateway.runtime\n"
+        "import sys, engine.backend, engine.settings, gateway.app, gateway.cli, gateway.runtime\n"
         "print(sorted(m for m in sys.modules if m.startswith('engine.vllm')))"
     )
     root = Path(__file__).resolve().parents[2]

@@ -24,8 +24,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from engine.settings import EngineSettings
 from gateway.app import create_app
-from gateway.backends import fake_runtime_factory
 from gateway.connections import EdgeStats
+from gateway.runtime import runtime_factory
 from gateway.server import DrainingServer, server_config
 from tests.unit.conftest import MESSAGES, MODEL, QUICK_START, USER_KEY, gateway_settings
 
@@ -67,7 +67,7 @@ async def serve(**overrides: Any) -> AsyncIterator[Served]:
     settings = gateway_settings(
         port=0, header_timeout_s=DEADLINE_S, body_timeout_s=DEADLINE_S, **overrides
     )
-    app = create_app(settings, fake_runtime_factory(EngineSettings(backend="fake"), QUICK_START))
+    app = create_app(settings, runtime_factory(EngineSettings(backend="fake"), QUICK_START))
     server = DrainingServer(server_config(app, settings), app)
     task = asyncio.create_task(server.serve())
     for _ in range(500):  # start-up takes milliseconds on the fake backend

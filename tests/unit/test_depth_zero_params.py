@@ -108,6 +108,6 @@ async def test_a_min_p_the_model_sets_by_default_plans_k0_too() -> None:
         )
         assert int(explicit.headers["x-specgw-k"]) > 0  # the request's own 0 wins
     fake = FakeFrontend(FakeEngine(FakeEngineConfig(max_depth=4)), frontend)
-    assert fake.min_p_of(_chat_request()) == 0.05
+    assert fake.sampling_of(_chat_request()).min_p == 0.05
     with pytest.raises(InvalidRequestError):  # what the gateway would have run into
         await fake.chat(_chat_request(), k=2, gateway_id="x")

@@ -52,7 +52,7 @@ class Stages:
 
 
 def staged_factory(stages: Stages, controller: ControllerSettings) -> RuntimeFactory:
-    """The fake backend's runtime (`gateway.backends.fake_runtime_factory`), its engine
+    """The fake backend's runtime (`gateway.runtime.runtime_factory`), its engine
     starts held by `stages` and its supervisor polling without a pause."""
 
     @asynccontextmanager

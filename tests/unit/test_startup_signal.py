@@ -25,11 +25,11 @@ import pytest
 from fastapi import FastAPI
 
 from engine.fake import FakeEngineConfig, StepTimeModel
+from engine.fake_backend import FakeBackend
 from engine.settings import EngineSettings
 from gateway.app import create_app
-from gateway.backends import fake_runtime_factory
 from gateway.control.settings import ControllerSettings
-from gateway.runtime import Runtime
+from gateway.runtime import Runtime, runtime_factory
 from gateway.server import DrainingServer, server_config
 from gateway.settings import GatewaySettings
 from tests.unit.conftest import QUICK_START, gateway_settings
@@ -75,7 +75,8 @@ def serve_in_thread(
     fail: Exception | None = None,
 ) -> ServerThread:
     """`fail`: raised by the runtime factory once its engine has started."""
-    factory = fake_runtime_factory(EngineSettings(backend="fake"), controller, engine_config=engine)
+    fake = FakeBackend(engine)
+    factory = runtime_factory(EngineSettings(backend="fake"), controller, backend=fake)
     unwound = threading.Event()
 
     @asynccontextmanager

@@ -34,7 +34,7 @@ from gateway.control.classify import RequestClass
 from gateway.control.controller import Controller
 from gateway.control.decision import ControlOverrides
 from gateway.control.events import ControlEvents, DecisionChange, DriftEvent
-from gateway.control.features import sampling_bucket
+from gateway.control.features import ChatView, sampling_bucket
 from gateway.control.plane import ControlPlane, PlannedRequest
 from gateway.control.settings import ControllerSettings
 from gateway.flags.values import FlagValues
@@ -164,8 +164,9 @@ def plan_request(
 ) -> PlannedRequest:
     """Plan one request through the plane's chat or completions path."""
     if endpoint == "chat":
+        view = ChatView.of(body)
         return plane.plan_chat(
-            body, prompt_tokens, running=running, queued=queued, sampling=sampling
+            view, prompt_tokens, running=running, queued=queued, sampling=sampling
         )
     return plane.plan_completion(
         body["prompt"], prompt_tokens, running=running, queued=queued, sampling=sampling
