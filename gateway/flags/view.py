@@ -7,7 +7,13 @@ re-reads it when the mtime of the resolved path changes: a ConfigMap update
 swaps the `..data` symlink to a new directory, which changes that mtime), then
 the code defaults. A miss evaluates six flags (about 30 µs each with flagd);
 every provider change event clears the cache, and registered listeners are
-told on the event loop.
+told on the event loop. A provider error (a file that does not parse, or is gone)
+changes nothing (the last good flags stay in force) and is counted in
+`source_errors`.
+
+The view keeps no timer of its own: the file is re-read by flagd's watcher thread
+every `file_poll_interval_s`, and Redis overrides follow pub/sub and the override
+provider's poll, so the tests wait on those sources' conditions, not on a clock.
 
 OpenFeature keeps providers in a process-wide registry; each view binds its
 providers to its own domains (`specgw-<n>-file`, `specgw-<n>-overrides`), so
@@ -71,6 +77,8 @@ class FlagView:
         self._listeners: list[ChangeListener] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._clients: list[OpenFeatureClient] = []
+        #: Errors the flag sources reported (flagd's file watcher, once per failed read).
+        self.source_errors = 0
 
     # ---- hot path -------------------------------------------------------------------------
     def overrides_for(self, class_id: str, label: str = "") -> FlagValues:
@@ -102,6 +110,7 @@ class FlagView:
         for client in self._clients:
             for event in _EVENTS:
                 client.remove_handler(event, self._on_provider_event)
+            client.remove_handler(ProviderEvent.PROVIDER_ERROR, self._on_provider_error)
         for name in ("overrides", "file"):
             api.set_provider(NoOpProvider(), domain=f"{self._domain}-{name}")
         self._clients.clear()
@@ -143,11 +152,17 @@ class FlagView:
         client = api.get_client(domain)
         for event in _EVENTS:
             client.add_handler(event, self._on_provider_event)
+        client.add_handler(ProviderEvent.PROVIDER_ERROR, self._on_provider_error)
         self._clients.append(client)
 
     def _on_provider_event(self, details: EventDetails) -> None:
         log.info("flags changed (%s): %s", details.provider_name, details.flags_changed or "all")
         self.invalidate()
+
+    def _on_provider_error(self, details: EventDetails) -> None:
+        # flagd logs each failed read itself; the view only counts them.
+        with self._lock:
+            self.source_errors += 1
 
     def _notify(self) -> None:
         for listener in self._listeners:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -32,6 +31,7 @@ from gateway.auth import KeyRing, digest
 from gateway.errors import GatewayError
 from gateway.flags import FlagAdmin, FlagSettings, FlagView
 from gateway.flags.admin_routes import build_flags_router
+from tests.clock import until_sync
 from tests.redis_fixtures import RedisServer, free_port
 
 ADMIN_KEY = "admin-secret"
@@ -88,28 +88,17 @@ def gateway_url(redis_server: RedisServer) -> Iterator[str]:
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.02)
+    until_sync(lambda: server.started, 10.0, "uvicorn started")
     yield f"http://127.0.0.1:{port}"
     server.should_exit = True
     thread.join(10)
-
-
-def wait_for(predicate: Any, timeout_s: float = 2.0) -> float:
-    start = time.monotonic()
-    while not predicate():
-        assert time.monotonic() - start < timeout_s, "not reached in time"
-        time.sleep(0.02)
-    return time.monotonic() - start
 
 
 def test_set_get_unset_and_audit(gateway_url: str) -> None:
     with connect(gateway_url, ADMIN_KEY) as client:
         entry = set_flag(client, "speculation-enabled", "false")
         assert (entry["old"], entry["new"], entry["target"]) == (None, False, "all")
-        took = wait_for(lambda: get_flags(client)["effective"]["enabled"] is False)
+        took = until_sync(lambda: get_flags(client)["effective"]["enabled"] is False, 2.0)
         set_flag(client, "pin-k", "0", class_id="c1")
         set_flag(client, "pin-k", 2, label="code")
         assert get_flags(client, class_id="c1", label="code")["effective"]["pin_k"] == 0
@@ -163,7 +152,7 @@ def test_redis_down_is_503_then_recovers(gateway_url: str, redis_server: RedisSe
         redis_server.start()
         # The admin's pooled connection died with the server; the first call after works.
         assert set_flag(client, "k-min", 3)["old"] == 1
-        wait_for(lambda: get_flags(client)["effective"]["k_min"] == 3)
+        until_sync(lambda: get_flags(client)["effective"]["k_min"] == 3, 2.0)
 
 
 def test_cli_commands(gateway_url: str) -> None:

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from gateway.control.settings import ControllerSettings
 from gateway.flags import FlagAdmin, FlagSettings, FlagValues, FlagView, Target
 from gateway.flags.document import flags_document
 from gateway.planner import FlagOverrides
+from tests.clock import until
 from tests.flags.configmap import flagd_document, static_flag, write_configmap
 from tests.redis_fixtures import RedisServer
 
@@ -59,15 +59,6 @@ async def running_view(settings: FlagSettings) -> AsyncIterator[FlagView]:
         yield view
     finally:
         await view.close()
-
-
-async def until(predicate: Callable[[], bool], timeout_s: float = 5.0) -> float:
-    start = time.monotonic()
-    while not predicate():
-        if time.monotonic() - start > timeout_s:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.01)
-    return time.monotonic() - start
 
 
 async def test_defaults_without_any_source() -> None:
@@ -116,8 +107,9 @@ async def test_broken_or_missing_file_keeps_serving(tmp_path: Path) -> None:
         assert view.overrides_for("c", "") == FlagValues()  # no file yet: defaults
         write_configmap(flags_dir, {"flags.json": flagd_document({"k-min": static_flag(2)})})
         await until(lambda: view.overrides_for("c", "").k_min == 2, 3.0)
+        errors = view.source_errors
         write_configmap(flags_dir, {"flags.json": "{not json"})
-        await asyncio.sleep(0.4)
+        await until(lambda: view.source_errors > errors, 3.0, "the broken file read")
         assert view.overrides_for("c", "").k_min == 2  # last good file stays in force
         write_configmap(flags_dir, {"flags.json": flagd_document({"k-min": static_flag(7)})})
         # A value out of its bounds falls back to the default for that flag only.
