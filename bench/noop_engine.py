@@ -115,7 +115,7 @@ async def noop_engine(
 def noop_runtime_factory(
     engine_settings: Any, on_ready: OnReady | None = None
 ) -> Callable[[Any], AbstractAsyncContextManager[Any]]:
-    """`gateway.runtime.real_runtime_factory` on `noop_engine`.
+    """`gateway.runtime.runtime_factory` on `noop_engine`.
 
     The control plane (flags, controller, metrics, admission) is the production one,
     built by the same function the real factory calls.

@@ -28,7 +28,7 @@ FrontendBuilder = Callable[[Any], Awaitable[ServingPort]]
 class EngineSlot:
     """The current engine and the serving port on it; replaced whole on restart.
 
-    `frontend` builds the backend's port on each started engine (`gateway.backends`).
+    `frontend` builds the backend's port on each started engine (`EngineBackend.serving_port`).
     """
 
     def __init__(self, start_engine: EngineStarter, frontend: FrontendBuilder) -> None:

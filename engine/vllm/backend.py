@@ -1,4 +1,5 @@
-"""The vLLM backend as `gateway.plugins` loads it (`engine.vllm.backend:BACKEND`).
+"""The vLLM backend as the registry loads it (`engine.vllm.backend:BACKEND` in
+`engine.backend.PLUGINS`).
 
 Importing this module imports no vLLM: each method imports what it needs, so
 `spec-gateway --version` (which reads `library_version`) stays fast.
