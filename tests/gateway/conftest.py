@@ -4,7 +4,9 @@ The session's shared processes (`gateway`, `shared_gateway`) are in tests/gatewa
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -122,12 +124,17 @@ def _start_gateway(
         *(extra_args or []),
     ]
     with log_path.open("wb") as log:
-        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+        # A session of its own, so that a kill takes its engine core and worker too
+        # (`_kill`); killed alone, the gateway leaves them loading the host.
+        proc = subprocess.Popen(
+            cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 300
     seen: list[tuple[str, int]] = []
     while time.monotonic() < deadline:
         if proc.poll() is not None:
+            _kill(proc)  # what it started, if anything
             text = log_path.read_text()
             error = PortTakenError if "address already in use" in text else RuntimeError
             raise error(f"gateway exited early:\n{text[-4000:]}")
@@ -140,7 +147,7 @@ def _start_gateway(
             if ready["ready"]:
                 return GatewayProcess(base, proc, log_path, tuple(seen))
         time.sleep(1)
-    proc.kill()
+    _kill(proc)
     raise RuntimeError(f"gateway not ready in time:\n{log_path.read_text()[-4000:]}")
 
 
@@ -152,11 +159,18 @@ def probe_phase(base_url: str) -> tuple[dict[str, object], int]:
 
 
 def stop_gateway(gw: GatewayProcess) -> None:
+    """SIGTERM, a minute to drain and exit, then whatever of its group is left goes."""
     gw.process.terminate()
-    try:
+    with contextlib.suppress(subprocess.TimeoutExpired):
         gw.process.wait(60)
-    except subprocess.TimeoutExpired:
-        gw.process.kill()
+    _kill(gw.process)
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the gateway's process group: the gateway, vLLM's EngineCore and its worker."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(30)
 
 
 def start_replicas(tmp: Path, env: dict[str, str], n: int = 2) -> list[GatewayProcess]:
