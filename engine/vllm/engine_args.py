@@ -142,7 +142,9 @@ def _verify_budget(
 
     The CPU's synchronous scheduler runs the rule itself (`engine.vllm.confidence_budget`,
     turned on by `VERIFY_BUDGET_KEY`); on CUDA vLLM 0.33's adaptive verification runs it in
-    Model Runner V2, turned on in the speculative config. Either way the gateway's drafter
+    Model Runner V2, turned on in the speculative config, and the worker hook that
+    `VERIFY_BUDGET_KEY` turns on brings each request's class bound and its class's estimator
+    to it (`engine.vllm.class_verification`). Either way the gateway's drafter
     skip at depth 0 stands down on CUDA (`draft_skip.v2_skip_allowed`: adaptive verification
     reads every proposal's confidences), which is said once here, not left to be found.
     """
@@ -154,9 +156,16 @@ def _verify_budget(
         if device == "cuda":
             spec.setdefault("enable_adaptive_verification", True)
     if device == "cuda" and spec.get("enable_adaptive_verification"):
+        # The bounds reach vLLM's budget through the worker hook, which the verify-budget
+        # setting turns on (`engine.vllm.class_verification`); without it, only as the
+        # step's depth (the batch-depth rule gives every drafting request the step's).
+        steered = settings.verify_budget != "off"
         log.warning(
             "adaptive verification on: the drafter runs in every step, the skip at depth 0 "
-            "stands down (each request's class bound still caps its verified drafts)"
+            "stands down (%s)",
+            "each request's class bound caps its verified drafts"
+            if steered
+            else "class bounds reach it as the step's depth only: verify_budget=on steers it",
         )
 
 

@@ -22,8 +22,9 @@ def test_the_budget_turns_on_adaptive_verification_and_says_the_skip_stands_down
     with caplog.at_level(logging.WARNING, logger="specgw"):
         args = engine_args(settings, device="cuda")
     assert args.speculative_config["enable_adaptive_verification"] is True
-    assert args.additional_config[VERIFY_BUDGET_KEY] == mode
+    assert args.additional_config[VERIFY_BUDGET_KEY] == mode  # the worker hook reads it
     assert "skip at depth 0" in caplog.text
+    assert "each request's class bound caps its verified drafts" in caplog.text
 
 
 def test_off_leaves_the_speculative_config_alone(tiny: TinyModels) -> None:
@@ -45,5 +46,8 @@ def test_the_operators_own_flag_is_said_too(
         model=tiny.target, drafter=tiny.drafter, extra_args={"speculative_config": spec}
     )
     with caplog.at_level(logging.WARNING, logger="specgw"):
-        engine_args(settings, device="cuda")
+        args = engine_args(settings, device="cuda")
     assert "skip at depth 0" in caplog.text
+    # Without the verify budget the worker hook stays off: k reaches vLLM as the step's depth.
+    assert VERIFY_BUDGET_KEY not in (args.additional_config or {})
+    assert "verify_budget=on steers it" in caplog.text
