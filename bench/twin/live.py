@@ -86,7 +86,7 @@ class Live:
         """(steps by drafts accepted, steps by drafts made)."""
         w, joint = self.width, self.joint
         made = [sum(joint[n * w : (n + 1) * w]) for n in range(w)]
-        accepted = [sum(joint[n * w + a] for n in range(w)) for a in range(w)]
+        accepted = [sum(joint[a::w]) for a in range(w)]
         return accepted, made
 
     def totals(self) -> tuple[int, int, int, int]:
@@ -119,7 +119,7 @@ def outcome_of(live: Live, last_t: float) -> RequestOutcome:
     drafted_pos = tuple(sum(dhist[d + 1 :]) for d in range(depth))[:trim] if verify else ()
     tried_pos = (
         tuple(
-            sum(joint[n * w + a] for n in range(d + 1, w) for a in range(d, n + 1))
+            sum(sum(joint[n * w + d : n * w + n + 1]) for n in range(d + 1, w))
             for d in range(depth)
         )[:trim]
         if verify
