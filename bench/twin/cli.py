@@ -32,6 +32,8 @@ WORKLOADS = TWIN / "workloads"
 #: The real `make bench` run the `cpu-embedded` profile and `make-bench` workload come from.
 REAL_SUMMARY = REPO / "bench" / "twin" / "measurements" / "make-bench-cpu-embedded.json"
 DEFAULT_OUT = REPO / "bench" / "results" / "twin"
+#: Where the real engine's verify-budget run is looked for (`validation.real_budget`).
+REAL_RESULTS = REPO / "bench" / "results"
 QUICK_REQUESTS = 120
 #: Default lognormal sigma of each step's time (`StepCosts.with_noise`): a real engine's
 #: step times spread (scheduling, allocator, clocks), and a controller tuned on exact
@@ -134,11 +136,14 @@ def write(
     from bench.twin.plots import write_plots
     from bench.twin.report import render
     from bench.twin.summary import build_summary
-    from bench.twin.validation import validate
+    from bench.twin.validation import validate, validate_budget
 
     out.mkdir(parents=True, exist_ok=True)
     summary = build_summary(runs, seeds)
     checked = validate(summary["profiles"], REAL_SUMMARY)
+    budget = validate_budget(summary["profiles"], REAL_RESULTS)
+    if checked is not None and budget is not None:
+        checked["budget"] = budget
     if checked is not None:
         summary = build_summary(runs, seeds, checked)
     (out / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")

@@ -283,7 +283,39 @@ def _validation(v: Mapping[str, Any]) -> list[str]:
         "",
         *table(["arrival", "Kendall tau", "real best mode", "twin best mode"], agreement),
         "",
+        *_budget_validation(v.get("budget")),
     ]
+
+
+def _interval(cell: Mapping[str, Any] | None) -> str:
+    if cell is None:
+        return "-"
+    low, high = cell["ci95"]
+    return f"{fmt(cell['ratio'])} ({fmt(low)}-{fmt(high)})"
+
+
+def _budget_validation(v: Mapping[str, Any] | None) -> list[str]:
+    """The gateway-steered verify budget against the real engine's (`validation.compare_budget`)."""
+    if v is None:
+        return []
+    rows = [
+        [
+            r["arrival"],
+            fmt(r["twin_vs_best_static"]),
+            _interval(r["real_vs_best_static"]),
+            fmt(r["twin_vs_per_class"]),
+            _interval(r["real_vs_per_class"]),
+        ]
+        for r in v["rows"]
+    ]
+    header = [
+        "arrival",
+        "twin / best static",
+        "real / best static (95 %)",
+        "twin / per-class (oracle)",
+        "real / per-class (95 %)",
+    ]
+    return [v["what"], f"Real-engine figures: {v['source']}.", "", *table(header, rows), ""]
 
 
 def _spread(summary: Mapping[str, Any]) -> list[str]:

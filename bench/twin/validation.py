@@ -132,3 +132,89 @@ def validate(summary_profiles: Mapping[str, Any], real_path: Path) -> dict[str, 
     if PROFILE not in summary_profiles or not real_path.exists():
         return None
     return compare(summary_profiles[PROFILE], json.loads(real_path.read_text()))
+
+
+#: The twin's gateway-steered verify budget on `cpu-embedded`, against the real engine's
+#: confidence budget (`bench.floor_interleaved --versus`), at these concurrencies.
+BUDGET_MODE = "gateway-av"
+BUDGET_ARRIVALS = ("c1", "c4", "c16")
+#: Where the real engine's budget figures are looked for: a `bench.floor_interleaved`
+#: results file whose `versus` rows name a variant with this in its label.
+BUDGET_RESULTS = "floor_*.json"
+BUDGET_LABEL = "budget"
+
+
+def real_budget(results: Path) -> tuple[str, dict[int, dict[str, Any]]] | None:
+    """(file name, concurrency -> its `versus` row) of the first `BUDGET_RESULTS` file in
+    `results` with a budget variant's rows; None where none has been measured."""
+    for path in sorted(results.glob(BUDGET_RESULTS)):
+        try:
+            rows = json.loads(path.read_text()).get("versus") or []
+        except (OSError, ValueError):
+            continue
+        found = {
+            int(r["concurrency"]): r for r in rows if BUDGET_LABEL in str(r.get("variant", ""))
+        }
+        if found:
+            return path.name, found
+    return None
+
+
+def _first_seed_ratio(cell: Mapping[str, Any], mode: str, other: str) -> float | None:
+    """`mode`'s tokens/s over `other`'s in the first seed that ran both (the verify modes
+    run the first seed only)."""
+    for figures in cell["seeds"].values():
+        if mode in figures and other in figures:
+            return float(figures[mode]["tokens_per_s"] / figures[other]["tokens_per_s"])
+    return None
+
+
+def compare_budget(twin: Mapping[str, Any], results: Path) -> dict[str, Any]:
+    """The twin's `gateway-av` over the best static depth and over the per-class hindsight
+    depths (`oracle`) on `cpu-embedded`, beside the real engine's confidence budget over
+    the best static depth and per-class depths of the same bursts, where measured."""
+    real = real_budget(results)
+    rows: list[dict[str, Any]] = []
+    for label in BUDGET_ARRIVALS:
+        cell = twin["arrivals"].get(label)
+        if cell is None:
+            continue
+        best = next(iter(cell["best_static"].values()), None)
+        row: dict[str, Any] = {
+            "arrival": label,
+            "twin_vs_best_static": None
+            if best is None
+            else _first_seed_ratio(cell, BUDGET_MODE, best),
+            "twin_vs_per_class": _first_seed_ratio(cell, BUDGET_MODE, "oracle"),
+            "real_vs_best_static": None,
+            "real_vs_per_class": None,
+        }
+        if real is not None and int(label[1:]) in real[1]:
+            measured = real[1][int(label[1:])]
+            row["real_vs_best_static"] = measured.get("vs_best_static")
+            row["real_vs_per_class"] = measured.get("vs_per_class")
+        rows.append(row)
+    source = (
+        f"bench/results/{real[0]}"
+        if real is not None
+        else f"not measured yet: no bench/results/{BUDGET_RESULTS} with a `{BUDGET_LABEL}` "
+        "variant's `versus` rows (`python -m bench.floor_interleaved --variant "
+        "'budget=...' --versus budget`)"
+    )
+    return {
+        "what": (
+            f"`{BUDGET_MODE}` on `{PROFILE}` (the twin's tokens/s, first seed) over the best "
+            "static depth and over each class at its hindsight-best depth (`oracle`), beside "
+            "the real CPU engine's confidence budget over the best static depth and per-class "
+            "depths of the same bursts (per-request TPOT speed-up, median and 95 % interval)."
+        ),
+        "source": source,
+        "rows": rows,
+    }
+
+
+def validate_budget(summary_profiles: Mapping[str, Any], results: Path) -> dict[str, Any] | None:
+    """`compare_budget` where the run has the `cpu-embedded` profile."""
+    if PROFILE not in summary_profiles:
+        return None
+    return compare_budget(summary_profiles[PROFILE], results)

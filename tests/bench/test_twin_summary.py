@@ -23,7 +23,7 @@ from bench.twin.summary import (
     seed_ratios,
     worst_settle,
 )
-from bench.twin.validation import compare, kendall_tau
+from bench.twin.validation import compare, compare_budget, kendall_tau
 
 
 def _mode(tps: float, speeds: dict[str, float]) -> dict[str, Any]:
@@ -232,6 +232,35 @@ def test_validation_sets_relative_figures_side_by_side() -> None:
         "real_best": "adaptive",
         "twin_best": "adaptive",
     }
+
+
+def _budget_twin() -> dict[str, Any]:
+    seed = {
+        "static-k2": {"tokens_per_s": 100.0},
+        "oracle": {"tokens_per_s": 104.0},
+        "gateway-av": {"tokens_per_s": 110.0},
+    }
+    cell = {"seeds": {"1": seed}, "best_static": {"1": "static-k2"}}
+    return {"arrivals": {"c1": cell, "c4": cell, "c64": cell}}
+
+
+def test_the_budget_row_reads_the_real_engines_versus_rows_where_measured(tmp_path: Any) -> None:
+    pending = compare_budget(_budget_twin(), tmp_path)
+    assert [r["arrival"] for r in pending["rows"]] == ["c1", "c4"]
+    assert pending["rows"][0]["twin_vs_best_static"] == pytest.approx(1.1)
+    assert pending["rows"][0]["twin_vs_per_class"] == pytest.approx(110 / 104)
+    assert pending["rows"][0]["real_vs_best_static"] is None
+    assert pending["source"].startswith("not measured yet")
+    cell = {"ratio": 1.09, "ci95": [1.02, 1.15], "n": 80}
+    versus = [
+        {"concurrency": 1, "variant": "k = 0", "vs_best_static": {"ratio": 0.5}},
+        {"concurrency": 1, "variant": "budget", "vs_best_static": cell, "vs_per_class": cell},
+    ]
+    (tmp_path / "floor_budget.json").write_text(json.dumps({"versus": versus}))
+    measured = compare_budget(_budget_twin(), tmp_path)
+    assert measured["source"] == "bench/results/floor_budget.json"
+    assert measured["rows"][0]["real_vs_best_static"] == cell
+    assert measured["rows"][1]["real_vs_per_class"] is None  # c4 not in the real run
 
 
 def test_report_renders_from_a_json_round_trip(tmp_path: Any) -> None:

@@ -80,7 +80,7 @@ class BudgetedVerification:
                 cap = k
             caps.append(cap)
             if cap == 0:
-                step.append(((), (), of(live.request.class_index)))
+                step.append(([], [], of(live.request.class_index)))
                 confidences.append([])
                 stale.append([])
                 continue
