@@ -233,7 +233,9 @@ async def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> d
     all_plans = {c: burst_plans(c, bursts[c], args.max_tokens, seed=c) for c in args.concurrency}
     async with resident_engines(args, log) as (engines, pids, described):
         started = time.perf_counter()
-        for conc in args.concurrency:
+        for i, conc in enumerate(args.concurrency):
+            if i:  # a run that dies later keeps what it has measured
+                checkpoint(args, {c: bursts[c] for c in args.concurrency[:i]}, runs, described)
             plans = all_plans[conc]
             for b, plan in enumerate(plans):
                 for name in turn_order(1000 * conc + b, list(names)):
@@ -259,10 +261,7 @@ async def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> d
                     )
     profile = {f"c{c} {n}": case.totals for (c, n), case in cases.items() if case.totals}
     rows, families, against = report(runs, all_plans, list(names), log, profile, args.versus)
-    raw = {
-        f"c{c} {n}": [{m: getattr(r, m) for m in (*METRICS, "digests")} for r in burst_runs]
-        for (c, n), burst_runs in runs.items()
-    }
+    raw = _raw(runs, args.concurrency)
     return {
         "command": " ".join(sys.argv),
         "model": described,
@@ -272,6 +271,32 @@ async def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> d
         "bursts": raw,
         **({"profile": profile} if profile else {}),
     }
+
+
+def _raw(
+    runs: dict[tuple[int, str], list[BurstRun]], concurrency: Sequence[int]
+) -> dict[str, list[dict[str, Any]]]:
+    """The burst runs of these concurrencies as a results file keeps them."""
+    return {
+        f"c{c} {n}": [{m: getattr(r, m) for m in (*METRICS, "digests")} for r in burst_runs]
+        for (c, n), burst_runs in runs.items()
+        if c in concurrency
+    }
+
+
+def checkpoint(
+    args: argparse.Namespace,
+    done: dict[int, int],
+    runs: dict[tuple[int, str], list[BurstRun]],
+    described: str,
+) -> None:
+    """The concurrencies finished so far (`done`: their burst counts) as a results file
+    beside `--out` (`.partial.json`) that `--summarise-only` reads."""
+    part = {**_jsonable(vars(args)), "concurrency": list(done), "bursts": list(done.values())}
+    body = {"command": " ".join(sys.argv), "model": described, "bursts": _raw(runs, list(done))}
+    path = args.out.with_suffix(".partial.json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({**body, "args": part}, indent=1) + "\n")
 
 
 def report(

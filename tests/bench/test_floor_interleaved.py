@@ -272,3 +272,25 @@ def test_child_processes_and_their_cpu_are_read_from_proc() -> None:
         child.kill()
         child.wait()
     assert cpu_seconds({child.pid}) == 0.0  # gone: nothing to read
+
+
+def test_a_checkpoint_keeps_the_finished_concurrencies_for_summarise_only(tmp_path: Path) -> None:
+    from bench.floor_interleaved import checkpoint
+
+    names = [BASE, NULL, "k = 0"]
+    runs = {(c, n): [_run(1.0, c) for _ in range(2)] for c in (1, 4) for n in names}
+    runs[(4, "k = 0")] = runs[(4, "k = 0")][:1]  # c4 unfinished: it must not be written
+    args = argparse.Namespace(
+        depths=[0],
+        null=True,
+        bursts=[2, 2],
+        concurrency=[1, 4],
+        max_tokens=8,
+        variant=[],
+        out=tmp_path / "floor.json",
+    )
+    checkpoint(args, {1: 2}, runs, "model")
+    again, plans, read_names, _ = from_results(tmp_path / "floor.partial.json")
+    assert list(plans) == [1]
+    assert read_names == names
+    assert again == {key: v for key, v in runs.items() if key[0] == 1}
