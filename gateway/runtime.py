@@ -23,6 +23,7 @@ from engine.interface import Engine
 from engine.port import ServingPort
 from gateway import assembly
 from gateway.admission import Admission
+from gateway.clock import MONOTONIC, Clock
 from gateway.control.controller import Controller
 from gateway.control.events import FanOutEvents, LoggingEvents
 from gateway.control.plane import ControlPlane
@@ -179,10 +180,11 @@ def runtime_factory(
     controller_settings: ControllerSettings | None = None,
     *,
     backend: EngineBackend | None = None,
+    clock: Clock = MONOTONIC,
 ) -> Callable[[GatewaySettings], AbstractAsyncContextManager[Runtime]]:
     """A runtime factory for `create_app` on a backend's engine and port: `backend`, else
     the one `engine_settings.backend` names in the registry (`engine.backend.PLUGINS`;
-    ValueError for a name it does not know)."""
+    ValueError for a name it does not know). The engine watch runs on `clock`."""
     plugin = backend if backend is not None else load_backend(engine_settings.backend)
 
     @asynccontextmanager
@@ -211,6 +213,7 @@ def runtime_factory(
                 slot,
                 drafter=drafter_name(drafter),
                 vllm_version=library or "none",
+                clock=clock,
             )
             supervisor = EngineSupervisor(
                 slot,
@@ -262,6 +265,7 @@ async def _control_plane(
     *,
     drafter: str = "none",
     vllm_version: str = "none",
+    clock: Clock = MONOTONIC,
 ) -> Runtime:
     """Flags, controller, cluster sync, metrics, the service and the engine watch, on a
     started engine; `drafter` and `vllm_version` label `specgw_build_info`."""
@@ -318,6 +322,7 @@ async def _control_plane(
         metrics.set_engine_state,
         interval_s=settings.canary_interval_s,
         timeout_s=settings.canary_timeout_s,
+        clock=clock,
     )
     runtime.watch.start()
     stack.push_async_callback(runtime.watch.close)

@@ -26,6 +26,7 @@ from engine.fake_frontend import FakeFrontendConfig
 from engine.settings import EngineSettings
 from gateway.app import create_app
 from gateway.auth import digest
+from gateway.clock import MONOTONIC, Clock
 from gateway.control.settings import ControllerSettings
 from gateway.runtime import Runtime, runtime_factory
 from gateway.settings import GatewaySettings
@@ -144,12 +145,15 @@ async def serve_in_process(
     controller: ControllerSettings | None = None,
     engine: FakeEngineConfig | None = None,
     frontend: FakeFrontendConfig | None = None,
+    clock: Clock = MONOTONIC,
 ) -> AsyncIterator[InProcessGateway]:
-    """The app started (lifespan entered) and a client on it; stopped on exit."""
+    """The app started (lifespan entered) and a client on it; stopped on exit. `clock`:
+    the engine watch's (a `ManualClock` lets a test move the canary's time)."""
     factory = runtime_factory(
         EngineSettings(backend="fake"),
         controller or QUICK_START,
         backend=FakeBackend(engine, frontend or FakeFrontendConfig()),
+        clock=clock,
     )
     app = create_app(settings or gateway_settings(), factory)
     transport = BoundedASGITransport(app)
