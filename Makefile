@@ -83,7 +83,7 @@ bench-quick: install-dev system-deps
 	$(BIN)/python -m bench run --quick
 
 # The engine twin (a simulation on published or measured step costs, driving the real
-# controller): every shipped profile, 3 seeds, into bench/results/twin/; minutes on one core.
+# controller): every shipped profile, 2 seeds, into bench/results/twin/; under 10 minutes on one core.
 bench-twin: install-dev
 	$(BIN)/python -m bench twin --out bench/results/twin
 

@@ -179,7 +179,7 @@ def twin(
     workload: Annotated[
         list[Path] | None, typer.Option("--workload", help="Workload JSON (repeatable).")
     ] = None,
-    seeds: Annotated[int, typer.Option(help="Seeds to run (the spread is over them).")] = 3,
+    seeds: Annotated[int, typer.Option(help="Seeds to run (the spread is over them).")] = 2,
     seed: Annotated[int, typer.Option(help="First seed.")] = 1234,
     requests: Annotated[
         int | None, typer.Option(help="Scale each workload to about this many requests.")

@@ -19,6 +19,8 @@ from bench.twin.engine import MAX_RUNNING, DepthSource, VirtualClock, simulate
 from bench.twin.metrics import settle_points, summarise
 from bench.twin.modes import (
     ADAPTIVE,
+    ADAPTIVE_FLOOR,
+    ADAPTIVE_STEP_FREE,
     CONTROLLED,
     GATEWAY_ENGINE,
     ORACLE,
@@ -49,6 +51,20 @@ PLOTTED = (ADAPTIVE,)
 #: Seeds the adaptive-verification modes run (the first ones): each costs about as much as
 #: the rest of a seed's modes together, and the standard run must stay within 10 minutes.
 VERIFY_SEEDS = 1
+#: The controller's ablations (the batch floor on everywhere, the step rule without its
+#: guard) run the first seed only too: the claims are checked on `adaptive` and
+#: `adaptive-step` over every seed, and each ablation costs about a fifth of a seed's run.
+ABLATIONS = (ADAPTIVE_FLOOR, ADAPTIVE_STEP_FREE)
+ABLATION_SEEDS = 1
+
+
+def seeds_run(mode: str, seeds: int) -> int:
+    """How many of the first `seeds` seeds `mode` runs."""
+    if mode in VERIFY_MODES:
+        return min(seeds, VERIFY_SEEDS)
+    if mode in ABLATIONS:
+        return min(seeds, ABLATION_SEEDS)
+    return seeds
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,7 +223,7 @@ def run_case(
             clients = arrival.concurrency if isinstance(arrival, ClosedArrival) else 1
             results: dict[str, RunResult] = {}
             for mode in chosen:
-                if mode in VERIFY_MODES and s >= VERIFY_SEEDS:
+                if s >= seeds_run(mode, len(seeds)):
                     continue
                 tick(f"{profile.name} {label} seed {seed} {mode}")
                 clock = VirtualClock()
@@ -250,6 +266,5 @@ def count_runs(cases: Sequence[Case], seeds: int, modes: Sequence[str] | None = 
     for c in cases:
         for m in mode_names(c.profile.max_k, c.extra_modes):
             if modes is None or m in modes:
-                runs = min(seeds, VERIFY_SEEDS) if m in VERIFY_MODES else seeds
-                total += runs * len(c.workload.arrivals)
+                total += seeds_run(m, seeds) * len(c.workload.arrivals)
     return total
