@@ -94,6 +94,11 @@ class InferenceService:
     def served_model_name(self) -> str:
         return self._frontend.served_model_name
 
+    @property
+    def in_flight(self) -> int:
+        """Requests admitted and not yet ended."""
+        return len(self._inflight)
+
     def enter(self, endpoint: str, key: str = ANY_KEY) -> None:
         """At arrival, before the body is parsed: take an edge ticket of `key` (a tenant's
         key digest) or shed now.
