@@ -32,7 +32,7 @@ WORKLOADS = TWIN / "workloads"
 #: The real `make bench` run the `cpu-embedded` profile and `make-bench` workload come from.
 REAL_SUMMARY = REPO / "bench" / "twin" / "measurements" / "make-bench-cpu-embedded.json"
 DEFAULT_OUT = REPO / "bench" / "results" / "twin"
-#: Where the real engine's verify-budget run is looked for (`validation.real_budget`).
+#: Where the real engine's verify-budget run is looked for (`validation.real_verify_rows`).
 REAL_RESULTS = REPO / "bench" / "results"
 QUICK_REQUESTS = 120
 #: Default lognormal sigma of each step's time (`StepCosts.with_noise`): a real engine's
@@ -136,12 +136,12 @@ def write(
     from bench.twin.plots import write_plots
     from bench.twin.report import render
     from bench.twin.summary import build_summary
-    from bench.twin.validation import validate, validate_budget
+    from bench.twin.validation import validate, validate_verify
 
     out.mkdir(parents=True, exist_ok=True)
     summary = build_summary(runs, seeds)
     checked = validate(summary["profiles"], REAL_SUMMARY)
-    budget = validate_budget(summary["profiles"], REAL_RESULTS)
+    budget = validate_verify(summary["profiles"], REAL_RESULTS)
     if checked is not None and budget is not None:
         checked["budget"] = budget
     if checked is not None:
@@ -223,6 +223,14 @@ def twin(
         int,
         typer.Option(min=1, max=64, help="Processes to run the profiles in (same results)."),
     ] = 1,
+    sensitivity: Annotated[
+        bool,
+        typer.Option(
+            help="Instead of the standard run: gateway-av against vllm-av as the classes' "
+            "calibrations differ more and the signal weakens or strengthens "
+            "(bench.twin.sensitivity); writes sensitivity.json/.md/.png into --out."
+        ),
+    ] = False,
     out: Annotated[Path, typer.Option(help="Results directory.")] = DEFAULT_OUT,
 ) -> None:
     """Replay each profile's workload through every mode; write summary, report, plots."""
@@ -255,6 +263,14 @@ def twin(
     if quick:
         cases = quick_cases(cases)
     started, cpu = time.perf_counter(), _cpu_s()
+    if sensitivity:
+        from bench.twin import sensitivity as sensitivity_run
+
+        result = sensitivity_run.run(cases, chosen)
+        result["cpu_s"] = round(_cpu_s() - cpu, 1)
+        sensitivity_run.write(result, out)
+        typer.echo(f"twin sensitivity: {len(result['rows'])} rows; {out / 'sensitivity.md'}")
+        return
     runs = run_all(cases, chosen, modes.split(",") if modes else None, jobs)
     write(out, runs, chosen, started, time.perf_counter() - started, _cpu_s() - cpu)
 

@@ -283,7 +283,7 @@ def _validation(v: Mapping[str, Any]) -> list[str]:
         "",
         *table(["arrival", "Kendall tau", "real best mode", "twin best mode"], agreement),
         "",
-        *_budget_validation(v.get("budget")),
+        *_verify_validation(v.get("budget")),
     ]
 
 
@@ -294,7 +294,7 @@ def _interval(cell: Mapping[str, Any] | None) -> str:
     return f"{fmt(cell['ratio'])} ({fmt(low)}-{fmt(high)})"
 
 
-def _budget_validation(v: Mapping[str, Any] | None) -> list[str]:
+def _verify_validation(v: Mapping[str, Any] | None) -> list[str]:
     """The gateway-steered verify budget against the real engine's (`validation.compare_budget`)."""
     if v is None:
         return []

@@ -144,7 +144,7 @@ BUDGET_RESULTS = "floor_*.json"
 BUDGET_LABEL = "budget"
 
 
-def real_budget(results: Path) -> tuple[str, dict[int, dict[str, Any]]] | None:
+def real_verify_rows(results: Path) -> tuple[str, dict[int, dict[str, Any]]] | None:
     """(file name, concurrency -> its `versus` row) of the first `BUDGET_RESULTS` file in
     `results` with a budget variant's rows; None where none has been measured."""
     for path in sorted(results.glob(BUDGET_RESULTS)):
@@ -169,11 +169,11 @@ def _first_seed_ratio(cell: Mapping[str, Any], mode: str, other: str) -> float |
     return None
 
 
-def compare_budget(twin: Mapping[str, Any], results: Path) -> dict[str, Any]:
+def compare_verify(twin: Mapping[str, Any], results: Path) -> dict[str, Any]:
     """The twin's `gateway-av` over the best static depth and over the per-class hindsight
     depths (`oracle`) on `cpu-embedded`, beside the real engine's confidence budget over
     the best static depth and per-class depths of the same bursts, where measured."""
-    real = real_budget(results)
+    real = real_verify_rows(results)
     rows: list[dict[str, Any]] = []
     for label in BUDGET_ARRIVALS:
         cell = twin["arrivals"].get(label)
@@ -213,8 +213,8 @@ def compare_budget(twin: Mapping[str, Any], results: Path) -> dict[str, Any]:
     }
 
 
-def validate_budget(summary_profiles: Mapping[str, Any], results: Path) -> dict[str, Any] | None:
-    """`compare_budget` where the run has the `cpu-embedded` profile."""
+def validate_verify(summary_profiles: Mapping[str, Any], results: Path) -> dict[str, Any] | None:
+    """`compare_verify` where the run has the `cpu-embedded` profile."""
     if PROFILE not in summary_profiles:
         return None
-    return compare_budget(summary_profiles[PROFILE], results)
+    return compare_verify(summary_profiles[PROFILE], results)

@@ -23,7 +23,7 @@ from bench.twin.summary import (
     seed_ratios,
     worst_settle,
 )
-from bench.twin.validation import compare, compare_budget, kendall_tau
+from bench.twin.validation import compare, compare_verify, kendall_tau
 
 
 def _mode(tps: float, speeds: dict[str, float]) -> dict[str, Any]:
@@ -245,7 +245,7 @@ def _budget_twin() -> dict[str, Any]:
 
 
 def test_the_budget_row_reads_the_real_engines_versus_rows_where_measured(tmp_path: Any) -> None:
-    pending = compare_budget(_budget_twin(), tmp_path)
+    pending = compare_verify(_budget_twin(), tmp_path)
     assert [r["arrival"] for r in pending["rows"]] == ["c1", "c4"]
     assert pending["rows"][0]["twin_vs_best_static"] == pytest.approx(1.1)
     assert pending["rows"][0]["twin_vs_per_class"] == pytest.approx(110 / 104)
@@ -257,7 +257,7 @@ def test_the_budget_row_reads_the_real_engines_versus_rows_where_measured(tmp_pa
         {"concurrency": 1, "variant": "budget", "vs_best_static": cell, "vs_per_class": cell},
     ]
     (tmp_path / "floor_budget.json").write_text(json.dumps({"versus": versus}))
-    measured = compare_budget(_budget_twin(), tmp_path)
+    measured = compare_verify(_budget_twin(), tmp_path)
     assert measured["source"] == "bench/results/floor_budget.json"
     assert measured["rows"][0]["real_vs_best_static"] == cell
     assert measured["rows"][1]["real_vs_per_class"] is None  # c4 not in the real run
