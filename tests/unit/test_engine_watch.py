@@ -10,21 +10,25 @@ tests/engine/test_idle_hang.py.
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable
 
 import pytest
 
 from engine.interface import EngineDeadError, EngineHealth
 from gateway.clock import ManualClock
 from gateway.engine_watch import Conditions, EngineState, EngineWatch, engine_state
+from tests.clock import until
 from tests.unit.conftest import InProcessGateway, gateway_settings, serve_in_process
 from tests.unit.test_ops import samples
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
-#: A fast canary for the in-process tests (production: every 2 s, 5 s deadline).
-FAST_CANARY = {"canary_interval_s": 0.05, "canary_timeout_s": 0.3}
+#: Production's canary: every 2 s, answered within 5 s. The watch runs on a
+#: `ManualClock`, so the in-process tests move its time instead of waiting for it.
+INTERVAL_S, TIMEOUT_S = 2.0, 5.0
+CANARY = {"canary_interval_s": INTERVAL_S, "canary_timeout_s": TIMEOUT_S}
+#: From a canary's send until the watch publishes it hung: its deadline, and the 10 ms
+#: the watch's loop waits past it.
+UNANSWERED_S = TIMEOUT_S + 0.02
 UP = EngineHealth(alive=True, ready=True)
 STALLED = EngineHealth(alive=True, ready=False, stalled_for_s=9.0)
 WARMING = EngineHealth(alive=True, ready=False, detail="warming up")
@@ -51,66 +55,68 @@ def test_the_most_severe_state_wins(
     assert engine_state(health, conditions, canary_overdue=overdue) is expected
 
 
-async def eventually(check: Callable[[], object], timeout_s: float = 5.0) -> float:
-    """Seconds until `check()` held (polled every 10 ms); fails after `timeout_s`."""
-    start = time.monotonic()
-    while not check():
-        assert time.monotonic() - start < timeout_s, "condition not met in time"
-        await asyncio.sleep(0.01)
-    return time.monotonic() - start
-
-
 async def ready_metric(gw: InProcessGateway) -> float:
     text = (await gw.http.get("/metrics")).text
     return samples(text, "specgw_engine_ready")[()]
 
 
 async def test_a_stopped_idle_engine_is_found_without_a_request() -> None:
-    async with serve_in_process(gateway_settings(**FAST_CANARY)) as gw:
+    clock = ManualClock()
+    async with serve_in_process(gateway_settings(**CANARY), clock=clock) as gw:
         watch = gw.runtime.watch
         assert watch is not None
         assert (await gw.http.get("/ready")).status_code == 200
         assert await ready_metric(gw) == 1.0
+        await clock.settle()  # the start-up canary answered before the core stops
         gw.engine.wedge()
-        await eventually(lambda: watch.state is EngineState.HUNG)
+        await clock.advance(INTERVAL_S)  # the next canary goes out, and is not answered
+        await clock.advance(UNANSWERED_S - 0.03)
+        assert watch.state is EngineState.READY  # not before its deadline
+        await clock.advance(0.03)
+        assert watch.state is EngineState.HUNG
         assert await ready_metric(gw) == 0.0
         ready = await gw.http.get("/ready")
         assert ready.status_code == 503
         assert ready.json()["detail"]["engine_state"] == "hung"
-        assert "no answer to the canary" in ready.json()["detail"]["engine"]
+        assert "no answer to the canary for 5.0 s" in ready.json()["detail"]["engine"]
         text = (await gw.http.get("/metrics")).text
         assert samples(text, "specgw_engine_state")[(("state", "hung"),)] == 1.0
         gw.engine.resume()
-        await eventually(lambda: watch.state is EngineState.READY)
+        await until(lambda: watch.state is EngineState.READY, what="ready on the late answer")
         assert await ready_metric(gw) == 1.0
         assert (await gw.http.get("/ready")).status_code == 200
 
 
 async def test_without_the_canary_a_stopped_idle_engine_looks_ready() -> None:
     """What the canary adds: with it off, nothing asks the stopped core anything."""
-    async with serve_in_process(gateway_settings(canary_interval_s=0)) as gw:
+    clock = ManualClock()
+    async with serve_in_process(gateway_settings(canary_interval_s=0), clock=clock) as gw:
+        await clock.settle()  # the start-up canary answered before the core stops
         gw.engine.wedge()
-        await asyncio.sleep(0.5)
+        await clock.advance(60.0)
         assert (await gw.http.get("/ready")).status_code == 200
         assert await ready_metric(gw) == 1.0
         gw.engine.resume()
 
 
 async def test_a_dead_engine_core_reads_0_until_the_supervisor_replaced_it() -> None:
-    async with serve_in_process(gateway_settings(**FAST_CANARY)) as gw:
+    """On the real clock: the supervisor's 2 s backoff, then a fake engine starts at once."""
+    async with serve_in_process(gateway_settings(**CANARY)) as gw:
         watch = gw.runtime.watch
         assert watch is not None
         seen: list[tuple[EngineState | None, float]] = []
         gw.engine.kill()
-        await eventually(lambda: watch.state is not EngineState.READY)
-        for _ in range(1000):  # the supervisor's backoff is 2 s; a fake engine starts at once
+
+        async def replaced() -> bool:
             state = watch.state
             if state is EngineState.READY:
-                break
+                return bool(seen)  # ready again after it was seen down
             ready = await ready_metric(gw)
             if watch.state is state:  # not changed while /metrics was read
                 seen.append((state, ready))
-            await asyncio.sleep(0.02)
+            return False
+
+        await until(replaced, 20.0, "the engine replaced")
         assert (EngineState.RESTARTING, 0.0) in seen
         assert all(ready == 0.0 for state, ready in seen if state is not EngineState.READY)
         assert await ready_metric(gw) == 1.0
@@ -118,11 +124,13 @@ async def test_a_dead_engine_core_reads_0_until_the_supervisor_replaced_it() -> 
 
 
 async def test_draining_reads_0() -> None:
-    async with serve_in_process(gateway_settings(**FAST_CANARY)) as gw:
+    clock = ManualClock()
+    async with serve_in_process(gateway_settings(**CANARY), clock=clock) as gw:
         watch = gw.runtime.watch
         assert watch is not None
         gw.runtime.begin_drain()
-        await eventually(lambda: watch.state is EngineState.DRAINING)
+        await clock.settle()  # the drain pokes the watch: no tick needed
+        assert watch.state is EngineState.DRAINING
         assert await ready_metric(gw) == 0.0
         assert (await gw.http.get("/ready")).status_code == 503
 
@@ -144,10 +152,6 @@ class ScriptedEngine:
         await self.answer.wait()
         if self.error is not None:
             raise self.error
-
-
-#: Production's canary: every 2 s, answered within 5 s.
-INTERVAL_S, TIMEOUT_S = 2.0, 5.0
 
 
 def watch_on(
@@ -293,33 +297,43 @@ async def test_a_canary_to_a_replaced_engine_is_dropped() -> None:
 async def test_an_engine_hung_past_the_bound_fails_liveness() -> None:
     """Hung: /ready 503 at once; /health only once hung for `liveness_hung_s` without a
     break (the orchestrator then restarts the replica), and 200 again once it answers."""
-    async with serve_in_process(gateway_settings(**FAST_CANARY, liveness_hung_s=1.0)) as gw:
+    clock = ManualClock()
+    settings = gateway_settings(**CANARY, liveness_hung_s=30.0)
+    async with serve_in_process(settings, clock=clock) as gw:
         watch = gw.runtime.watch
         assert watch is not None
+        await clock.settle()  # the start-up canary answered before the core stops
         gw.engine.wedge()
-        await eventually(lambda: watch.state is EngineState.HUNG)
+        await clock.advance(INTERVAL_S + UNANSWERED_S)
+        assert watch.state is EngineState.HUNG
         early = await gw.http.get("/health")
         assert early.status_code == 200, early.json()
         assert (await gw.http.get("/ready")).status_code == 503
-        await asyncio.sleep(1.1)
+        await clock.advance(29.9)
+        assert (await gw.http.get("/health")).status_code == 200
+        await clock.advance(0.1)
         late = await gw.http.get("/health")
         assert late.status_code == 503
         assert late.json()["status"] == "hung"
         assert "no answer to the canary" in late.json()["detail"]
         gw.engine.resume()
-        await eventually(lambda: watch.state is EngineState.READY)
+        await until(lambda: watch.state is EngineState.READY, what="ready on the late answer")
         assert watch.hung_for_s() == 0.0
         assert (await gw.http.get("/health")).json() == {"status": "ok", "phase": "ready"}
 
 
 async def test_with_the_bound_off_a_hung_engine_stays_live() -> None:
-    async with serve_in_process(gateway_settings(**FAST_CANARY, liveness_hung_s=0)) as gw:
+    clock = ManualClock()
+    settings = gateway_settings(**CANARY, liveness_hung_s=0)
+    async with serve_in_process(settings, clock=clock) as gw:
         watch = gw.runtime.watch
         assert watch is not None
+        await clock.settle()  # the start-up canary answered before the core stops
         gw.engine.wedge()
-        await eventually(lambda: watch.state is EngineState.HUNG)
-        await asyncio.sleep(0.5)
-        assert watch.hung_for_s() >= 0.5
+        await clock.advance(INTERVAL_S + UNANSWERED_S)
+        assert watch.state is EngineState.HUNG
+        await clock.advance(600.0)
+        assert watch.hung_for_s() >= 600.0
         assert (await gw.http.get("/health")).status_code == 200
         gw.engine.resume()
-        await eventually(lambda: watch.state is EngineState.READY)
+        await until(lambda: watch.state is EngineState.READY, what="ready on the late answer")
