@@ -133,6 +133,11 @@ class Controller:
             return SpeculationDecision(
                 static, "shadow", False, cid, label, bucket, shadow_k=k, fixed=True
             )
+        if load.queued > 0 and k > k_min:
+            lowered = self._under_queue(state, bucket, k, (k_min, k_max), load)
+            if lowered < k:
+                reason = f"queue: {load.queued} waiting"
+                return SpeculationDecision(lowered, reason, False, cid, label, bucket)
         held = state.buckets[bucket]
         hopeful = k == 0 and held.hopeful
         probe = self._exploration.probe(
@@ -149,6 +154,28 @@ class Controller:
         if probe is not None:
             return state.probe(probe, bucket)
         return self._batch.fit(state, state.decision_at(bucket), k, (k_min, k_max), bucket, load, o)
+
+    def _under_queue(
+        self,
+        state: ClassState,
+        bucket: int,
+        k: int,
+        bounds: tuple[int, int],
+        load: LoadSnapshot,
+    ) -> int:
+        """The class's k at this bucket, lowered by the policy where the requests waiting
+        for admission make its extra step time cost more than it gains (`under_queue`)."""
+        at = Situation(
+            state.cls.class_id,
+            state.estimator,
+            self._cost,
+            bucket,
+            k,
+            bounds[0],
+            bounds[1],
+            state.observed - state.buckets[bucket].changed_at,
+        )
+        return self._policy.under_queue(at, k, load.queued, load.batch)
 
     def observe_step(self, batch: int, depth: int, seconds: float) -> None:
         """One timed engine step of `batch` decoding requests at batch depth `depth`

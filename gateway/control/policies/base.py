@@ -108,6 +108,11 @@ class Policy(Protocol):
         """The class was evicted: drop what the policy keeps for it."""
         ...
 
+    def under_queue(self, at: Situation, k: int, queued: int, batch: int) -> int:
+        """The depth at most k for a request deciding while `queued` requests wait for
+        admission beside a batch of `batch` (its chosen k where the policy prices no queue)."""
+        ...
+
 
 def shared_inputs(at: Situation) -> PolicyInput:
     """The inputs every policy can use: the depth profile and its samples, the k and
@@ -137,6 +142,9 @@ class BasePolicy:
 
     def forget(self, class_id: str) -> None:
         return None
+
+    def under_queue(self, at: Situation, k: int, queued: int, batch: int) -> int:
+        return k
 
 
 P = TypeVar("P", bound=BaseModel)

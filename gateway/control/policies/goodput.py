@@ -27,7 +27,20 @@ Parameters:
   depths (`DepthProfile.gain_spread`): a class with thousands of trials at the
   positions between them moves on a 1 % gain, one with few waits for h;
 - `min_dwell`: requests of the class between two changes at a bucket;
-- `prior_output_tokens`: L of a class that has not finished a request yet.
+- `prior_output_tokens`: L of a class that has not finished a request yet;
+- `queue_weight` q (0: off, the default): the queue's cost (below).
+
+The queue's cost. Under open-loop arrivals near capacity a step's extra cost compounds
+in the queue: while w requests wait for admission, every second a step at k spends
+beyond the step at k = 0 is a second each of them waits longer, shared by the b
+requests whose step it is. So where w > 0, at decision time (`under_queue`, the
+cached choice k the upper bound):
+
+    charged(d) = 1 / (1 / goodput(d) + q (w / b) (c(d, b) - 1) / E[tokens | d] * (L - 1) / L)
+
+(the extra step-seconds of the request's (L - 1) / E decode steps, per token, in steps
+at k = 0), and the request runs at the d <= k that maximises it where that beats k by
+more than HYSTERESIS_FLOOR. Without waiting requests, or at q = 0, nothing changes.
 
 A current k outside the flag bounds is replaced at once, whatever the gain.
 
@@ -42,7 +55,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from engine.interface import RequestOutcome
 from gateway.control.policies.base import Choice, PolicyInput, PolicySpec, Situation
@@ -62,6 +75,9 @@ class GoodputParams(BaseModel):
     min_dwell: int
     prior_output_tokens: float
     prior_strength: float = 4.0
+    #: The waiting requests' delay per extra step-second of a request, against its own
+    #: time (module docstring: q); 0 prices no queue.
+    queue_weight: float = Field(0.0, ge=0.0, le=16.0)
 
 
 @dataclass(slots=True)
@@ -114,8 +130,10 @@ class GoodputPolicy:
         min_dwell: int,
         prior_output_tokens: float = 128.0,
         prior_strength: float = 4.0,
+        queue_weight: float = 0.0,
     ) -> None:
         self.prior_strength = prior_strength
+        self.queue_weight = queue_weight
         self.min_samples = min_samples
         self.hysteresis = hysteresis
         self.min_dwell = min_dwell
@@ -130,6 +148,7 @@ class GoodputPolicy:
             params.min_dwell,
             params.prior_output_tokens,
             params.prior_strength,
+            params.queue_weight,
         )
 
     def inputs(self, at: Situation) -> PolicyInput:
@@ -158,6 +177,17 @@ class GoodputPolicy:
 
     def forget(self, class_id: str) -> None:
         self._prompts.pop(class_id, None)
+
+    def under_queue(self, at: Situation, k: int, queued: int, batch: int) -> int:
+        """The depth <= k that maximises the queue-charged goodput (module docstring)."""
+        if self.queue_weight <= 0.0 or queued <= 0 or k <= at.k_min:
+            return k
+        inp = self.inputs(at)
+        charged = queue_charged(inp, k, self.queue_weight * queued / max(batch, 1))
+        best = max(range(min(at.k_min, k), k + 1), key=lambda d: (charged[d], -d))
+        if charged[best] > charged[k] * (1.0 + HYSTERESIS_FLOOR):
+            return best
+        return k
 
     def score(self, inp: PolicyInput) -> tuple[float, ...]:
         return goodput_of(inp, min(inp.k_max, inp.profile.depth, len(inp.relative_cost) - 1))
@@ -223,6 +253,19 @@ def goodput_of(inp: PolicyInput, k_max: int) -> tuple[float, ...]:
             length / (first[k] + (switch if k else 0.0) + rest * cost[k] / expected[k])
             for k in range(k_max + 1)
         ]
+    )
+
+
+def queue_charged(inp: PolicyInput, k_max: int, per_request: float) -> tuple[float, ...]:
+    """`goodput_of` with each waiting request's delay charged (module docstring), at
+    `per_request` = q w / b."""
+    goodput = goodput_of(inp, k_max)
+    expected, cost = inp.profile.expected_tokens(), inp.relative_cost
+    length = inp.output_tokens
+    rest = (length - 1.0) / length if len(inp.first_token) > k_max and length > 1.0 else 1.0
+    return tuple(
+        1.0 / (1.0 / g + per_request * (cost[d] - cost[0]) / expected[d] * rest) if g > 0 else 0.0
+        for d, g in enumerate(goodput)
     )
 
 
