@@ -53,6 +53,7 @@ class EngineSettings(BaseSettings):
         description=f"Engine backend, by name, one of `engine.backend.PLUGINS` "
         f"({', '.join(PLUGINS)}): `vllm`, the embedded vLLM engine; `fake`, a scripted "
         "engine with no model (the in-process test tier, trials of the gateway).",
+        json_schema_extra={"enum": list(PLUGINS)},
     )
     model: Path | None = Field(
         None, description="Target model directory (None = the embedded default model)."

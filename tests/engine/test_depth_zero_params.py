@@ -238,6 +238,7 @@ def test_a_generation_config_min_p_reaches_the_serving_defaults(tiny: TinyModels
     frontend._state = SimpleNamespace(  # type: ignore[attr-defined]
         openai_serving_chat=serving, openai_serving_completion=serving
     )
+    frontend._lossless_sampling = True  # type: ignore[attr-defined]
     request = ChatCompletionRequest.model_validate(
         {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
     )

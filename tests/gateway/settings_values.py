@@ -47,6 +47,7 @@ LISTED: dict[str, Any] = {
     "engine.extra_args": {"enable_prefix_caching": True},
     "engine.spec_tokens_per_batch_size": [[1, 4, 2], [5, 64, 1]],
     "engine.prefill_step_depth": 1,
+    "engine.backend": "fake",  # a name in the registry (`engine.backend.PLUGINS`)
     "control.policy": "goodput",  # the only policy: set, and seen as set
     "control.policy_params": {"hysteresis": 0.1},
     "control.calibrate_batches": [1, 2],

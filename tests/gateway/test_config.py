@@ -93,7 +93,7 @@ def test_every_unknown_key_is_named_once(tmp_path: Path) -> None:
     ("tree", "start"),
     [
         ({"max_running": 0}, "max_running: Input should be greater than or equal to 1 (got 0)"),
-        ({"engine": {"backend": "fak"}}, "engine.backend: Input should be 'vllm' or 'fake'"),
+        ({"engine": {"backend": "fak"}}, "engine.backend: backend must be one of fake, vllm"),
         ({"control": {"default_k": 9}}, "control: default_k must be <= max_k"),
         ({"flags": {"namespace": "x"}}, "flags.namespace: set it once, at the top level"),
         ({"state": {"redis_url": "redis://x"}}, "state.redis_url: set it once, at the top level"),
