@@ -24,6 +24,7 @@ from tests.unit.conftest import (
     gateway_settings,
     serve_in_process,
 )
+from tests.unit.test_stream_failures import CountedSteps, when_streaming
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -233,15 +234,6 @@ async def test_an_unknown_model_is_a_404(gateway: InProcessGateway) -> None:
         await gateway.client().responses.create(model="no-such-model", input=QUESTION)
 
 
-async def _when_running(gw: InProcessGateway, then: Any) -> None:
-    for _ in range(2500):
-        if (await gw.engine.health()).running_requests:
-            break
-        await asyncio.sleep(0.002)
-    await asyncio.sleep(0.02)
-    await then()
-
-
 def _ends_in_one_error(text: str) -> dict[str, Any]:
     events = [e for e in text.split("\n\n") if e]
     assert not any(e.startswith("event: response.completed") for e in events)
@@ -253,32 +245,35 @@ def _ends_in_one_error(text: str) -> dict[str, Any]:
     return error
 
 
-async def test_an_engine_death_mid_stream_ends_in_one_error_event(
-    gateway: InProcessGateway,
-) -> None:
-    async def kill() -> None:
-        gateway.engine.kill()
+async def test_an_engine_death_mid_stream_ends_in_one_error_event() -> None:
+    steps = CountedSteps()
+    async with serve_in_process(engine=steps.engine()) as gw:
 
-    killer = asyncio.create_task(_when_running(gateway, kill))
-    body = {"model": MODEL, "input": QUESTION, "max_output_tokens": 1500, "stream": True}
-    response = await gateway.http.post("/v1/responses", json=body, headers=gateway.auth(USER_KEY))
-    await killer
-    assert response.status_code == 200
-    error = _ends_in_one_error(response.text)
-    assert error["code"] == "engine_error"
-    assert "response.output_text.delta" in response.text  # tokens came before the error
-    assert gateway.runtime.admission.running == 0
+        async def kill() -> None:
+            gw.engine.kill()
+
+        killer = asyncio.create_task(when_streaming(steps, kill))
+        body = {"model": MODEL, "input": QUESTION, "max_output_tokens": 1500, "stream": True}
+        response = await gw.http.post("/v1/responses", json=body, headers=gw.auth(USER_KEY))
+        await killer
+        assert response.status_code == 200
+        error = _ends_in_one_error(response.text)
+        assert error["code"] == "engine_error"
+        assert "response.output_text.delta" in response.text  # tokens came before the error
+        assert gw.runtime.admission.running == 0
 
 
 async def test_the_drain_deadline_abort_is_an_error_not_a_completed_response() -> None:
     """vLLM ends an aborted Responses stream with `response.completed`; the gateway reads
     the request's outcome and ends it with an error instead."""
-    async with serve_in_process(gateway_settings(drain_timeout_s=0.05)) as gw:
+    steps = CountedSteps()
+    settings = gateway_settings(drain_timeout_s=0.05)
+    async with serve_in_process(settings, engine=steps.engine()) as gw:
 
         async def drain() -> None:
             gw.runtime.begin_drain()
 
-        drainer = asyncio.create_task(_when_running(gw, drain))
+        drainer = asyncio.create_task(when_streaming(steps, drain))
         body = {"model": MODEL, "input": QUESTION, "max_output_tokens": 1500, "stream": True}
         response = await gw.http.post("/v1/responses", json=body, headers=gw.auth(USER_KEY))
         await drainer

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from engine.fake import FakeEngine, FakeEngineConfig, StepTimeModel
+from engine.fake import FakeEngineConfig, StepTimeModel
+from tests.clock import until
 from tests.unit.conftest import (
     MESSAGES,
     MODEL,
@@ -29,13 +30,26 @@ pytestmark = pytest.mark.asyncio(loop_scope="session")
 LONG = {"model": MODEL, "messages": MESSAGES, "max_tokens": 1500, "stream": True}
 
 
-async def _when_running(engine: FakeEngine, then: Any) -> None:
-    """Run `then()` once a request is in the engine and has made some progress."""
-    for _ in range(2500):  # 5 s at most
-        if (await engine.health()).running_requests:
-            break
-        await asyncio.sleep(0.002)
-    await asyncio.sleep(0.02)
+class CountedSteps:
+    """The fake engine's step-time model, counting the steps it was asked to time: the
+    fake streams each step's tokens before it times the next, so `count >= 3` means the
+    first two steps' tokens have been handed on."""
+
+    def __init__(self, model: StepTimeModel | None = None) -> None:
+        self.model = model or StepTimeModel()
+        self.count = 0
+
+    def __call__(self, k: int, batch: int) -> float:
+        self.count += 1
+        return self.model(k, batch)
+
+    def engine(self) -> FakeEngineConfig:
+        return FakeEngineConfig(step_time=self)
+
+
+async def when_streaming(steps: CountedSteps, then: Any) -> None:
+    """Run `then()` once a request is in the engine and has streamed some tokens."""
+    await until(lambda: steps.count >= 3, what="two engine steps streamed")
     await then()
 
 
@@ -57,21 +71,22 @@ async def _stream(gw: InProcessGateway, body: dict[str, Any]) -> list[str]:
     return _events(response.text)
 
 
-async def test_an_engine_death_mid_stream(gateway: InProcessGateway) -> None:
-    engine = gateway.engine
+async def test_an_engine_death_mid_stream() -> None:
+    steps = CountedSteps()
+    async with serve_in_process(engine=steps.engine()) as gw:
 
-    async def kill() -> None:
-        engine.kill()
+        async def kill() -> None:
+            gw.engine.kill()
 
-    killer = asyncio.create_task(_when_running(engine, kill))
-    events = await _stream(gateway, LONG)
-    await killer
-    assert _error(events)["type"] == "server_error"
-    assert any('"content":" t' in e for e in events)  # tokens came before the error
-    assert gateway.runtime.admission.running == 0
+        killer = asyncio.create_task(when_streaming(steps, kill))
+        events = await _stream(gw, LONG)
+        await killer
+        assert _error(events)["type"] == "server_error"
+        assert any('"content":" t' in e for e in events)  # tokens came before the error
+        assert gw.runtime.admission.running == 0
 
 
-async def test_a_stalled_stream_is_ended(gateway: InProcessGateway) -> None:
+async def test_a_stalled_stream_is_ended() -> None:
     slow = FakeEngineConfig(step_time=StepTimeModel(base_s=0.5))
     settings = gateway_settings(stream_idle_timeout_s=0.1)
     async with serve_in_process(settings, engine=slow) as gw:
@@ -79,18 +94,23 @@ async def test_a_stalled_stream_is_ended(gateway: InProcessGateway) -> None:
         error = _error(events)
         assert error["type"] == "timeout_error"
         assert error["code"] == "stream_stalled"
-        await asyncio.sleep(0.05)
-        assert (await gw.engine.health()).running_requests == 0  # aborted in the engine
+
+        async def aborted() -> bool:
+            return (await gw.engine.health()).running_requests == 0
+
+        await until(aborted, what="the request aborted in the engine")
 
 
 async def test_the_drain_deadline_aborts_what_still_runs() -> None:
-    async with serve_in_process(gateway_settings(drain_timeout_s=0.05)) as gw:
+    steps = CountedSteps()
+    settings = gateway_settings(drain_timeout_s=0.05)
+    async with serve_in_process(settings, engine=steps.engine()) as gw:
         runtime = gw.runtime
 
         async def drain() -> None:
             runtime.begin_drain()
 
-        drainer = asyncio.create_task(_when_running(gw.engine, drain))
+        drainer = asyncio.create_task(when_streaming(steps, drain))
         events = await _stream(gw, LONG)
         await drainer
         assert _error(events)["type"] == "server_error"
