@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -41,6 +41,8 @@ QUICK_REQUESTS = 120
 DEFAULT_STEP_NOISE = 0.05
 #: Default workload of the profile measured on this repository's CPU engine.
 CPU_PROFILE, CPU_WORKLOAD, GPU_WORKLOAD = "cpu-embedded", "make-bench", "production-mix"
+#: The twin engine's default admission limit (vLLM's `max_num_seqs`, `bench.twin.engine`).
+MAX_RUNNING = 256
 
 app = typer.Typer(help="The engine twin: simulated GPU economics driving the real controller.")
 
@@ -136,14 +138,10 @@ def write(
     from bench.twin.plots import write_plots
     from bench.twin.report import render
     from bench.twin.summary import build_summary
-    from bench.twin.validation import validate, validate_verify
 
     out.mkdir(parents=True, exist_ok=True)
     summary = build_summary(runs, seeds)
-    checked = validate(summary["profiles"], REAL_SUMMARY)
-    budget = validate_verify(summary["profiles"], REAL_RESULTS)
-    if checked is not None and budget is not None:
-        checked["budget"] = budget
+    checked = checked_against_real(summary)
     if checked is not None:
         summary = build_summary(runs, seeds, checked)
     (out / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
@@ -168,6 +166,37 @@ def write(
     (out / "report.md").write_text(render(summary, info) + "\n")
     (out / "run.json").write_text(json.dumps(info, indent=1) + "\n")
     typer.echo(f"twin: {info['runs']} runs, simulated in {simulated:.1f} s; {out / 'report.md'}")
+
+
+def checked_against_real(summary: dict[str, Any]) -> dict[str, Any] | None:
+    """The validation against the real-engine runs (`bench.twin.validation`): the
+    `make bench` run, and the verify budget's `bench.floor_interleaved` run."""
+    from bench.twin.validation import validate, validate_verify
+
+    checked = validate(summary["profiles"], REAL_SUMMARY)
+    verify = validate_verify(summary["profiles"], REAL_RESULTS)
+    if checked is not None and verify is not None:
+        checked["budget"] = verify
+    return checked
+
+
+@app.command("revalidate")
+def revalidate(
+    out: Annotated[Path, typer.Option(help="Results directory of a run.")] = DEFAULT_OUT,
+) -> None:
+    """Set a run's summary beside the real-engine runs as they are now and render its
+    report again (a real run that finished after the twin's); nothing is simulated."""
+    from bench.twin.report import render
+    from bench.twin.summary import rounded
+
+    summary = json.loads((out / "summary.json").read_text())
+    checked = checked_against_real(summary)
+    if checked is not None:
+        summary["validation"] = rounded(checked)
+    info = json.loads((out / "run.json").read_text())
+    (out / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
+    (out / "report.md").write_text(render(summary, info) + "\n")
+    typer.echo(f"twin: validation of {out / 'summary.json'} renewed")
 
 
 @app.callback(invoke_without_command=True)
@@ -223,6 +252,24 @@ def twin(
         int,
         typer.Option(min=1, max=64, help="Processes to run the profiles in (same results)."),
     ] = 1,
+    queue_weight: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            max=16.0,
+            help="The goodput policy's queue weight in the controlled modes (0: none, the "
+            "gateway's default; gateway.control.policies.goodput).",
+        ),
+    ] = 0.0,
+    max_running: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            max=MAX_RUNNING,
+            help="Requests the engine holds at once; later arrivals wait (the plane sees "
+            "them queued), the no-speculation capacity is measured at this size.",
+        ),
+    ] = MAX_RUNNING,
     sensitivity: Annotated[
         bool,
         typer.Option(
@@ -243,7 +290,14 @@ def twin(
     except TwinInputError as exc:
         raise typer.BadParameter(str(exc)) from None
     cases = [
-        replace(c, step_noise=step_noise, host_drift=host_drift, confidence_scale=confidence_scale)
+        replace(
+            c,
+            step_noise=step_noise,
+            host_drift=host_drift,
+            confidence_scale=confidence_scale,
+            queue_weight=queue_weight,
+            max_running=max_running,
+        )
         for c in cases
     ]
     if requests:

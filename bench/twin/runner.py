@@ -82,6 +82,10 @@ class Case:
     #: Each class's confidence separation times this (`bench.twin.confidence`; 1: the
     #: workload's calibration, the sensitivity run's weaker and stronger signal else).
     confidence_scale: float = 1.0
+    #: The goodput policy's queue weight in the controlled modes (0: none, the default).
+    queue_weight: float = 0.0
+    #: Requests the engine holds at once; the rest wait (and the plane sees them queued).
+    max_running: int = MAX_RUNNING
 
 
 @dataclass(slots=True)
@@ -165,11 +169,15 @@ def rescaled(case: Case, total: int) -> Case:
     return replace(case, workload=scaled(case.workload, total))
 
 
-def capacity_rate(requests: list[TwinRequest], costs: StepCosts) -> float:
+def capacity_rate(
+    requests: list[TwinRequest], costs: StepCosts, max_running: int = MAX_RUNNING
+) -> float:
     """The engine's no-speculation capacity in requests/s: the `nospec` mode's completions
-    per second with the engine full (`MAX_RUNNING` clients in a closed loop). A Poisson
+    per second with the engine full (`max_running` clients in a closed loop). A Poisson
     arrival given as a `load` arrives at that share of it."""
-    result = simulate(requests, NoSpec(), costs, VirtualClock(), clients=MAX_RUNNING)
+    result = simulate(
+        requests, NoSpec(), costs, VirtualClock(), clients=max_running, max_running=max_running
+    )
     return len(result.records) / result.makespan_s
 
 
@@ -212,7 +220,7 @@ def run_case(
         requests = build_requests(workload, seed, case.confidence_scale if verifies else None)
         check_classes(workload, requests)
         by_load = any(isinstance(a, PoissonArrival) and a.load for a in workload.arrivals)
-        capacity = capacity_rate(requests, costs) if by_load else None
+        capacity = capacity_rate(requests, costs, case.max_running) if by_load else None
         if capacity is not None:
             out.capacity_per_s[seed] = capacity
         # Settling is read for the gateway's modes, on its engine's costs.
@@ -228,7 +236,7 @@ def run_case(
                 tick(f"{profile.name} {label} seed {seed} {mode}")
                 clock = VirtualClock()
                 engine_costs = on_gateway if mode in GATEWAY_ENGINE else costs
-                ctx = ModeContext(profile, workload, engine_costs, clock, seed)
+                ctx = ModeContext(profile, workload, engine_costs, clock, seed, case.queue_weight)
                 source: DepthSource
                 if mode == ORACLE:
                     choice = choose(results)
@@ -241,7 +249,13 @@ def run_case(
                 else:
                     source = build(mode, ctx)
                 result = simulate(
-                    requests, source, engine_costs, clock, times=times, clients=clients
+                    requests,
+                    source,
+                    engine_costs,
+                    clock,
+                    times=times,
+                    clients=clients,
+                    max_running=case.max_running,
                 )
                 results[mode] = result
                 cell = out.cells.setdefault(label, {}).setdefault(seed, {})

@@ -298,7 +298,7 @@ def build_summary(
             "what": "simulation: the engine twin (virtual time, step costs from the profiles) "
             "driving the gateway's real control plane",
             "seeds": list(seeds),
-            "max_running": 256,
+            "max_running": max((r.case.max_running for r in runs), default=256),
             "step_noise": max((r.case.step_noise for r in runs), default=0.0),
         },
         "profiles": profiles,

@@ -148,6 +148,8 @@ def real_verify_rows(results: Path) -> tuple[str, dict[int, dict[str, Any]]] | N
     """(file name, concurrency -> its `versus` row) of the first `BUDGET_RESULTS` file in
     `results` with a budget variant's rows; None where none has been measured."""
     for path in sorted(results.glob(BUDGET_RESULTS)):
+        if path.name.endswith(".partial.json"):  # a run still under way
+            continue
         try:
             rows = json.loads(path.read_text()).get("versus") or []
         except (OSError, ValueError):

@@ -44,6 +44,17 @@ def test_quick_run_writes_summary_report_and_plots(tmp_path: Path) -> None:
         "k",
         "acceptance",
     }
+    # Set beside the real runs again as they are: the same summary, byte for byte.
+    before = (tmp_path / "summary.json").read_bytes()
+    again = CliRunner().invoke(app, ["twin", "revalidate", "--out", str(tmp_path)])
+    assert again.exit_code == 0, again.output
+    assert (tmp_path / "summary.json").read_bytes() == before
+
+
+def test_the_cli_admission_limit_default_is_the_engines() -> None:
+    from bench.twin import cli, engine
+
+    assert cli.MAX_RUNNING == engine.MAX_RUNNING
 
 
 def test_the_headline_puts_each_profiles_arrivals_in_order_and_skips_absent_modes(

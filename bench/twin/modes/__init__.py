@@ -95,6 +95,8 @@ class ModeContext:
     costs: StepCosts
     clock: VirtualClock
     seed: int
+    #: The goodput policy's queue weight in the controlled modes (0: the default, none).
+    queue_weight: float = 0.0
 
 
 def build(name: str, ctx: ModeContext) -> DepthSource:
@@ -117,15 +119,21 @@ def build(name: str, ctx: ModeContext) -> DepthSource:
         return AcceptanceGate(k, break_even_rate(ctx.profile, k))
     if name in (ADAPTIVE, ADAPTIVE_FLOOR):
         floor = FLOOR if name == ADAPTIVE_FLOOR else None
-        return AdaptiveControl(ctx.workload, ctx.costs, ctx.clock, ctx.seed, floor)
+        return AdaptiveControl(
+            ctx.workload, ctx.costs, ctx.clock, ctx.seed, floor, queue_weight=ctx.queue_weight
+        )
     if name in (ADAPTIVE_STEP, ADAPTIVE_STEP_FREE):
         guard = GUARD if name == ADAPTIVE_STEP else None
-        return AdaptiveStep(ctx.workload, ctx.costs, ctx.clock, ctx.seed, guard)
+        return AdaptiveStep(
+            ctx.workload, ctx.costs, ctx.clock, ctx.seed, guard, queue_weight=ctx.queue_weight
+        )
     if name == UPPER_BOUND:
         return Clairvoyant(ctx.costs)
     if name == VLLM_AV:
         return VllmAdaptiveVerification(StepParts(ctx.profile, len(ctx.costs.spec) - 1), ctx.costs)
     if name == GATEWAY_AV:
         parts = StepParts(ctx.profile, len(ctx.costs.spec) - 1)
-        return GatewayAdaptiveVerification(ctx.workload, parts, ctx.costs, ctx.clock, ctx.seed)
+        return GatewayAdaptiveVerification(
+            ctx.workload, parts, ctx.costs, ctx.clock, ctx.seed, ctx.queue_weight
+        )
     raise ValueError(f"unknown mode {name!r}")

@@ -44,10 +44,14 @@ from gateway.planner import overrides_from_flags
 FLOOR = 0.95
 
 
-def controller_settings(max_k: int) -> ControllerSettings:
-    """The controller's defaults with K = the profile's deepest depth."""
+def controller_settings(max_k: int, queue_weight: float = 0.0) -> ControllerSettings:
+    """The controller's defaults with K = the profile's deepest depth (and the goodput
+    policy's `queue_weight` where not 0: `gateway.control.policies.goodput`)."""
     base = ControllerSettings()
-    return base.model_copy(update={"max_k": max_k, "default_k": min(base.default_k, max_k)})
+    update: dict[str, Any] = {"max_k": max_k, "default_k": min(base.default_k, max_k)}
+    if queue_weight:
+        update["policy_params"] = {**base.policy_params, "queue_weight": queue_weight}
+    return base.model_copy(update=update)
 
 
 class TwinEvents:
@@ -92,9 +96,10 @@ class AdaptiveControl(EngineWide):
         floor: float | None = None,
         trace: Trace | None = None,
         step_rule: bool = False,
+        queue_weight: float = 0.0,
     ) -> None:
         self.events = TwinEvents(clock)
-        self.plane = build_plane(costs, clock, seed, floor, self.events, step_rule)
+        self.plane = build_plane(costs, clock, seed, floor, self.events, step_rule, queue_weight)
         self._clock = clock
         self._workload = workload
         self._trace = trace
@@ -180,10 +185,11 @@ def build_plane(
     floor: float | None = None,
     events: ControlEvents | None = None,
     step_rule: bool = False,
+    queue_weight: float = 0.0,
 ) -> ControlPlane:
     """A calibrated control plane as the gateway builds one, on the twin's clock;
     `floor`: every class's `batch-floor`, None = the gateway's default for the engine."""
-    settings = controller_settings(costs.max_k)
+    settings = controller_settings(costs.max_k, queue_weight)
     if floor is None:
         floor = settings.batch_floor_for(costs.uniform)
     controller = Controller(

@@ -75,8 +75,11 @@ class AdaptiveStep(AdaptiveControl):
         seed: int,
         guard: float | None = GUARD,
         trace: Trace | None = None,
+        queue_weight: float = 0.0,
     ) -> None:
-        super().__init__(workload, costs, clock, seed, trace=trace, step_rule=True)
+        super().__init__(
+            workload, costs, clock, seed, trace=trace, step_rule=True, queue_weight=queue_weight
+        )
         self._guard = guard
         self._max_k = costs.max_k
         #: The engine skips the drafter, prefills included, in a step without voters.

@@ -162,8 +162,9 @@ class GatewayAdaptiveVerification(AdaptiveControl):
         costs: StepCosts,
         clock: VirtualClock,
         seed: int,
+        queue_weight: float = 0.0,
     ) -> None:
-        super().__init__(workload, costs, clock, seed)
+        super().__init__(workload, costs, clock, seed, queue_weight=queue_weight)
         self.verification = BudgetedVerification(parts, costs, pooled=False, skip_idle_drafter=True)
 
     def prefills_drafter(self, k: int) -> bool:
