@@ -6,14 +6,13 @@ gateway through Redis (pub/sub), and the next request's `x-specgw-k` obeys them.
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 import pytest_asyncio
 
+from tests.clock import until_value
 from tests.redis_fixtures import RedisServer
 from tests.unit.conftest import (
     ADMIN_KEY,
@@ -50,23 +49,22 @@ async def _chat_k(gw: InProcessGateway, content: str = "What does json do?") -> 
 
 async def _until_k(gw: InProcessGateway, want: int, content: str = "What does json do?") -> int:
     """The k of a chat request once the flag change has reached the gateway (5 s at most)."""
-    deadline = time.monotonic() + 5.0
-    while True:
-        _, k = await _chat_k(gw, content)
-        if k == want or time.monotonic() > deadline:
-            return k
-        await asyncio.sleep(0.05)
+
+    async def k_now() -> int:
+        return (await _chat_k(gw, content))[1]
+
+    return await until_value(k_now, lambda k: k == want, 5.0, poll_s=0.05)
 
 
 async def _effective_pin(gw: InProcessGateway) -> int | None:
     """The gateway's live `pin-k` once an unset has reached it (5 s at most)."""
-    deadline = time.monotonic() + 5.0
-    while True:
+
+    async def pin_now() -> int | None:
         listed = await gw.http.get("/admin/flags", headers=gw.auth(ADMIN_KEY))
         pin: int | None = listed.json()["effective"]["pin_k"]
-        if pin is None or time.monotonic() > deadline:
-            return pin
-        await asyncio.sleep(0.05)
+        return pin
+
+    return await until_value(pin_now, lambda pin: pin is None, 5.0, poll_s=0.05)
 
 
 async def _flag(gw: InProcessGateway, method: str, flag: str, **body: Any) -> Any:

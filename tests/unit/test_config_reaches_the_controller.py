@@ -4,9 +4,7 @@ backend, in process."""
 
 from __future__ import annotations
 
-import asyncio
 import os
-import time
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +16,7 @@ from gateway.auth import digest
 from gateway.cli import build_app
 from gateway.config import resolve
 from gateway.control.settings import ControllerSettings
+from tests.clock import until_value
 from tests.unit.conftest import (
     ADMIN_KEY,
     BASE_URL,
@@ -64,14 +63,16 @@ async def test_a_controller_setting_from_yaml_reaches_the_admin_api(
         chat = InProcessGateway(app, http).client(USER_KEY).chat.completions.with_raw_response
         reply = await chat.create(model=MODEL, messages=MESSAGES, max_tokens=4)  # type: ignore[arg-type]
         assert reply.headers["x-specgw-k"] == "1"  # a new class starts at control.default_k
+
         # The outcome is filed as the answer ends, on the event loop: poll, bounded only
         # against a hang. The class's k after it is not compared: the policy reads it off
         # the start-up calibration's wall-clock step times, which a loaded host skews
         # (k = 1 measured dearer than it pays, and the class moves to 0).
-        deadline = time.monotonic() + 30.0
-        while True:
-            (row,) = (await http.get("/admin/classes", headers=admin)).json()["data"]
-            if row["samples"] or time.monotonic() > deadline:
-                break
-            await asyncio.sleep(0.02)
+        async def class_row() -> dict[str, Any]:
+            listed = await http.get("/admin/classes", headers=admin)
+            rows: list[dict[str, Any]] = listed.json()["data"]
+            (row,) = rows
+            return row
+
+        row = await until_value(class_row, lambda row: bool(row["samples"]), 30.0)
         assert row["samples"] == 1

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import time
 
 import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.control.settings import ControllerSettings
+from tests.clock import until
 from tests.spec_report import vllm_block
 from tests.unit.conftest import (
     ADMIN_KEY,
@@ -115,10 +115,11 @@ async def test_a_dead_engine_is_reported_then_replaced(gateway: InProcessGateway
     gateway.runtime.failed = True  # what the supervisor sets when every restart failed
     assert (await gateway.http.get("/health")).status_code == 503
     gateway.runtime.failed = False
-    deadline = time.monotonic() + 15.0
-    while gateway.engine is dead or (await gateway.http.get("/ready")).status_code != 200:
-        assert time.monotonic() < deadline, "engine not restarted"
-        await asyncio.sleep(0.1)
+
+    async def replaced() -> bool:
+        return gateway.engine is not dead and (await gateway.http.get("/ready")).status_code == 200
+
+    await until(replaced, 15.0, "engine restarted", poll_s=0.1)
     reply = await gateway.client().chat.completions.create(
         model=MODEL, messages=MESSAGES, max_tokens=3, temperature=0
     )
