@@ -27,6 +27,7 @@ from gateway.app import create_app
 from gateway.connections import EdgeStats
 from gateway.runtime import runtime_factory
 from gateway.server import DrainingServer, server_config
+from tests.clock import until
 from tests.unit.conftest import MESSAGES, MODEL, QUICK_START, USER_KEY, gateway_settings
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -70,12 +71,8 @@ async def serve(**overrides: Any) -> AsyncIterator[Served]:
     app = create_app(settings, runtime_factory(EngineSettings(backend="fake"), QUICK_START))
     server = DrainingServer(server_config(app, settings), app)
     task = asyncio.create_task(server.serve())
-    for _ in range(500):  # start-up takes milliseconds on the fake backend
-        if server.started and app.state.runtime is not None:  # bound, then the engine up
-            break
-        await asyncio.sleep(0.02)
-    else:
-        raise RuntimeError("the server did not start")
+    # Start-up takes milliseconds on the fake backend: bound, then the engine up.
+    await until(lambda: server.started and app.state.runtime is not None, 10.0, "start-up")
     port = server.servers[0].sockets[0].getsockname()[1]
     try:
         yield Served(app, port)
@@ -227,10 +224,11 @@ async def test_a_header_sent_byte_by_byte_is_cut_at_the_size_limit(served: Serve
 async def _until_open(served: Served, count: int) -> None:
     """Until the server has accepted exactly `count` connections: a client's connect returns
     at the kernel's handshake, before the server's loop turns that accept it."""
-    deadline = time.monotonic() + DEADLINE_S + SLACK_S
-    while served.stats.open_connections != count:
-        assert time.monotonic() < deadline, (served.stats.open_connections, count)
-        await asyncio.sleep(0.01)
+    await until(
+        lambda: served.stats.open_connections == count,
+        DEADLINE_S + SLACK_S,
+        f"{count} connections open",
+    )
 
 
 async def test_connections_beyond_the_bound_are_refused_at_once() -> None:

@@ -32,6 +32,7 @@ from gateway.control.settings import ControllerSettings
 from gateway.runtime import Runtime, runtime_factory
 from gateway.server import DrainingServer, server_config
 from gateway.settings import GatewaySettings
+from tests.clock import until_sync
 from tests.unit.conftest import QUICK_START, gateway_settings
 
 #: Calibration at three batch sizes on 20 ms steps: some seconds, as on a real engine.
@@ -98,10 +99,7 @@ def serve_in_thread(
 
 
 def wait_until(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, f"{what}: not within {timeout_s} s"
-        time.sleep(0.01)
+    until_sync(predicate, timeout_s, what)
 
 
 def messages(caplog: pytest.LogCaptureFixture, level: int = logging.INFO) -> list[str]:
