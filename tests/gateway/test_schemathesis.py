@@ -1,7 +1,8 @@
-"""Property-based API testing of the OpenAPI document, in-process on the real engine.
+"""Property-based API testing of the OpenAPI document, on the real engine over a socket.
 
-schemathesis drives the ASGI app directly (one lifespan, so one real vLLM engine
-for the whole run) and checks every response: no 5xx, status codes and bodies as
+schemathesis reads the document the session's gateway serves (`gateway`, a real
+`spec-gateway serve`: tests/gateway_fixtures.py; this module is its last user) and
+sends every case to it, checking every response: no 5xx, status codes and bodies as
 documented. Generated `max_tokens` are clamped so that 500+ cases stay fast.
 
 Both generation modes are budgeted apart. schemathesis sends an operation's
@@ -32,11 +33,7 @@ from hypothesis import HealthCheck, settings
 from schemathesis.core.failures import AcceptedNegativeData
 from schemathesis.specs.openapi.checks import negative_data_rejection
 
-from gateway.auth import digest
-from gateway.control.settings import ControllerSettings
-from gateway.settings import GatewaySettings
-from tests.gateway.conftest import USER_KEY
-from tests.models import model_pair
+from tests.gateway.conftest import USER_KEY, GatewayProcess
 
 pytestmark = pytest.mark.engine
 
@@ -52,25 +49,12 @@ OTHER = 25
 POSITIVE_STATUSES = ["2xx", "3xx", "400", "401", "403", "404", "409", "429", "5xx"]
 
 
-def _app() -> Any:
-    from engine.settings import EngineSettings
-    from gateway.app import create_app
-    from gateway.runtime import runtime_factory
-
-    models = model_pair()
-    engine_settings = EngineSettings(model=models.target, drafter=models.drafter, kv_cache_gib=1)
-    gateway_settings = GatewaySettings(api_keys=[digest(USER_KEY)], stream_idle_timeout_s=30)
-    # No start-up calibration: what is checked is the API's conformance, not the speculation
-    # depth; the unset default times five batch sizes (about two minutes on this host).
-    control = ControllerSettings(calibrate_batches=[])
-    return create_app(gateway_settings, runtime_factory(engine_settings, control))
-
-
-def load_schema() -> Any:
+def load_schema(base_url: str) -> Any:
+    """The OpenAPI document a running gateway serves, with the checks configured above."""
     config = schemathesis.config.SchemathesisConfig.from_dict(
         {"checks": {"positive_data_acceptance": {"expected-statuses": POSITIVE_STATUSES}}}
     )
-    return schemathesis.openapi.from_asgi("/openapi.json", _app(), config=config)
+    return schemathesis.openapi.from_url(f"{base_url}/openapi.json", config=config)
 
 
 def _lax_scalar(value: Any) -> bool:
@@ -147,8 +131,8 @@ def budget_key(case: Any) -> str:
 
 
 @pytest.fixture(scope="module")
-def api_schema() -> Any:
-    return load_schema()
+def api_schema(gateway: GatewayProcess) -> Any:
+    return load_schema(gateway.base_url)
 
 
 # `/v1/responses` is left out: OpenAI's request schema (unions of ~30 input item and ~15

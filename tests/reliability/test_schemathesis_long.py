@@ -1,7 +1,7 @@
-"""The long schemathesis run (at least 5,000 generated cases), in-process.
+"""The long schemathesis run (at least 5,000 generated cases), over a socket.
 
-Same app and checks as `tests/gateway/test_schemathesis.py` (one real vLLM
-engine, every response checked: no 5xx, status codes and bodies as
+Same checks as `tests/gateway/test_schemathesis.py`, on the reliability tests'
+shared gateway (one real vLLM engine, every response checked: no 5xx, status codes and bodies as
 documented), with 5,000 cases sent to the two completion routes alone, two
 thirds to chat completions, each route's share split 60/40 between schema-valid
 and schema-violating cases (see the short test for why the modes are budgeted
@@ -19,6 +19,7 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 
+from tests.gateway.conftest import GatewayProcess
 from tests.gateway.test_schemathesis import budget_key, coerced, load_schema, validate
 
 pytestmark = [
@@ -43,8 +44,8 @@ _seen: dict[str, int] = {}
 
 
 @pytest.fixture(scope="module")
-def long_schema() -> Any:
-    return load_schema()
+def long_schema(shared_gateway: GatewayProcess) -> Any:
+    return load_schema(shared_gateway.base_url)
 
 
 schema = schemathesis.pytest.from_fixture("long_schema").exclude(path="/v1/responses")
