@@ -184,12 +184,28 @@ def checked_against_real(summary: dict[str, Any]) -> dict[str, Any] | None:
 def revalidate(
     out: Annotated[Path, typer.Option(help="Results directory of a run.")] = DEFAULT_OUT,
 ) -> None:
-    """Set a run's summary beside the real-engine runs as they are now and render its
-    report again (a real run that finished after the twin's); nothing is simulated."""
+    """Set a run's summary beside the real-engine runs as they are now, read its
+    adaptive-verification targets again (`verify_summary.verify_checks`, for each shipped
+    profile) and render its report again; nothing is simulated."""
     from bench.twin.report import render
     from bench.twin.summary import rounded
+    from bench.twin.verify_summary import default_mode, verify_checks
 
     summary = json.loads((out / "summary.json").read_text())
+    for name, entry in summary["profiles"].items():
+        path = PROFILES / f"{name}.json"
+        workload = WORKLOADS / f"{entry['workload']}.json"
+        if workload.exists():  # the run's order of arrivals (the file's keys are sorted)
+            order = [a.label for a in load_workload(workload).arrivals]
+            arrivals = entry["arrivals"]
+            ranked = sorted(arrivals, key=lambda a: order.index(a) if a in order else len(order))
+            entry["arrivals"] = {a: arrivals[a] for a in ranked}
+        if path.exists():
+            uniform = load_profile(path).batch_depth == "uniform"
+            checks = verify_checks(
+                name, entry["workload"], entry["arrivals"], default_mode(uniform)
+            )
+            entry["verify_checks"] = rounded(checks)
     checked = checked_against_real(summary)
     if checked is not None:
         summary["validation"] = rounded(checked)

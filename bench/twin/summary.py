@@ -35,7 +35,12 @@ from bench.twin.modes import (
 )
 from bench.twin.modes.oracle import static_depth
 from bench.twin.runner import CaseRun
-from bench.twin.verify_summary import published_rows, verify_checks, verify_ratios
+from bench.twin.verify_summary import (
+    default_mode,
+    published_rows,
+    verify_checks,
+    verify_ratios,
+)
 
 #: Concurrencies the claims are checked at.
 CHECKED = ("c1", "c4", "c16", "c64")
@@ -285,7 +290,12 @@ def build_summary(
             "workload_source": workload.source,
             "arrivals": arrivals,
             "checks": checks(arrivals),
-            "verify_checks": verify_checks(profile.name, workload.name, arrivals),
+            "verify_checks": verify_checks(
+                profile.name,
+                workload.name,
+                arrivals,
+                default_mode(profile.batch_depth == "uniform"),
+            ),
             "capacity_per_s": run.capacity_per_s,
             "confidence": {
                 "scale": run.case.confidence_scale,

@@ -10,8 +10,11 @@ c4 on the dense profiles; every class >= `CLASS_FLOOR` of its speed without
 speculation (under adaptive verification every request verifies its own drafts);
 each class near-best within `SETTLE_REQUESTS` requests of a shift; and under Poisson
 arrivals at `LOAD_ARRIVAL` of the no-speculation capacity no class's end-to-end p99
-above `P99_SHARE` x its figure without speculation, for the gateway's default mode
-(`adaptive`) and for `gateway-av`.
+above `P99_SHARE` x its figure without speculation, for the gateway's default mode on
+the profile's engine and for `gateway-av`. The default mode is `adaptive-step` where the
+engine verifies one depth per step (a `uniform` profile: CUDA's FULL decode graphs, where
+`SPECGW_CONTROL_STEP_RULE=auto` turns the step rule on) and `adaptive` elsewhere (its batch
+floor at the default for the engine: `ControllerSettings.batch_floor_for`).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from bench.twin.modes import ADAPTIVE, NOSPEC, UPPER_BOUND
+from bench.twin.modes import ADAPTIVE, ADAPTIVE_STEP, NOSPEC, UPPER_BOUND
 from bench.twin.modes.verify import GATEWAY_AV, VLLM_AV
 from bench.twin.records import RequestRecord
 
@@ -107,8 +110,16 @@ def _check(claim: str, value: float | None, target: str, ok: bool | None) -> dic
     return {"claim": claim, "value": value, "target": target, "pass": ok}
 
 
+def default_mode(uniform: bool) -> str:
+    """The gateway's default mode on an engine (module docstring)."""
+    return ADAPTIVE_STEP if uniform else ADAPTIVE
+
+
 def verify_checks(
-    profile: str, workload: str, arrivals: Mapping[str, Mapping[str, Any]]
+    profile: str,
+    workload: str,
+    arrivals: Mapping[str, Mapping[str, Any]],
+    default: str = ADAPTIVE,
 ) -> list[dict[str, Any]]:
     """The module docstring's targets on every arrival that ran `gateway-av`."""
     from bench.twin.summary import worst_settle
@@ -162,7 +173,7 @@ def verify_checks(
             )
     loaded = arrivals.get(LOAD_ARRIVAL)
     if loaded is not None:
-        for mode in (ADAPTIVE, GATEWAY_AV):
+        for mode in (default, GATEWAY_AV):
             ratios = p99_ratios(loaded["seeds"], mode)
             if ratios:
                 cls = max(ratios, key=lambda c: ratios[c])

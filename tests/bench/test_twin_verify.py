@@ -147,3 +147,19 @@ def test_gateway_av_skips_the_drafter_where_every_cap_is_zero() -> None:
     assert idle.makespan_s == pytest.approx(prefill + (tokens - len(requests)) * costs.no_spec[1])
     deep = simulate(requests, Capped(3), costs, VirtualClock(), clients=1)
     assert sum(r.draft_tokens for r in deep.records) > 0
+
+
+def test_the_p99_check_reads_the_gateways_default_mode_for_the_engine() -> None:
+    """On an engine verifying one depth per step the gateway's default is the step rule
+    (`adaptive-step`), elsewhere `adaptive`: the Poisson p99 target is read for that mode."""
+    from bench.twin.verify_summary import LOAD_ARRIVAL, default_mode, verify_checks
+
+    def latency(p99: float) -> dict[str, object]:
+        return {"class_latency": {"a": {"e2e_p99_s": p99}}}
+
+    seeds = {"1": {"nospec": latency(1.0), "adaptive": latency(1.2), "adaptive-step": latency(1.0)}}
+    arrivals = {LOAD_ARRIVAL: {"ratios": {}, "seeds": seeds}}
+    for uniform, mode, ok in ((True, "adaptive-step", True), (False, "adaptive", False)):
+        (check,) = verify_checks("p", "w", arrivals, default_mode(uniform))
+        assert f": {mode}: worst class" in check["claim"]
+        assert check["pass"] is ok
