@@ -15,7 +15,12 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
+import os
 import random
+import subprocess
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -32,7 +37,7 @@ from vllm.v1.worker.gpu.spec_decode.eagle.speculator import EagleSpeculator
 from engine.acceptance_estimator import ClassEstimators
 from engine.interface import SPEC_CLASS_ARG, SPEC_DEPTH_ARG
 from engine.verify_budget import assign_budget, cost_tables, step_budget
-from engine.vllm.class_estimators import ClassGroups
+from engine.vllm.class_estimators import ClassAcceptanceEstimators, ClassGroups
 from engine.vllm.class_verification import (
     HOOKS,
     ClassVerificationExtension,
@@ -49,6 +54,10 @@ CHEAP = ([(1, 0.01), (SLOTS, 0.02)], [(1, 1.0), (64, 1.0)])
 #: A target at 1 ms plus 0.3 ms a token (profiled at every size: 0.33 prices a size at
 #: the next profiled one): only the likeliest drafts pay.
 STEEP = ([(1, 0.01), (SLOTS, 0.02)], [(t, 1.0 + 0.3 * t) for t in range(1, 65)])
+
+
+#: Steps per refit in the run against 0.33's interpreted kernels.
+ROUND = 25
 
 
 class _Worker(ClassVerificationExtension):
@@ -311,6 +320,64 @@ def test_each_class_fits_its_own_estimator_where_the_pooled_one_gives_one() -> N
     one = pooled.of("tool").predict([2.0] * K)
     for j in range(K):
         assert float(published[slots["c1"], j]) < one[j] < float(published[slots["t1"], j])
+
+
+def test_each_class_fit_is_vllms_own_estimator_fed_that_class_alone(tmp_path: Path) -> None:
+    """The per-class fit against vLLM 0.33's own kernels (Triton's interpreter, its own
+    process: `tests/cuda/vllm_estimator_run.py`): each class's coefficients are those of
+    0.33's estimator fed only that class's rows; 0.33's pooled one, fed both, fits neither.
+    Rounds of `ROUND` steps, not 0.33's 100, for the interpreter's sake: the same arithmetic."""
+    gen = torch.Generator().manual_seed(11)
+    classes = torch.tensor([1, 1, 1, 2, 2, 2])
+    slots = torch.tensor([5, 1, 6, 0, 3, 7])
+    rate = torch.where(classes == 1, 0.85, 0.25).unsqueeze(1)
+    pooled_run: list[Any] = []
+    by_class: dict[int, list[Any]] = {1: [], 2: []}
+    for _ in range(3 * ROUND):
+        features = torch.rand(6, K, generator=gen) * 8 - 2
+        accepted = (torch.rand(6, K, generator=gen) < rate).long().cumprod(1).sum(1)
+        step = (slots, features, accepted + 1, (accepted < K).long())
+        pooled_run.append(step)
+        for g, run in by_class.items():
+            rows = classes == g
+            run.append(tuple(x[rows] for x in step))
+    path = tmp_path / "runs.pt"
+    runs = [by_class[1], by_class[2], pooled_run]
+    torch.save({"slots": SLOTS, "positions": K, "refit_interval": ROUND, "runs": runs}, path)
+    env = {**os.environ, "TRITON_INTERPRET": "1", "VLLM_TARGET_DEVICE": "cpu"}
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.cuda.vllm_estimator_run", str(path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    tool, chat, pooled = json.loads(done.stdout.strip().splitlines()[-1])
+    assert tool["refits"] == chat["refits"] == pooled["refits"] == 3
+    est = vllm_estimator.OnlineAcceptanceEstimator
+    fit = ClassAcceptanceEstimators(
+        3,
+        K,
+        slope=vllm_estimator._INIT_SLOPE,
+        intercepts=[vllm_estimator._INIT_BIAS] * K,
+        refit_interval=ROUND,
+        damping=est.DAMPING_OBSERVATIONS,
+        l2=est.L2,
+    )
+    for _, features, sampled, rejected in pooled_run:
+        predictions = fit.predict(features, classes)
+        fit.accumulate(features, predictions, classes, sampled, rejected)
+        fit.end_step()
+    for group, reference in ((1, tool), (2, chat)):
+        slope, intercepts = fit.coefficients(group)
+        assert slope == pytest.approx(reference["slope"], abs=1e-5)
+        assert intercepts == pytest.approx(reference["intercepts"], abs=1e-5)
+    for reference in (tool, chat):
+        pairs = zip(pooled["intercepts"], reference["intercepts"], strict=True)
+        gap = max(abs(a - b) for a, b in pairs)
+        assert gap > 0.3
 
 
 def test_a_class_group_goes_to_a_newcomer_only_once_no_live_request_uses_it() -> None:
