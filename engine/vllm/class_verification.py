@@ -26,10 +26,15 @@ of the gateway's reach it here, in the worker, through the request's `extra_args
 
 Why it is lossless: a trimmed draft is not verified, which 0.33 already does to any draft
 its budget leaves out; the admitted drafts are verified by 0.33's rejection sampler,
-unchanged. The bound is a function of the request and the coefficients of its class, never
-of the drafted token (0.33's own argument for its feature: it scores the draft
-distribution, so trimming never conditions on the token trimmed). What changes is only
-which drafts are verified.
+unchanged. The bound and the class's coefficients depend on the request, never on the
+drafted token (0.33's own argument for its feature: it scores the draft distribution, so
+trimming never conditions on the token trimmed). What changes is only which drafts are
+verified. Every tensor-parallel rank sees the same scheduler outputs and fits alike (the
+per-class sums are deterministic), so every rank trims alike, as 0.33 requires.
+
+Cost per step: one pass over the step's requests in Python where a bound cuts (a dict
+copy), and a handful of small kernels for the re-prediction and the fit (rows x K x
+classes), launched after `propose`, off the drafter's graph.
 
 Installed after the engine starts (`specgw_install_class_verification` through
 `collective_rpc`, `serve_class_verification`; mixed into the worker by
