@@ -94,9 +94,7 @@ def _prompt_ids(prompt: Any) -> list[int]:
 
 
 @asynccontextmanager
-async def noop_engine(
-    engine_settings: Any, on_ready: OnReady | None
-) -> AsyncIterator[Any]:
+async def noop_engine(engine_settings: Any, on_ready: OnReady | None) -> AsyncIterator[Any]:
     """A started `VLLMEngine` whose `serving_client` is the outcome tap on `NoopLLM`."""
     from engine.vllm.engine import OutcomeTapClient, VLLMEngine
 

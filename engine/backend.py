@@ -22,6 +22,7 @@ from engine.interface import EngineError
 if TYPE_CHECKING:
     from engine.port import ServingPort
 
+
 @dataclass(frozen=True, slots=True)
 class PortConfig:
     """What the gateway tells a backend's serving port: the model and the name it serves."""
