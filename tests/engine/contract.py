@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from engine.interface import Engine, GenerateRequest, GenerationChunk, RequestOutcome
+from tests.clock import until
 
 PROMPT = "def fibonacci(n):\n    if n < 2:\n        return n\n    return"
 
@@ -98,12 +99,12 @@ async def cancel_leaves_no_running_request(engine: Engine) -> None:
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
     counts = engine.request_counts  # type: ignore[attr-defined]
-    while True:
+
+    def settled() -> bool:
         running, waiting, reported_at = counts()
-        if reported_at >= cancelled_at and running == 0 and waiting == 0:
-            break
-        assert time.monotonic() - cancelled_at < 1.0, (running, waiting)
-        await asyncio.sleep(0.01)
+        return reported_at >= cancelled_at and running == 0 and waiting == 0
+
+    await until(settled, 1.0, f"the cancelled request gone from the counts {counts()}")
     assert (await engine.health()).ready
 
 
