@@ -9,9 +9,9 @@ in-memory exporter's view.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import threading
-import time
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -25,6 +25,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+from tests.clock import until_sync
 
 #: `Span.SpanKind` numbers of the OTLP protocol.
 KINDS = {1: "INTERNAL", 2: "SERVER", 3: "CLIENT", 4: "PRODUCER", 5: "CONSUMER"}
@@ -150,16 +152,19 @@ class OtlpReceiver:
         self, ready: Callable[[list[ReceivedSpan]], bool], timeout_s: float = 10.0
     ) -> list[ReceivedSpan]:
         """The spans received, once `ready(spans)` holds (AssertionError at the timeout)."""
-        deadline = time.monotonic() + timeout_s
-        while True:
+
+        def received() -> list[ReceivedSpan]:
             with self._lock:
-                spans = list(self.spans)
-            if ready(spans):
-                return spans
-            if time.monotonic() > deadline:
-                names = [(s.name, s.kind) for s in spans]
-                raise AssertionError(f"spans not received in {timeout_s:g} s; got {names}")
-            time.sleep(0.05)
+                return list(self.spans)
+
+        spans = received()
+        with contextlib.suppress(AssertionError):
+            until_sync(lambda: ready(received()), timeout_s, poll_s=0.05)
+        spans = received()
+        if not ready(spans):
+            names = [(s.name, s.kind) for s in spans]
+            raise AssertionError(f"spans not received in {timeout_s:g} s; got {names}")
+        return spans
 
 
 @contextmanager
