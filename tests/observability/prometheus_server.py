@@ -7,7 +7,6 @@ Needs the `prometheus` binary (Debian package `prometheus`; `make system-deps`):
 from __future__ import annotations
 
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any
 import httpx
 import yaml
 
+from tests.clock import until_sync
 from tests.gateway.conftest import free_port
 
 
@@ -47,12 +47,14 @@ def running_prometheus(binary: str, workdir: Path, config: dict[str, Any]) -> It
 
 def until(check: Callable[[], object], timeout_s: float) -> None:
     """Poll `check` (an HTTP error counts as not yet) until it holds."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+
+    def holds() -> object:
         try:
-            if check():
-                return
+            return check()
         except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise TimeoutError(f"condition not met in {timeout_s} s")
+            return False
+
+    try:
+        until_sync(holds, timeout_s, poll_s=0.5)
+    except AssertionError:
+        raise TimeoutError(f"condition not met in {timeout_s} s") from None
