@@ -15,13 +15,14 @@ import contextlib
 import shutil
 import socket
 import subprocess
-import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 
 import pytest
 import pytest_asyncio
 import redis
+
+from tests.clock import until_sync
 
 
 def free_port() -> int:
@@ -65,15 +66,18 @@ class RedisServer:
             *self.extra_args,
         ]  # fmt: skip
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+
+        def answers() -> bool:
             with (
                 contextlib.suppress(redis.exceptions.RedisError, OSError),
                 self.client() as client,
             ):
-                if client.ping():
-                    return
-            time.sleep(0.02)
+                return bool(client.ping())
+            return False
+
+        with contextlib.suppress(AssertionError):
+            until_sync(answers, timeout_s, poll_s=0.02)
+            return
         self.stop()
         raise RuntimeError(f"redis-server did not answer on port {self.port}")
 
