@@ -4,12 +4,12 @@
 The runner, its speculator and its adaptive-verification manager are 0.33's classes made
 with `object.__new__` and given the attributes their constructors set, on CPU tensors; the
 acceptance estimator is 0.33's, built by its own constructor. 0.33's budget
-(`get_num_tokens`) and allocation (`reallocate_drafts`, with the uncompiled
-`_assign_draft_token_budget`) run as shipped. Stood in: the runner's `add_requests` (it
-would build every per-request state) and the copy to the host in `record_confidences` (a
-CUDA stream and events), each by a function of the same signature doing only what the
-hook relies on; and the request-state table (its tensors pin host memory).
-"""
+(`get_num_tokens`), host-side compaction (`compact_batch`) and allocation
+(`reallocate_drafts`, with the uncompiled `_assign_draft_token_budget`) run as shipped.
+Stood in: the runner's `add_requests` (it would build every per-request state) and the
+copy to the host in `record_confidences` (a CUDA stream and events), each by a function of
+the same signature doing only what the hook relies on; and the request-state table (its
+tensors pin host memory)."""
 
 from __future__ import annotations
 
@@ -142,6 +142,12 @@ def _admitted(runner: Any, rids: list[str], drafts: int = K) -> tuple[list[int],
     manager = runner.adaptive_verification
     slots = runner.req_states.req_id_to_index
     tokens = manager.get_num_tokens({r: 1 + drafts for r in rids}, {r: [-1] * drafts for r in rids})
+    # `prepare_inputs` then compacts the host-side batch from the scheduled counts: its total
+    # is the step's token count (per request it is an even split, as 0.33 leaves it).
+    scheduled = np.full(len(rids), drafts, dtype=np.int32)
+    cu = np.arange(len(rids) + 1, dtype=np.int32) * (1 + drafts)
+    compacted, _ = manager.compact_batch(scheduled, scheduled + 1, cu)
+    assert int(compacted.sum()) == tokens
     idx = torch.tensor([slots[r] for r in rids], dtype=torch.int64)
     _, _, budget, _ = manager.reallocate_drafts(rids, idx)
     assert tokens == len(rids) + budget
