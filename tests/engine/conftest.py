@@ -12,7 +12,8 @@ Only one in-process engine may run at a time: a vLLM engine's start unregisters 
 would vanish under its modules. Hence the greedy references of an engine without a
 drafter are taken before it starts, and the modules on the shared engine run last in
 this package (`pytest_collection_modifyitems`), after those that start engines of their
-own; the package scope shuts it down once they are done.
+own, and the one that kills its core (test_engine_death) after all of them; the package
+scope shuts it down once they are done.
 """
 
 from __future__ import annotations
@@ -75,14 +76,21 @@ async def speculative_engine(greedy_reference: dict[str, list[int]]) -> AsyncIte
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """This package's tests on the shared engine last, each group in collection order;
-    every other test keeps its place."""
+    """This package's tests on the shared engine last, the one that kills it at the very
+    end, each group in collection order; every other test keeps its place."""
     here = [i for i, item in enumerate(items) if _in_this_package(item)]
     mine = [items[i] for i in here]
-    ordered = [t for t in mine if SHARED not in _fixtures(t)]
-    ordered += [t for t in mine if SHARED in _fixtures(t)]
+    ordered = sorted(mine, key=_turn)  # stable: collection order within each turn
     for slot, item in zip(here, ordered, strict=True):
         items[slot] = item
+
+
+def _turn(item: pytest.Item) -> int:
+    """0: its own engine or none; 1: on the shared engine; 2: ends it (a module that kills
+    the shared engine's core says so with `ENDS_SHARED_ENGINE = True`)."""
+    if SHARED not in _fixtures(item):
+        return 0
+    return 2 if getattr(getattr(item, "module", None), "ENDS_SHARED_ENGINE", False) else 1
 
 
 def _in_this_package(item: pytest.Item) -> bool:

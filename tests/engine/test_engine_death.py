@@ -1,4 +1,7 @@
-"""When the engine core dies, in-flight and new requests fail fast, health says so."""
+"""When the engine core dies, in-flight and new requests fail fast, health says so.
+
+On the package's shared engine, as its last user (tests/engine/conftest.py).
+"""
 
 from __future__ import annotations
 
@@ -8,20 +11,21 @@ import signal
 from collections.abc import AsyncIterator
 
 import pytest
-import pytest_asyncio
 
 from engine.interface import EngineDeadError, EngineError, GenerateRequest
 from engine.vllm.engine import VLLMEngine
-from tests.engine.engines import engine_settings
 
 pytestmark = [pytest.mark.engine, pytest.mark.asyncio(loop_scope="session")]
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="session")
-async def engine() -> AsyncIterator[VLLMEngine]:
-    settings = engine_settings(max_depth=2).model_copy(update={"warmup_prompts": 0})
-    async with VLLMEngine.started(settings) as started:
-        yield started
+#: Kills the package's shared engine: its tests run after every other test on it
+#: (tests/engine/conftest.py), which then shuts the dead engine down.
+ENDS_SHARED_ENGINE = True
+
+
+@pytest.fixture(scope="module")
+def engine(speculative_engine: VLLMEngine) -> VLLMEngine:
+    return speculative_engine
 
 
 async def test_engine_core_death_errors_every_request(engine: VLLMEngine) -> None:
