@@ -12,6 +12,14 @@ says to mark it `engine`, instead of quietly making the fast tier slow:
 
 Other processes (redis-server, promtool, helm's renderer) are the unit tier's own.
 Importing vLLM is allowed (its protocol models, its scheduler driven step by step).
+
+And no test sleeps on the real clock: a `time.sleep` or `asyncio.sleep` of more than 0 s
+called from a file under `tests/` is refused, with a message that says what to do
+instead (advance a `gateway.clock.ManualClock`, or wait for the condition with
+`tests/clock.py`, whose polls are the one place allowed). `asyncio.sleep(0)` (a yield) is
+allowed, and so is every sleep the gateway or a library makes. The few places that
+wait on a clock outside the process (Prometheus's scrapes, the slow-Redis proxy) are
+named in `REAL_CLOCK`, each with its reason.
 `serve --check-config` serves nothing (it validates, prints, exits) and is allowed; a
 `serve` that must refuse its settings and exit before it starts anything runs inside
 `settings_refusal()`, under the test's timeout.
@@ -19,12 +27,15 @@ Importing vLLM is allowed (its protocol models, its scheduler driven step by ste
 
 from __future__ import annotations
 
+import asyncio
 import multiprocessing.process
 import re
 import sys
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Coroutine, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 
@@ -90,12 +101,55 @@ def _guarded_start(self: multiprocessing.process.BaseProcess) -> None:
     _original_start(self)
 
 
+_TESTS = Path(__file__).resolve().parent
+#: The polls of `tests/clock.py` wait for a real process or thread, bounded by a deadline.
+_POLLS = str(_TESTS / "clock.py")
+#: Where a test may sleep on the real clock (`file` or `file::function`), and why.
+REAL_CLOCK = {
+    "observability/test_two_deployments.py": "Prometheus scrapes every 1 s on its own clock",
+    "redis_fixtures.py::_pump": "the slow-Redis proxy: redis-py's timeouts read the real clock",
+    "engine/test_fake_engine.py::test_modelled_latency_is_the_steps_time_whatever_the_host_took": (
+        "a real stall is the point: modelled latency ignores what the host took"
+    ),
+}
+_allowed = {_POLLS} | {str(_TESTS / where) for where in REAL_CLOCK}
+_real_sleep = time.sleep
+_real_async_sleep = asyncio.sleep
+T = TypeVar("T")
+
+
+def _refuse_a_test_sleep(delay: float) -> None:
+    caller = sys._getframe(2)
+    path = caller.f_code.co_filename
+    if not (_active and delay > 0 and path.startswith(str(_TESTS))):
+        return
+    if path not in _allowed and f"{path}::{caller.f_code.co_name}" not in _allowed:
+        where = f"{Path(path).relative_to(_TESTS.parent)}:{caller.f_lineno}"
+        raise TierViolation(
+            f"a unit-tier test slept {delay:g} s on the real clock ({where}): give the code "
+            "under test a gateway.clock.ManualClock and advance it, or wait for the "
+            "condition with tests/clock.py's until"
+        )
+
+
+def _guarded_sleep(seconds: float) -> None:
+    _refuse_a_test_sleep(seconds)
+    _real_sleep(seconds)
+
+
+def _guarded_async_sleep(delay: float, result: T | None = None) -> Coroutine[Any, Any, T | None]:
+    _refuse_a_test_sleep(delay)
+    return _real_async_sleep(delay, result)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     global _active, _hook_installed
     if not _ENGINE_DESELECTED.search(config.option.markexpr or ""):
         return
     _active = True
     multiprocessing.process.BaseProcess.start = _guarded_start  # type: ignore[method-assign]
+    time.sleep = _guarded_sleep  # type: ignore[assignment]
+    asyncio.sleep = _guarded_async_sleep  # type: ignore[assignment]
     if not _hook_installed:  # audit hooks cannot be removed: one, switched by `_active`
         sys.addaudithook(_audit)
         _hook_installed = True
@@ -105,3 +159,5 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     global _active
     _active = False
     multiprocessing.process.BaseProcess.start = _original_start  # type: ignore[method-assign]
+    time.sleep = _real_sleep
+    asyncio.sleep = _real_async_sleep
