@@ -2,7 +2,9 @@
 
 Each replica is a real `spec-gateway serve` process with its own vLLM engine
 (the tiny model unless the embedded one is built); flags are flipped through
-the real CLI (`spec-gateway flags set`), as an operator would.
+the real CLI (`spec-gateway flags set`), as an operator would. A third replica, started
+by the restart test after the class's history is in Redis, reaches Redis through a
+delaying proxy; the slow-Redis test, last, uses it.
 """
 
 from __future__ import annotations
@@ -131,24 +133,16 @@ def test_classes_command_prints_the_cluster_table(replicas: list[GatewayProcess]
 
 
 def test_class_state_survives_a_replica_restart(
-    replicas: list[GatewayProcess], module_redis: RedisServer, tmp_path: Path
+    replicas: list[GatewayProcess], third_replica: ProxiedReplica
 ) -> None:
     first, _ = replicas
     label = chat(first).headers["x-specgw-class"]
     wait_for(lambda: int(classes(first).get(label, {}).get("samples", 0)) >= 1, 5)
     before = int(classes(first)[label]["samples"])
     time.sleep(1.5)  # let the last deltas flush
-    env = {
-        "SPECGW_REDIS_URL": module_redis.url,
-        "SPECGW_NAMESPACE": "cluster-test",
-        **NO_CALIBRATION,
-    }
-    fresh = start_gateway(tmp_path, env)
-    try:
-        chat(fresh)  # the class goes live here; its history comes from Redis
-        wait_for(lambda: int(classes(fresh).get(label, {}).get("samples", 0)) > before, 10)
-    finally:
-        stop_gateway(fresh)
+    fresh = third_replica.start()  # a process started now, after the class's history
+    chat(fresh)  # the class goes live here; its history comes from Redis
+    wait_for(lambda: int(classes(fresh).get(label, {}).get("samples", 0)) > before, 10)
 
 
 def test_redis_outage_fails_no_request(
@@ -176,27 +170,58 @@ def _redis_state(gw: GatewayProcess) -> str:
         return str(http.get("/ready").json()["detail"].get("redis"))
 
 
-@pytest.fixture
-def slow_redis_replica(
-    module_redis: RedisServer, tmp_path: Path
-) -> Iterator[tuple[GatewayProcess, DelayProxy]]:
-    """A third replica that reaches Redis through a loopback proxy that can delay."""
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    proxy = DelayProxy(module_redis.port)
-    asyncio.run_coroutine_threadsafe(proxy.start(), loop).result(5)
-    env = {"SPECGW_REDIS_URL": proxy.url, "SPECGW_NAMESPACE": "cluster-test", **NO_CALIBRATION}
-    try:
-        gw = start_gateway(tmp_path, env)
+class ProxiedReplica:
+    """A third replica that reaches Redis through a loopback proxy that can delay, started
+    on first use: the restart test's fresh process, which the slow-Redis test then uses
+    (at delay 0 the proxy only relays)."""
+
+    def __init__(self, redis: RedisServer, tmp: Path) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.proxy = DelayProxy(redis.port)
+        asyncio.run_coroutine_threadsafe(self.proxy.start(), self.loop).result(5)
+        self.tmp = tmp
+        self.gw: GatewayProcess | None = None
+
+    def start(self) -> GatewayProcess:
+        """Start it now (the restart test's fresh process: never one started before)."""
+        assert self.gw is None, "the third replica is already running"
+        env = {"SPECGW_REDIS_URL": self.proxy.url, "SPECGW_NAMESPACE": "cluster-test"}
+        self.gw = start_gateway(self.tmp, {**env, **NO_CALIBRATION})
+        return self.gw
+
+    def get(self) -> GatewayProcess:
+        return self.gw if self.gw is not None else self.start()
+
+    def close(self) -> None:
         try:
-            yield gw, proxy
+            if self.gw is not None:
+                stop_gateway(self.gw)
         finally:
-            stop_gateway(gw)
+            asyncio.run_coroutine_threadsafe(self.proxy.close(), self.loop).result(5)
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(5)
+
+
+@pytest.fixture(scope="module")
+def third_replica(
+    module_redis: RedisServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ProxiedReplica]:
+    replica = ProxiedReplica(module_redis, tmp_path_factory.mktemp("third"))
+    try:
+        yield replica
     finally:
-        asyncio.run_coroutine_threadsafe(proxy.close(), loop).result(5)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(5)
+        replica.close()
+
+
+@pytest.fixture
+def slow_redis_replica(third_replica: ProxiedReplica) -> tuple[GatewayProcess, DelayProxy]:
+    """The third replica, on Redis again after the outage test, its proxy at delay 0."""
+    gw = third_replica.get()
+    third_replica.proxy.delay_s = 0.0
+    wait_for(lambda: _redis_state(gw) == "ok", 15)
+    return gw, third_replica.proxy
 
 
 def test_slow_redis_fails_no_request_and_state_converges(
