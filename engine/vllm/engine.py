@@ -43,6 +43,7 @@ from engine.interface import (
 from engine.outcomes import OutcomeTap
 from engine.settings import EngineSettings
 from engine.vllm.batch_depth import BatchDepthPolicy, rule_for
+from engine.vllm.class_verification import serve_class_verification
 from engine.vllm.depth_zero_params import serve_depth_zero_params
 from engine.vllm.engine_args import checked_engine_args, engine_args
 from engine.vllm.expand_fix import ExpandState
@@ -112,6 +113,9 @@ class VLLMEngine:
         self._closed = False
         #: Whether steps with only k = 0 requests skip the drafter (engine/vllm/draft_skip.py).
         self.draft_skip = False
+        #: Whether every worker bounds adaptive verification by class
+        #: (engine/vllm/class_verification.py).
+        self.class_verification = False
         #: Whether k = 0 requests may carry min_p and logit_bias (engine/vllm/depth_zero_params.py).
         self.depth_zero_params = max_depth == 0
         #: The rejection sampler's expand kernel in the workers (engine/vllm/expand_fix.py):
@@ -157,6 +161,18 @@ class VLLMEngine:
                     if not engine.draft_skip:
                         # k = 0 steps still run the drafter's KV pass (`v2_skip_allowed`).
                         log.info("drafter skip at depth 0 unavailable on this model runner")
+                if k_max > 0 and settings.verify_budget != "off":
+                    # Model Runner V2's adaptive verification under the class bounds (and,
+                    # with `on`, one estimator per class); the V1 runner has none, its
+                    # scheduler trims instead (`engine.vllm.confidence_budget`).
+                    engine.class_verification = await serve_class_verification(llm)
+                    log.info(
+                        "verify budget %s: %s",
+                        settings.verify_budget,
+                        "class bounds in adaptive verification"
+                        if engine.class_verification
+                        else "trimmed by the scheduler (no adaptive verification here)",
+                    )
                 await engine._warm_up()
                 engine._ready = True
                 yield engine
