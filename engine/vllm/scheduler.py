@@ -148,7 +148,10 @@ class _DepthCap(StepVotes):
             return None
         config: Any = self.scheduler_config  # type: ignore[attr-defined]
         if config.async_scheduling:
-            log.warning("verify budget: needs the synchronous scheduler; off")
+            # Asynchronous scheduling (CUDA): the step's drafts are not here before it is
+            # scheduled, so the workers' adaptive verification takes the class bounds
+            # instead (`engine.vllm.class_verification`).
+            log.info("verify budget: in the workers' adaptive verification, not the scheduler")
             return None
         seqs = int(config.max_num_seqs)
         tokens = max(int(config.max_num_batched_tokens), seqs * (1 + self.num_spec_tokens))
