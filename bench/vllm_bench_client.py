@@ -226,7 +226,8 @@ def run_vllm_bench(args: argparse.Namespace) -> None:
     print("\n".join(lines), flush=True)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    body = {"command": " ".join(sys.argv), "turns": turns, "summary": lines}
+    command = " ".join(["python -m bench.frontend_vs_vllm", *sys.argv[1:]])
+    body = {"command": command, "turns": turns, "summary": lines}
     out.write_text(json.dumps(body, indent=1) + "\n")
     out.with_suffix(".txt").write_text(f"$ {body['command']}\n" + "\n".join(lines) + "\n")
     print(f"wrote {out}", flush=True)
