@@ -38,6 +38,10 @@ servers, the gateway started first in even rounds: a fresh start moves the diffe
 more than one phase resolves (over a millisecond between starts with `--rounds 4`), so
 only the rounds pooled, with their spread, say what the front end adds. `--repeats 0`
 runs the interleaved rounds alone.
+
+`--client vllm-bench` measures instead with vLLM's own `vllm bench serve` against the
+gateway's defaults and `vllm serve` at `--vllm-depths`, one pass per `--concurrency`
+(`bench.vllm_bench_client`; written to `--out`).
 A benchmark, not a test: it prints figures and asserts nothing.
 """
 
