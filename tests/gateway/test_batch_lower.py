@@ -127,8 +127,9 @@ def completion_beside_chats(gw: GatewayProcess, client: openai.OpenAI, model: st
 
 
 @pytest.mark.xfail(
-    reason="regression under investigation: the k = 0 chats log no batch-lowering decision "
-    "since the request-path refactor (Exchange / Served); failed twice at load ~8",
+    reason="known regression under CPU load: beside two busy loops it fails at HEAD (3 of 3: "
+    "no chat lowers the batch, or one lowers it and the engine never holds the completion) "
+    "and passes at 42a086c (2 of 2); it passes on a quiet host",
     strict=False,
 )
 def test_chat_at_k0_lowers_a_completion_streaming_at_k4(tmp_path: Path) -> None:
