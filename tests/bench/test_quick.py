@@ -28,16 +28,17 @@ RUN_TIMEOUT_S = 1200
 def quick_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("bench-quick")
     cmd = [sys.executable, "-m", "bench", "run", "--quick", "--out", str(out), "--no-publish"]
-    # Its own session: on a timeout the whole tree goes (the gateways and their engine
-    # cores are the run's children), not the run alone, which would leave them to load
-    # the host under the tests after it.
+    # Its own process group: on a timeout the whole tree goes (the gateways and their
+    # engine cores are the run's children), not the run alone, which would leave them to
+    # load the host under the tests after it. Not its own session, which autogroup
+    # scheduling would make a CPU group of its own (`tests/gateway/conftest.py`).
     proc = subprocess.Popen(
         cmd,
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        start_new_session=True,
+        process_group=0,
     )
     try:
         stdout, stderr = proc.communicate(timeout=RUN_TIMEOUT_S)

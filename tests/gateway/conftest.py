@@ -124,10 +124,13 @@ def _start_gateway(
         *(extra_args or []),
     ]
     with log_path.open("wb") as log:
-        # A session of its own, so that a kill takes its engine core and worker too
-        # (`_kill`); killed alone, the gateway leaves them loading the host.
+        # A process group of its own, so that a kill takes its engine core and worker too
+        # (`_kill`); killed alone, the gateway leaves them loading the host. Not a
+        # session of its own: under the kernel's autogroup scheduling a new session is a
+        # new CPU group, which on a busy host gets its fair share as one group, not as
+        # its threads, and the gateway starved beside its engine.
         proc = subprocess.Popen(
-            cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, process_group=0
         )
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 300

@@ -126,13 +126,6 @@ def completion_beside_chats(gw: GatewayProcess, client: openai.OpenAI, model: st
     )
 
 
-@pytest.mark.xfail(
-    reason="known regression under CPU load, cause not found: beside two busy loops no chat "
-    "lowers the batch, or one does and the engine never holds the completion to its cap; "
-    "it passes on a quiet host, and passed under the same load before the request-path "
-    "refactor",
-    strict=False,
-)
 def test_chat_at_k0_lowers_a_completion_streaming_at_k4(tmp_path: Path) -> None:
     flags = tmp_path / "flags"
     flags.mkdir()
